@@ -1,0 +1,1 @@
+"""Rewind: durable, inspectable and forkable LLM agent runs on Temporal."""
