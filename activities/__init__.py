@@ -1,0 +1,1 @@
+"""Activities: the model call, tool execution, the tool registry and idempotency."""

@@ -1,0 +1,144 @@
+"""The model-call activity.
+
+The OpenAI client is built with max_retries=0: Temporal owns every retry, so
+each attempt is visible in the run's history and there are not two stacked
+retry layers. HTTP status decides what retrying can fix (408/409/429/5xx and
+connection errors) and what it cannot (400/401/403/404/422), and `retry-after`
+becomes the next retry delay.
+
+Credentials stay on the worker (environment), never in workflow inputs, so no
+API key reaches Temporal history.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import openai
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from activities.pricing import PriceTable
+from workflows.contracts import LlmRequest, LlmResponse, Usage
+
+RETRYABLE_STATUS = {408, 409, 429}
+REJECTED_ERROR_TYPE = "LlmRequestRejected"
+
+_HINTS = {
+    400: "the request was malformed; the run cannot continue as it is",
+    401: "check OPENAI_API_KEY on the worker",
+    403: "the key has no access to this model or endpoint",
+    404: "check the model name and OPENAI_BASE_URL",
+    422: "the request was malformed; the run cannot continue as it is",
+}
+
+# Keys the chat completions API accepts back in an assistant message. The
+# transcript keeps the message verbatim; only what is sent is projected.
+_ASSISTANT_KEYS = ("role", "content", "tool_calls", "name", "refusal")
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    base_url: str | None
+    api_key: str
+
+    @classmethod
+    def from_env(cls) -> "ModelEndpoint":
+        return cls(base_url=os.environ.get("OPENAI_BASE_URL") or None, api_key=os.environ.get("OPENAI_API_KEY", ""))
+
+
+def _outgoing(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("role") != "assistant":
+        return message
+    out = {k: message[k] for k in _ASSISTANT_KEYS if message.get(k) is not None}
+    out.setdefault("content", None)
+    return out
+
+
+def _retry_after(response: Any) -> timedelta | None:
+    headers = getattr(response, "headers", None) or {}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            continue  # an HTTP date; let the backoff policy decide
+        if seconds >= 0:
+            return timedelta(seconds=min(seconds, 600.0))
+    return None
+
+
+def map_openai_error(exc: Exception, model: str) -> ApplicationError:
+    """Turn an openai exception into a retryable or non-retryable ApplicationError."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        detail = f"model API answered {status} for model {model!r}: {exc.message}"
+        if status in RETRYABLE_STATUS or status >= 500:
+            return ApplicationError(detail, type=f"LlmHttp{status}", next_retry_delay=_retry_after(exc.response))
+        hint = _HINTS.get(status, "retrying cannot fix this")
+        return ApplicationError(f"{detail} ({hint})", type=REJECTED_ERROR_TYPE, non_retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        return ApplicationError(f"model API unreachable for model {model!r}: {exc}", type="LlmUnavailable")
+    return ApplicationError(f"model call failed: {type(exc).__name__}: {exc}", type="LlmCallFailed")
+
+
+class LlmActivities:
+    def __init__(self, endpoint: ModelEndpoint, prices: PriceTable) -> None:
+        self._endpoint = endpoint
+        self._prices = prices
+        self._client: openai.AsyncOpenAI | None = None
+
+    def _get_client(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            self._client = openai.AsyncOpenAI(
+                base_url=self._endpoint.base_url,
+                api_key=self._endpoint.api_key or "unset",
+                max_retries=0,
+            )
+        return self._client
+
+    @activity.defn(name="call_llm")
+    async def call_llm(self, request: LlmRequest) -> LlmResponse:
+        kwargs: dict[str, Any] = {
+            "model": request.model,
+            "messages": [_outgoing(m) for m in request.messages],
+        }
+        if request.tools:
+            kwargs["tools"] = request.tools
+        try:
+            async with heartbeating():
+                raw = await self._get_client().chat.completions.with_raw_response.create(**kwargs)
+            data = raw.http_response.json()
+            choice = data["choices"][0]
+            message = choice["message"]
+            if not isinstance(message, dict):
+                raise TypeError("choices[0].message is not an object")
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, request.model) from exc
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            # A garbled body is usually a proxy or provider hiccup: retry it.
+            raise ApplicationError(
+                f"model API returned a malformed completion for model {request.model!r}: {exc}",
+                type="LlmMalformedResponse",
+            ) from exc
+        raw_usage = data.get("usage") or {}
+        usage = Usage(
+            prompt_tokens=int(raw_usage.get("prompt_tokens") or 0),
+            completion_tokens=int(raw_usage.get("completion_tokens") or 0),
+            total_tokens=int(raw_usage.get("total_tokens") or 0),
+        )
+        cost, priced = self._prices.cost(request.model, usage)
+        return LlmResponse(
+            message=message,
+            usage=usage,
+            cost_usd=cost,
+            priced=priced,
+            finish_reason=choice.get("finish_reason"),
+            response_id=data.get("id"),
+        )

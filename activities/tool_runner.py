@@ -1,0 +1,110 @@
+"""Tool activities: describe the worker's tools, and run one tool call.
+
+Errors the model can act on (arguments that fail validation, a `ToolError`)
+come back as data in a ToolOutcome, so the loop turns them into a tool
+message. Any other exception is raised as a retryable ApplicationError and
+Temporal retries it up to the tool's `max_attempts`; the workflow turns the
+final failure into a tool message too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import pydantic
+from pydantic_core import to_jsonable_python
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from activities.idempotency import IdempotencyLedger
+from activities.tools import ToolContext, ToolError, ToolRegistry, reset_tool_context, set_tool_context
+from workflows.contracts import DescribeToolsRequest, DescribeToolsResponse, ToolOutcome, ToolRequest
+
+TOOL_NOT_REGISTERED = "ToolNotRegistered"
+
+
+def _validation_message(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err.get("loc", ())) or "(arguments)"
+        parts.append(f"{where}: {err.get('msg')}")
+    return "; ".join(parts)
+
+
+def _jsonable(value: Any, tool_name: str) -> Any:
+    try:
+        value = to_jsonable_python(value)
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError, pydantic.PydanticSerializationError) as exc:
+        raise ToolError(f"tool {tool_name!r} returned a value that is not JSON-serializable: {exc}") from exc
+
+
+class ToolActivities:
+    def __init__(self, registry: ToolRegistry, ledger: IdempotencyLedger) -> None:
+        self._registry = registry
+        self._ledger = ledger
+
+    @activity.defn(name="describe_tools")
+    async def describe_tools(self, request: DescribeToolsRequest) -> DescribeToolsResponse:
+        names = request.names or self._registry.names()
+        specs = [self._registry.get(n).spec for n in names if self._registry.get(n) is not None]
+        missing = [n for n in names if self._registry.get(n) is None]
+        return DescribeToolsResponse(tools=specs, missing=missing)
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, request: ToolRequest) -> ToolOutcome:
+        registered = self._registry.get(request.tool_name)
+        if registered is None:
+            raise ApplicationError(
+                f"tool {request.tool_name!r} is not registered on this worker; "
+                "start every worker with the same REWIND_TOOLS / --tools",
+                type=TOOL_NOT_REGISTERED,
+                non_retryable=True,
+            )
+        started = datetime.now(timezone.utc)
+        clock = time.monotonic()
+
+        def outcome(**fields: Any) -> ToolOutcome:
+            return ToolOutcome(started_at=started, duration_ms=int((time.monotonic() - clock) * 1000), **fields)
+
+        try:
+            kwargs = registered.validate(request.arguments)
+        except pydantic.ValidationError as exc:
+            return outcome(error=f"invalid arguments for {request.tool_name}: {_validation_message(exc)}", error_kind="invalid_arguments")
+
+        key = request.idempotency_key if registered.spec.side_effects else None
+        if key is not None:
+            record = await self._ledger.recorded(key)
+            if record is not None:
+                return outcome(output=record["output"], replayed_from_record=True)
+
+        ctx = ToolContext(
+            run_id=request.run_id,
+            branch_id=request.branch_id,
+            step=request.step,
+            tool_call_id=request.tool_call_id,
+            tool_name=request.tool_name,
+            idempotency_key=key,
+            attempt=activity.info().attempt,
+        )
+        token = set_tool_context(ctx)
+        try:
+            async with heartbeating():
+                result = await registered.fn(**kwargs)
+            output = _jsonable(result, request.tool_name)
+        except ToolError as exc:
+            return outcome(error=f"{request.tool_name} failed: {exc}", error_kind="tool_error")
+        except Exception as exc:
+            raise ApplicationError(
+                f"tool {request.tool_name!r} raised {type(exc).__name__}: {exc}", type="ToolRaised"
+            ) from exc
+        finally:
+            reset_tool_context(token)
+        if key is not None:
+            await self._ledger.record(key, request.tool_name, output)
+        return outcome(output=output)

@@ -1,0 +1,197 @@
+"""The `@tool` decorator, the tool context and the registry the worker builds.
+
+A tool is a plain async function. Its JSON schema comes from its type hints
+(through a pydantic model built from the signature), so the model sees exactly
+what the validator will accept, and arguments are validated before the
+function runs. Unknown arguments are rejected (`additionalProperties: false`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import pydantic
+from temporalio import activity
+
+from rewind.errors import ToolRegistryError
+from workflows.contracts import ToolSpec
+
+
+class ToolError(Exception):
+    """Raise from a tool to report a failure the model should see, without retries."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a running tool may know about the call it serves."""
+
+    run_id: str
+    branch_id: str
+    step: int
+    tool_call_id: str
+    tool_name: str
+    # Same on every attempt of this call (also after a worker crash); differs for
+    # any other call, step, branch or run. None for read-only tools.
+    idempotency_key: str | None
+    attempt: int
+
+    def heartbeat(self, *details: Any) -> None:
+        """Report progress; long tools are heart-beaten automatically as well."""
+        activity.heartbeat(*details)
+
+
+_current_context: contextvars.ContextVar[ToolContext] = contextvars.ContextVar("rewind_tool_context")
+
+
+def tool_context() -> ToolContext:
+    """The context of the tool call being executed; only valid inside a tool."""
+    try:
+        return _current_context.get()
+    except LookupError:
+        raise ToolRegistryError(
+            "tool_context() was called outside a tool call; it is only available "
+            "while the worker executes a @tool function"
+        ) from None
+
+
+@dataclass
+class RegisteredTool:
+    """A decorated tool: still callable directly, plus what the worker needs."""
+
+    fn: Callable[..., Awaitable[Any]]
+    spec: ToolSpec
+    args_model: type[pydantic.BaseModel]
+    compensate: Callable[..., Awaitable[Any]] | None = field(default=None)
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.fn(*args, **kwargs)
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments (raises pydantic.ValidationError)."""
+        model = self.args_model.model_validate(arguments)
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    def compensation(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        """Decorator declaring how to compensate this (side-effecting) tool."""
+        self.compensate = fn
+        return fn
+
+
+def _args_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseModel]:
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolRegistryError(f"tool {name!r}: *args/**kwargs cannot be described to a model; list every argument")
+        if param.annotation is inspect.Parameter.empty:
+            raise ToolRegistryError(f"tool {name!r}: argument {param.name!r} needs a type hint")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (param.annotation, default)
+    hints = {k: v for k, v in inspect.get_annotations(fn, eval_str=True).items() if k in fields}
+    fields = {k: (hints.get(k, t), d) for k, (t, d) in fields.items()}
+    config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+    return pydantic.create_model(f"{name}_arguments", __config__=config, **fields)
+
+
+def _json_schema(model: type[pydantic.BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return schema
+
+
+def tool(
+    fn: Callable[..., Awaitable[Any]] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    side_effects: bool = False,
+    timeout_s: float = 60.0,
+    heartbeat_s: float = 5.0,
+    max_attempts: int = 3,
+    cache_ignore: tuple[str, ...] = (),
+) -> Any:
+    """Register an async function as a tool.
+
+    side_effects: the call changes the world; it gets an idempotency key and is
+        never served from the tool-result cache.
+    timeout_s / heartbeat_s / max_attempts: Temporal activity options for each call.
+    cache_ignore: argument names left out of the cache key (volatile fields).
+    """
+
+    def wrap(f: Callable[..., Awaitable[Any]]) -> RegisteredTool:
+        tool_name = name or f.__name__
+        if not inspect.iscoroutinefunction(f):
+            raise ToolRegistryError(f"tool {tool_name!r} must be an async function (async def)")
+        model = _args_model(f, tool_name)
+        doc = inspect.getdoc(f) or ""
+        spec = ToolSpec(
+            name=tool_name,
+            description=description or doc.split("\n\n")[0].strip(),
+            parameters=_json_schema(model),
+            side_effects=side_effects,
+            timeout_s=timeout_s,
+            heartbeat_s=heartbeat_s,
+            max_attempts=max_attempts,
+            cache_ignore=list(cache_ignore),
+        )
+        return RegisteredTool(fn=f, spec=spec, args_model=model)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    """The tools one worker can execute, by name."""
+
+    def __init__(self, tools: list[RegisteredTool] | None = None) -> None:
+        self._tools: dict[str, RegisteredTool] = {}
+        for t in tools or []:
+            self.add(t)
+
+    def add(self, t: RegisteredTool) -> None:
+        existing = self._tools.get(t.spec.name)
+        if existing is not None and existing.fn is not t.fn:
+            raise ToolRegistryError(
+                f"two different tools are named {t.spec.name!r} "
+                f"({existing.fn.__module__} and {t.fn.__module__}); pass name= to @tool to rename one"
+            )
+        self._tools[t.spec.name] = t
+
+    @classmethod
+    def from_modules(cls, module_names: list[str]) -> "ToolRegistry":
+        registry = cls()
+        for module_name in module_names:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ToolRegistryError(
+                    f"cannot import tool module {module_name!r}: {exc}; "
+                    "check REWIND_TOOLS / --tools and that the module is on PYTHONPATH"
+                ) from exc
+            found = [v for v in vars(module).values() if isinstance(v, RegisteredTool)]
+            if not found:
+                raise ToolRegistryError(f"tool module {module_name!r} defines no @tool functions")
+            for t in found:
+                registry.add(t)
+        return registry
+
+    def get(self, name: str) -> RegisteredTool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        return [self._tools[n].spec for n in self.names()]
+
+
+def set_tool_context(ctx: ToolContext) -> contextvars.Token[ToolContext]:
+    return _current_context.set(ctx)
+
+
+def reset_tool_context(token: contextvars.Token[ToolContext]) -> None:
+    _current_context.reset(token)

@@ -1,0 +1,112 @@
+"""Run, branch and checkpoint ids.
+
+Ids become parts of storage keys (file paths, S3 keys), so they are checked
+against a whitelist rather than a blacklist: 1-128 characters of
+``[A-Za-z0-9._-]``, starting with a letter or digit, never containing ``..``.
+That rules out path traversal (``../x``), absolute paths, separators,
+percent-encoding tricks (``%2e%2e``) and control characters in one rule.
+
+A checkpoint id is ``run:branch:step`` and derives only from those three
+values, so mirroring the same run twice gives the same ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from rewind.errors import InvalidIdError
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_STEP_INDEX",
+    "validate_id",
+    "validate_step",
+    "checkpoint_id",
+    "parse_checkpoint_id",
+    "short_id",
+]
+
+MAX_ID_LENGTH = 128
+# Steps are stored as 8-digit, zero-padded names so that keys sort numerically.
+MAX_STEP_INDEX = 99_999_999
+
+_ID_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+_ID_RULE = (
+    f"1-{MAX_ID_LENGTH} characters from A-Z a-z 0-9 . _ -, "
+    "starting with a letter or digit, without '..'"
+)
+# Canonical decimal only: "007" and "7" must not name two different checkpoints.
+_STEP_TEXT = re.compile(r"0|[1-9][0-9]{0,7}")
+
+
+def _problem(value: str) -> str | None:
+    if not value:
+        return "it is empty"
+    if len(value) > MAX_ID_LENGTH:
+        return f"it is {len(value)} characters long"
+    if not _ID_CHARS.fullmatch(value):
+        bad = next(c for c in value if not _ID_CHARS.fullmatch(c))
+        return f"it contains {bad!r}"
+    if not value[0].isalnum():
+        return f"it starts with {value[0]!r}"
+    if ".." in value:
+        return "it contains '..'"
+    return None
+
+
+def validate_id(kind: str, value: object) -> str:
+    """Return ``value`` if it is a safe ``kind`` id ("run", "branch"); else raise.
+
+    Raises ``InvalidIdError`` naming the kind, the value and the rule.
+    """
+    if not isinstance(value, str):
+        raise InvalidIdError(
+            f"{kind} id {value!r} is a {type(value).__name__}, not a string; use {_ID_RULE}"
+        )
+    problem = _problem(value)
+    if problem is not None:
+        raise InvalidIdError(f"{kind} id {value!r:.160} is not allowed ({problem}); use {_ID_RULE}")
+    return value
+
+
+def validate_step(step_index: object) -> int:
+    """Return ``step_index`` if it is an int in 0..MAX_STEP_INDEX; else raise InvalidIdError."""
+    if isinstance(step_index, bool) or not isinstance(step_index, int):
+        raise InvalidIdError(f"step index {step_index!r} is not an integer")
+    if not 0 <= step_index <= MAX_STEP_INDEX:
+        raise InvalidIdError(f"step index {step_index} is outside 0..{MAX_STEP_INDEX}")
+    return step_index
+
+
+def checkpoint_id(run_id: str, branch_id: str, step_index: int) -> str:
+    """The id of step ``step_index`` of ``branch_id`` of ``run_id``: ``run:branch:step``."""
+    validate_id("run", run_id)
+    validate_id("branch", branch_id)
+    validate_step(step_index)
+    return f"{run_id}:{branch_id}:{step_index}"
+
+
+def parse_checkpoint_id(cid: object) -> tuple[str, str, int]:
+    """Split a checkpoint id into ``(run_id, branch_id, step_index)``, validating each part."""
+    if not isinstance(cid, str):
+        raise InvalidIdError(f"checkpoint id {cid!r} is not a string; expected RUN:BRANCH:STEP")
+    parts = cid.split(":")
+    if len(parts) != 3:
+        raise InvalidIdError(
+            f"checkpoint id {cid!r:.160} is malformed; expected RUN:BRANCH:STEP, e.g. 'run-1:main:4'"
+        )
+    run_id, branch_id, step_text = parts
+    validate_id("run", run_id)
+    validate_id("branch", branch_id)
+    if not _STEP_TEXT.fullmatch(step_text):
+        raise InvalidIdError(
+            f"checkpoint id {cid!r:.160} has step {step_text!r}; "
+            f"expected a decimal number 0..{MAX_STEP_INDEX} without leading zeros"
+        )
+    return run_id, branch_id, int(step_text)
+
+
+def short_id(cid: str) -> str:
+    """A 10-hex-digit fingerprint of a checkpoint id, for compact display."""
+    return hashlib.sha256(cid.encode("utf-8")).hexdigest()[:10]

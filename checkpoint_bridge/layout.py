@@ -1,0 +1,90 @@
+"""Where checkpoint objects live, relative to a store's root or prefix.
+
+    runs/<run_id>/branches/<branch_id>/steps/<step:08d>.json
+    runs/<run_id>/branches/<branch_id>/invalidations/<after_step:08d>.json
+
+Keys are only ever built here, from validated ids, so no user string reaches
+a file path or S3 key unchecked. ``check_key`` is the backends' second line of
+defence: it refuses anything that is not a relative path of safe segments.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from rewind.errors import InvalidIdError
+
+from .ids import validate_id, validate_step
+
+__all__ = [
+    "run_prefix",
+    "branch_prefix",
+    "step_key",
+    "invalidation_key",
+    "ParsedKey",
+    "parse_key",
+    "check_key",
+]
+
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_KEY = re.compile(
+    r"runs/(?P<run>[^/]+)/branches/(?P<branch>[^/]+)/"
+    r"(?P<kind>steps|invalidations)/(?P<step>[0-9]{8})\.json"
+)
+
+
+def run_prefix(run_id: str) -> str:
+    return f"runs/{validate_id('run', run_id)}/"
+
+
+def branch_prefix(run_id: str, branch_id: str) -> str:
+    return f"{run_prefix(run_id)}branches/{validate_id('branch', branch_id)}/"
+
+
+def step_key(run_id: str, branch_id: str, step_index: int) -> str:
+    return f"{branch_prefix(run_id, branch_id)}steps/{validate_step(step_index):08d}.json"
+
+
+def invalidation_key(run_id: str, branch_id: str, after_step: int) -> str:
+    return f"{branch_prefix(run_id, branch_id)}invalidations/{validate_step(after_step):08d}.json"
+
+
+@dataclass(frozen=True)
+class ParsedKey:
+    kind: Literal["step", "invalidation"]
+    run_id: str
+    branch_id: str
+    step_index: int
+
+
+def parse_key(key: str) -> ParsedKey | None:
+    """Decode a layout key; ``None`` for anything else found under a run prefix."""
+    match = _KEY.fullmatch(key)
+    if match is None:
+        return None
+    try:
+        run_id = validate_id("run", match["run"])
+        branch_id = validate_id("branch", match["branch"])
+    except InvalidIdError:
+        return None
+    kind: Literal["step", "invalidation"] = "step" if match["kind"] == "steps" else "invalidation"
+    return ParsedKey(kind, run_id, branch_id, int(match["step"]))
+
+
+def check_key(key: str, *, prefix: bool = False) -> str:
+    """Refuse any key that is not ``seg/seg/...`` of safe segments.
+
+    With ``prefix=True`` a trailing ``/`` and the empty prefix are allowed.
+    """
+    body = key[:-1] if prefix and key.endswith("/") else key
+    if prefix and body == "":
+        return key
+    segments = body.split("/")
+    if not all(_SEGMENT.fullmatch(s) and ".." not in s for s in segments):
+        raise InvalidIdError(
+            f"storage key {key!r:.200} is unsafe; keys are relative paths of segments of "
+            "A-Z a-z 0-9 . _ - (starting with a letter or digit, no '..') built by checkpoint_bridge.layout"
+        )
+    return key

@@ -1,0 +1,174 @@
+"""The open ``AgentCheckpoint`` document and its canonical bytes.
+
+A checkpoint is plain JSON: it is parsed with ``json.loads`` and validated by
+pydantic, never unpickled or rebuilt through object hooks, so reading a
+checkpoint from an untrusted bucket cannot execute anything.
+
+``dump_checkpoint`` is deterministic (sorted keys, no whitespace, datetimes as
+UTC ISO-8601 with ``Z`` and microseconds), which is what lets the mirror write
+the same bytes when it projects the same history twice.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
+
+from .canonical import cache_key, canonical_json
+from .errors import CheckpointError
+from .ids import checkpoint_id as make_checkpoint_id
+from .ids import parse_checkpoint_id, validate_id
+
+__all__ = [
+    "CURRENT_SCHEMA_VERSION",
+    "CheckpointStatus",
+    "ToolCallRecord",
+    "AgentCheckpoint",
+    "CheckpointSummary",
+    "dump_checkpoint",
+    "checkpoint_to_dict",
+    "format_datetime",
+]
+
+CURRENT_SCHEMA_VERSION = 3
+
+CheckpointStatus = Literal["completed", "failed", "in_progress", "invalidated"]
+
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def format_datetime(value: datetime) -> str:
+    """UTC ISO-8601 with a fixed microsecond field and ``Z``: one spelling per instant."""
+    return value.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc)
+
+
+class ToolCallRecord(BaseModel):
+    """One executed (or cache-served) tool call."""
+
+    model_config = _STRICT
+
+    tool_name: str
+    tool_input: dict[str, Any] = Field(default_factory=dict)
+    tool_output: Any = None
+    called_at: AwareDatetime
+    duration_ms: int = Field(default=0, ge=0)
+    error: str | None = None
+    cache_key: str = ""
+    """sha256 of canonical ``{"tool", "input"}``; filled in when left empty."""
+    tool_call_id: str | None = None
+    idempotency_key: str | None = None
+    side_effects: bool = False
+    served_from_cache: bool = False
+
+    _utc = field_validator("called_at")(_to_utc)
+
+    @model_validator(mode="after")
+    def _fill_cache_key(self) -> ToolCallRecord:
+        if not self.cache_key:
+            self.cache_key = cache_key(self.tool_name, self.tool_input)
+        return self
+
+    @field_serializer("called_at")
+    def _dump_called_at(self, value: datetime) -> str:
+        return format_datetime(value)
+
+
+class AgentCheckpoint(BaseModel):
+    """The state of one agent run after one step, on one branch."""
+
+    model_config = _STRICT
+
+    checkpoint_id: str
+    run_id: str
+    parent_id: str | None = None
+    branch_id: str = "main"
+    step_index: int = Field(ge=0)
+    step_label: str = ""
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    """OpenAI chat messages, kept verbatim as plain dicts."""
+    agent_variables: dict[str, Any] = Field(default_factory=dict)
+    tool_call_cache: list[ToolCallRecord] = Field(default_factory=list)
+    created_at: AwareDatetime
+    llm_tokens_used: int = Field(default=0, ge=0)
+    llm_cost_usd: float = Field(default=0.0, ge=0)
+    status: CheckpointStatus = "completed"
+    error_info: dict[str, Any] | None = None
+    schema_version: int = CURRENT_SCHEMA_VERSION
+    # Ledger fields (schema v3).
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+    model: str | None = None
+    model_view: list[dict[str, Any]] | None = None
+    """What the model actually saw this step, when the context was compressed."""
+
+    _utc = field_validator("created_at")(_to_utc)
+
+    @model_validator(mode="after")
+    def _check_ids(self) -> AgentCheckpoint:
+        validate_id("run", self.run_id)
+        validate_id("branch", self.branch_id)
+        expected = make_checkpoint_id(self.run_id, self.branch_id, self.step_index)
+        if self.checkpoint_id != expected:
+            raise ValueError(
+                f"checkpoint_id {self.checkpoint_id!r} does not match run/branch/step; "
+                f"it must be {expected!r}"
+            )
+        if self.parent_id is not None:
+            parse_checkpoint_id(self.parent_id)
+        if self.schema_version != CURRENT_SCHEMA_VERSION:
+            # Older documents go through migrations.load_document first.
+            raise ValueError(
+                f"schema_version {self.schema_version} is not the current "
+                f"{CURRENT_SCHEMA_VERSION}; load older documents with load_document()"
+            )
+        return self
+
+    @field_serializer("created_at")
+    def _dump_created_at(self, value: datetime) -> str:
+        return format_datetime(value)
+
+
+class CheckpointSummary(BaseModel):
+    """The scalar facts of a checkpoint, read without rebuilding its messages."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    checkpoint_id: str
+    run_id: str
+    branch_id: str
+    parent_id: str | None
+    step_index: int
+    step_label: str
+    status: CheckpointStatus
+    llm_cost_usd: float
+    llm_tokens_used: int
+    created_at: datetime
+
+
+def _plain(cp: AgentCheckpoint) -> dict[str, Any]:
+    # Python mode keeps sets as sets so canonical_json can sort them; JSON
+    # mode would emit them in hash order and break byte-for-byte determinism.
+    return cp.model_dump(mode="python")
+
+
+def dump_checkpoint(cp: AgentCheckpoint) -> bytes:
+    """The canonical UTF-8 JSON bytes of a checkpoint (sorted keys, compact)."""
+    try:
+        return canonical_json(_plain(cp)).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint {cp.checkpoint_id} holds a value that is not plain JSON ({exc}); "
+            "checkpoints must contain only JSON data"
+        ) from exc
+
+
+def checkpoint_to_dict(cp: AgentCheckpoint) -> dict[str, Any]:
+    """The checkpoint as the plain JSON dict that ``dump_checkpoint`` writes."""
+    return json.loads(dump_checkpoint(cp))

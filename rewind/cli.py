@@ -1,0 +1,184 @@
+"""The `rewind` command line: a thin shell over the Python API.
+
+Errors: non-zero exit and one clear line on stderr, never a traceback.
+`--json` prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any, Awaitable, Callable
+
+from temporalio.client import WorkflowFailureError
+from temporalio.service import RPCError
+
+from rewind.config import Settings
+from rewind.errors import RewindError
+
+
+def _emit(doc: Any, as_json: bool, text: str) -> None:
+    if as_json:
+        print(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    else:
+        print(text)
+
+
+async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.client import connect, new_run_id, start_run
+    from workflows.contracts import AgentInput, RunLimits
+
+    agent_input = AgentInput(
+        run_id=args.run_id or new_run_id(),
+        task=args.task,
+        tools=[t.strip() for t in (args.tools or "").split(",") if t.strip()],
+        model=args.model or settings.model or "gpt-4o-mini",
+        limits=RunLimits(max_steps=args.max_steps, max_cost_usd=args.max_cost),
+        **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
+    )
+    client = await connect(settings)
+    handle = await start_run(client, settings, agent_input)
+    if not args.wait:
+        _emit({"run_id": agent_input.run_id, "workflow_id": handle.id}, args.json, agent_input.run_id)
+        return 0
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as exc:
+        reason = str(exc.cause or exc)
+        _emit({"run_id": agent_input.run_id, "state": "failed", "error": reason}, args.json,
+              f"run {agent_input.run_id} failed: {reason}")
+        return 1
+    doc = {"run_id": agent_input.run_id, **result.model_dump(mode="json")}
+    _emit(doc, args.json, f"run {agent_input.run_id}: {result.status.state}\n{result.final_answer or ''}")
+    return 0 if result.status.state == "completed" else 2
+
+
+async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.client import connect, run_view
+
+    client = await connect(settings)
+    view = await run_view(client, args.run, args.branch)
+    if args.json:
+        _emit(view.model_dump(mode="json"), True, "")
+        return 0
+    lines = [f"run {view.run_id}: workflow {view.workflow_status}"]
+    s = view.status
+    if s is not None:
+        lines += [
+            f"  state        {s.state} (step {s.step}, model {s.model})",
+            f"  tokens       {s.total_tokens} ({s.prompt_tokens} in / {s.completion_tokens} out)",
+            f"  cost         ${s.cost_usd:.6f}" + (f" ({s.unpriced_calls} calls of an unpriced model)" if s.unpriced_calls else ""),
+            f"  model calls  {s.llm_calls}",
+            f"  tool calls   {s.tool_calls_done} executed, {s.tool_cache_hits} served from cache",
+        ]
+        if s.last_error:
+            lines.append(f"  last error   {s.last_error}")
+        if s.final_answer:
+            lines.append(f"  final answer {s.final_answer}")
+    for p in view.pending:
+        lines.append(f"  pending      {p['activity']} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
+    if view.failure:
+        lines.append(f"  failure      {view.failure}")
+    print("\n".join(lines))
+    return 0
+
+
+async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.demo import run_demo
+
+    result = await run_demo(settings)
+    return 0 if result.status.state == "completed" else 2
+
+
+def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
+    import signal
+    import time
+
+    from rewind.embedded import DevServer
+
+    port = args.port or int(settings.temporal_address.rsplit(":", 1)[-1])
+    server = DevServer.start(settings.home / "temporal.db", port=port, ui_port=args.ui_port,
+                             log_file=settings.home / "temporal.log")
+    print(f"Temporal dev server on 127.0.0.1:{server.port}, UI http://127.0.0.1:{server.ui_port}, "
+          f"state in {server.db_file} (Ctrl-C stops it)", flush=True)
+    stopping = False
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping and server.process.poll() is None:
+        time.sleep(0.2)
+    server.stop()
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    import worker
+
+    worker.main((["--tools", args.tools] if args.tools else []))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rewind", description="Durable, forkable LLM agent runs on Temporal")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("server", help="run the embedded Temporal dev server (state under .rewind/)")
+    p.add_argument("--port", type=int, help="gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
+    p.add_argument("--ui-port", type=int, default=8233)
+    p.set_defaults(sync=cmd_server)
+
+    p = sub.add_parser("worker", help="run a worker (same as python worker.py)")
+    p.add_argument("--tools", help="comma-separated tool modules (default: REWIND_TOOLS)")
+    p.set_defaults(sync=cmd_worker)
+
+    p = sub.add_parser("demo", help="whole embedded stack + the research agent, with live progress")
+    p.set_defaults(run=cmd_demo)
+
+    p = sub.add_parser("start", help="start an agent run; prints its run id")
+    p.add_argument("--task", required=True)
+    p.add_argument("--system-prompt")
+    p.add_argument("--tools", help="comma-separated tool names (default: all the worker has)")
+    p.add_argument("--model")
+    p.add_argument("--run-id")
+    p.add_argument("--max-steps", type=int, default=50)
+    p.add_argument("--max-cost", type=float, help="stop when the run has cost this many USD")
+    p.add_argument("--wait", action="store_true", help="wait for the run to finish")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_start)
+
+    p = sub.add_parser("status", help="live status of a run")
+    p.add_argument("run")
+    p.add_argument("--branch", default="main")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    settings = Settings.from_env()
+    try:
+        if hasattr(args, "sync"):
+            code = args.sync(args, settings)
+        else:
+            run: Callable[[argparse.Namespace, Settings], Awaitable[int]] = args.run
+            code = asyncio.run(run(args, settings))
+    except RewindError as exc:
+        print(f"rewind: {exc}", file=sys.stderr)
+        code = 1
+    except RPCError as exc:
+        print(f"rewind: Temporal refused the request: {exc}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

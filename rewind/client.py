@@ -1,0 +1,106 @@
+"""Starting runs and reading their status: the small client API the CLI wraps."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+
+from checkpoint_bridge.ids import validate_id
+from rewind.config import Settings
+from rewind.errors import ConfigError, RunNotFoundError
+from workflows.contracts import AgentInput, AgentResult, AgentStatus
+
+WORKFLOW_NAME = "AgentWorkflow"
+
+
+async def connect(settings: Settings) -> Client:
+    try:
+        return await Client.connect(
+            settings.temporal_address,
+            namespace=settings.namespace,
+            data_converter=pydantic_data_converter,
+        )
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"cannot reach Temporal at {settings.temporal_address} ({exc}); start one with "
+            "`rewind server` or set TEMPORAL_ADDRESS"
+        ) from exc
+
+
+def new_run_id() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"run-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def workflow_id_for(run_id: str, branch_id: str = "main") -> str:
+    return run_id if branch_id == "main" else f"{run_id}--{branch_id}"
+
+
+async def start_run(client: Client, settings: Settings, agent_input: AgentInput) -> WorkflowHandle[Any, AgentResult]:
+    validate_id("run", agent_input.run_id)
+    validate_id("branch", agent_input.branch_id)
+    try:
+        return await client.start_workflow(
+            WORKFLOW_NAME,
+            agent_input,
+            id=workflow_id_for(agent_input.run_id, agent_input.branch_id),
+            task_queue=settings.task_queue,
+            result_type=AgentResult,
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.ALREADY_EXISTS:
+            raise ConfigError(f"a run with id {agent_input.run_id!r} already exists; choose another --run-id") from exc
+        raise
+
+
+class RunView(BaseModel):
+    """Everything `rewind status` shows: the live query plus what Temporal knows."""
+
+    run_id: str
+    workflow_status: str
+    status: AgentStatus | None = None
+    failure: str | None = None
+    # A retrying activity (rate limit, flaky tool, dead worker) shows up here
+    # before the workflow itself sees anything.
+    pending: list[dict[str, Any]] = []
+
+
+_STATUS_NAMES = {v: k.replace("WORKFLOW_EXECUTION_STATUS_", "").lower() for k, v in WorkflowExecutionStatus.items()}
+
+
+async def run_view(client: Client, run_id: str, branch_id: str = "main", *, query_timeout_s: float = 5.0) -> RunView:
+    validate_id("run", run_id)
+    handle = client.get_workflow_handle(workflow_id_for(run_id, branch_id))
+    try:
+        desc = await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFoundError(f"no run {run_id!r} (branch {branch_id!r}) in Temporal; check the id with `rewind status`") from exc
+        raise
+    view = RunView(run_id=run_id, workflow_status=_STATUS_NAMES.get(int(desc.raw_description.workflow_execution_info.status), "unknown"))
+    for pa in desc.raw_description.pending_activities:
+        entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt}
+        if pa.HasField("last_failure"):
+            entry["last_failure"] = pa.last_failure.message
+        view.pending.append(entry)
+    try:
+        view.status = await handle.query("status", result_type=AgentStatus, rpc_timeout=timedelta(seconds=query_timeout_s))
+    except Exception as exc:  # no worker to answer, or the run failed before its first task
+        view.failure = f"live status unavailable: {exc}"
+    if view.workflow_status in {"failed", "terminated", "timed_out", "canceled"}:
+        try:
+            await handle.result()
+        except Exception as exc:
+            cause = getattr(exc, "cause", None)
+            view.failure = str(cause or exc)
+    return view
+
+
+__all__ = ["connect", "start_run", "run_view", "new_run_id", "workflow_id_for", "RunView"]

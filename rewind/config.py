@@ -1,0 +1,43 @@
+"""Settings from the environment (see DESIGN.md's configuration table).
+
+CLI flags override these; nothing here is read inside workflow code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@dataclass
+class Settings:
+    temporal_address: str = "localhost:7233"
+    namespace: str = "default"
+    task_queue: str = "rewind"
+    store_url: str = "file://.rewind/checkpoints"
+    home: Path = field(default_factory=lambda: Path(".rewind"))
+    tool_modules: list[str] = field(default_factory=list)
+    model: str | None = None
+    # How long Temporal waits for a crashed worker's sticky queue before
+    # handing the run's next workflow task to another worker.
+    sticky_timeout_s: float = 5.0
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        env = os.environ
+        home = Path(env.get("REWIND_HOME", ".rewind"))
+        return cls(
+            temporal_address=env.get("TEMPORAL_ADDRESS", "localhost:7233"),
+            namespace=env.get("TEMPORAL_NAMESPACE", "default"),
+            task_queue=env.get("REWIND_TASK_QUEUE", "rewind"),
+            store_url=env.get("REWIND_STORE", f"file://{home / 'checkpoints'}"),
+            home=home,
+            tool_modules=_split(env.get("REWIND_TOOLS", "")),
+            model=env.get("REWIND_MODEL") or None,
+            sticky_timeout_s=float(env.get("REWIND_STICKY_TIMEOUT_S", "5")),
+        )

@@ -1,0 +1,470 @@
+"""An offline, deterministic, OpenAI-compatible chat completions server.
+
+Used by `rewind demo` when no OPENAI_API_KEY is set and by the test-suite,
+which drives agents through the real `openai` client against it.
+
+Every answer is a pure function of the request body: a request retried after
+a worker crash gets the identical response (same id, content and tool call
+ids), which is what durable replay needs. Nothing about the conversation is
+kept between requests; only faults, scripts and the request log are state.
+
+Models:
+    script:NAME   plays the turns registered with `add_script(NAME, ...)`
+    anything else the built-in research policy (search_company, save_report)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import re
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from rewind.errors import RewindError
+
+__all__ = ["ScriptedModelServer", "ScriptError", "main"]
+
+# A fixed `created` keeps responses byte-identical across retries.
+CREATED = 1_700_000_000
+MODELS = ("gpt-4o-mini", "rewind-research")
+SCRIPT_PREFIX = "script:"
+ROLES = {"system", "user", "assistant", "tool"}
+QUOTE_CHARS = 300
+
+
+class ScriptError(RewindError, ValueError):
+    """A turn script or fault given to the server is malformed."""
+
+
+class _ApiError(Exception):
+    """An error answered to the client in OpenAI's error body shape."""
+
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status, self.body = status, _error_body(status, message, code, param)
+
+
+def _error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
+    # The openai client picks its exception class from the status; the type
+    # string is what a human reading the log (or the client's message) sees.
+    kind = {429: "rate_limit_error", 401: "authentication_error", 403: "permission_error"}.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+@dataclass(frozen=True)
+class _Fault:
+    status: int
+    retry_after: float | None
+    message: str | None
+    delay_s: float
+
+
+# ---------------------------------------------------------------- request parsing
+
+
+def _text(content: Any) -> str:
+    """The text of a message content: a string, None, or a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def _loads(arguments: Any) -> dict:
+    # Arguments are whatever the model produced; scripts may send invalid JSON.
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _bad(message: str, param: str | None = None) -> _ApiError:
+    return _ApiError(400, message, param=param)
+
+
+def _validate(body: Any) -> None:
+    """Reject what the real API rejects, with a message that says what is wrong."""
+    if not isinstance(body, dict):
+        raise _bad("Request body must be a JSON object.")
+    if body.get("stream"):
+        raise _bad("Streaming is not supported by the scripted model server; send stream=false.", "stream")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise _bad("'model' must be a non-empty string.", "model")
+    tools = body.get("tools") or []
+    for i, tool in enumerate(tools if isinstance(tools, list) else [None]):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or tool.get("type") != "function" or not fn.get("name"):
+            raise _bad(f"tools[{i}] must be an object with type 'function' and a function.name.", f"tools[{i}]")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("'messages' must be a non-empty list.", "messages")
+    seen: set[str] = set()
+    pending: list[str] = []  # ids of the last assistant message's tool calls not yet answered
+    for i, msg in enumerate(messages + [None]):  # None: the end also needs every call answered
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if msg is not None and role not in ROLES:
+            raise _bad(f"messages[{i}].role must be one of {sorted(ROLES)}, got {role!r}.", f"messages[{i}].role")
+        if role == "tool":
+            if msg.get("tool_call_id") not in pending:
+                raise _bad(f"messages[{i}]: orphaned tool message; tool_call_id {msg.get('tool_call_id')!r} does "
+                           "not answer a pending tool call of the preceding assistant message (or answers it twice).",
+                           f"messages[{i}].tool_call_id")
+            pending.remove(msg["tool_call_id"])
+            continue
+        if pending:
+            raise _bad(f"messages[{i}]: an assistant message with 'tool_calls' must be followed by tool messages "
+                       f"responding to each 'tool_call_id'; no response for: {', '.join(pending)}.", "messages")
+        calls = msg.get("tool_calls") if role == "assistant" else None
+        for call in calls if isinstance(calls, list) else []:
+            call_id = call.get("id") if isinstance(call, dict) else None
+            if not isinstance(call_id, str) or call_id in seen or not isinstance(call.get("function"), dict):
+                raise _bad(f"messages[{i}]: tool call {call_id!r} needs a unique id and a function.", "messages")
+            seen.add(call_id)
+            pending.append(call_id)
+
+
+# ---------------------------------------------------------------- policies
+
+_Reply = tuple[str | None, list[tuple[str, str]]]  # content, [(tool name, arguments JSON)]
+
+
+def _tool_results_since_last_assistant(messages: list[dict]) -> str:
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    return "\n".join(_text(m.get("content")) for m in messages[last + 1:] if m["role"] == "tool")
+
+
+def _script_reply(turns: list[dict], messages: list[dict], turn: int) -> _Reply:
+    if turn >= len(turns):
+        return "script exhausted", []
+    step = turns[turn]
+    content = _tool_results_since_last_assistant(messages) if step.get("echo_tool_results") else step.get("content")
+    # String arguments go out verbatim so a script can play a model that emits invalid JSON.
+    args = [c.get("arguments", {}) for c in step.get("tool_calls") or []]
+    return content, [(c["name"], a if isinstance(a, str) else json.dumps(a))
+                     for c, a in zip(step.get("tool_calls") or [], args)]
+
+
+def _companies(text: str) -> list[str]:
+    _, sep, rest = text.partition(":")
+    parts = re.split(r",|\n|\s+and\s+", rest if sep else text)
+    names = [p.strip().rstrip(".").strip() for p in parts]
+    return list(dict.fromkeys(n for n in names if n))  # dedupe, keep order
+
+
+def _failed(result: str) -> bool:
+    return result.strip().lower().startswith("error")
+
+
+# The system prompt picks the angle, so a fork that edits it visibly changes the report.
+_ANGLES = {
+    True: ("Technical analysis", "What the sources say about {}'s architecture, engineering practice and technical moat."),
+    False: ("Business metrics", "What the sources say about {}'s revenue, growth, pricing and market share."),
+}
+
+
+def _report(companies: list[str], results: dict[str, str], technical: bool) -> str:
+    section, sentence = _ANGLES[technical]
+    lines = [f"# Competitive research: {', '.join(companies)}", "", f"_Angle: {section.lower()}._", ""]
+    for name in companies:
+        lines += [f"## {name}", ""]
+        result = results.get(name)
+        if result is None or _failed(result):
+            lines += [f"no data ({result.strip() if result else 'not searched'})", ""]
+            continue
+        quote = result if len(result) <= QUOTE_CHARS else result[:QUOTE_CHARS].rstrip() + "…"
+        lines += ["> " + line for line in quote.splitlines() or [""]]
+        lines += ["", f"### {section}", "", sentence.format(name), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _research_reply(body: dict, messages: list[dict]) -> _Reply:
+    tools = {t["function"]["name"] for t in body.get("tools") or []}
+    first_user = next((_text(m.get("content")) for m in messages if m["role"] == "user"), "")
+    companies = _companies(first_user)
+    if not {"search_company", "save_report"} <= tools:
+        return f"I need the search_company and save_report tools to research {', '.join(companies) or 'anything'}.", []
+    calls = {
+        c["id"]: (c.get("function", {}).get("name"), _loads(c.get("function", {}).get("arguments")))
+        for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
+    }
+    searched: dict[str, str] = {}
+    saved: list[tuple[dict, str]] = []
+    for m in messages:
+        if m["role"] != "tool":
+            continue
+        name, args = calls[m["tool_call_id"]]
+        if name == "search_company":
+            searched[str(args.get("company", ""))] = _text(m.get("content"))
+        elif name == "save_report":
+            saved.append((args, _text(m.get("content"))))
+    companies = companies or list(searched)
+    technical = any("technical" in _text(m.get("content")).lower() for m in messages if m["role"] == "system")
+    if saved:
+        args, result = saved[-1]
+        title = args.get("title", "untitled")
+        if _failed(result):
+            return f"Could not save the report '{title}' ({result.strip()}).", []
+        no_data = sum(1 for c in companies if c not in searched or _failed(searched[c]))
+        angle = "technical" if technical else "business"
+        return (f"Saved the report '{title}' ({result.strip()}). Summary: researched {len(companies)} "
+                f"companies ({', '.join(companies)}) from a {angle} angle; {no_data} without data."), []
+    if searched:
+        report = {"title": f"Competitive research: {', '.join(companies)}",
+                  "content": _report(companies, searched, technical)}
+        return None, [("save_report", json.dumps(report))]
+    if not companies:
+        return "Which companies should I research? Name them after a colon, separated by commas.", []
+    return None, [("search_company", json.dumps({"company": c})) for c in companies]
+
+
+def _tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def _completion(body: dict, turn: int, reply: _Reply) -> dict:
+    content, calls = reply
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {"id": f"call_{turn}_{i}", "type": "function", "function": {"name": name, "arguments": args}}
+            for i, (name, args) in enumerate(calls)
+        ]
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    prompt = sum(
+        _tokens(_text(m.get("content")))
+        + sum(_tokens(str(c.get("function", {}).get("arguments", ""))) for c in m.get("tool_calls") or [])
+        for m in body["messages"]
+    )
+    completion = _tokens(content or "") + sum(_tokens(args) for _, args in calls)
+    return {
+        "id": "chatcmpl-" + hashlib.sha256(canonical.encode()).hexdigest()[:24],
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": body["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
+
+
+# ---------------------------------------------------------------- server
+
+
+@web.middleware
+async def _openai_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    # Unknown routes and wrong methods answer in the OpenAI shape too, so the
+    # client raises NotFoundError etc. instead of failing to parse HTML.
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return web.json_response(_error_body(exc.status, f"{exc.reason}: {request.method} {request.path}"), status=exc.status)
+
+
+class ScriptedModelServer:
+    """A chat completions server whose answers depend only on the request body."""
+
+    def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0):
+        self.latency_ms, self.host, self.port = latency_ms, host, port
+        self.base_url = ""
+        # One lock for all mutable state: the server may run in its own thread
+        # while tests add scripts and faults from another.
+        self._lock = threading.Lock()
+        self._scripts: dict[str, list[dict]] = {}
+        self._faults: deque[_Fault] = deque()
+        self._log: list[dict] = []
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- state
+
+    def add_script(self, name: str, turns: list[dict]) -> None:
+        if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+            raise ScriptError(f"script {name!r}: turns must be a list of objects, got {turns!r}")
+        for i, t in enumerate(turns):
+            if not all(isinstance(c, dict) and c.get("name") for c in t.get("tool_calls") or []):
+                raise ScriptError(f"script {name!r} turn {i}: every tool call needs a 'name'")
+        with self._lock:
+            self._scripts[name] = json.loads(json.dumps(turns))  # private copy
+
+    def inject_fault(self, status: int, count: int = 1, retry_after: float | None = None,
+                     message: str | None = None, delay_s: float = 0.0) -> None:
+        if not isinstance(status, int) or not (status == 200 or 400 <= status <= 599):
+            raise ScriptError(f"fault status must be 200 or 400-599, got {status!r}")
+        if not (isinstance(count, int) and count >= 1 and isinstance(delay_s, (int, float)) and delay_s >= 0
+                and (retry_after is None or isinstance(retry_after, (int, float)) and retry_after >= 0)):
+            raise ScriptError(f"fault needs an int count >= 1 and numbers delay_s, retry_after >= 0; got "
+                              f"count={count!r}, delay_s={delay_s!r}, retry_after={retry_after!r}")
+        with self._lock:
+            self._faults.extend([_Fault(status, retry_after, message, delay_s)] * count)
+
+    def requests(self) -> list[dict]:
+        with self._lock:
+            return json.loads(json.dumps(self._log))
+
+    def reset(self) -> None:
+        with self._lock:
+            self._log.clear()
+            self._faults.clear()
+            self._scripts.clear()
+
+    # -- HTTP handlers
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+            status, payload, headers = 400, _error_body(400, "Request body is not valid JSON."), {}
+        else:
+            status, payload, headers = await self._answer(body)
+        b = body if isinstance(body, dict) else {}
+        with self._lock:
+            self._log.append({
+                "model": b.get("model"),
+                "messages": b.get("messages"),
+                "tools": [t["function"].get("name") for t in b.get("tools") or []
+                          if isinstance(t, dict) and isinstance(t.get("function"), dict)],
+                "status": status,
+                "response": payload,
+                "at": time.time(),
+            })
+        return web.json_response(payload, status=status, headers=headers)
+
+    async def _answer(self, body: Any) -> tuple[int, dict, dict[str, str]]:
+        if self.latency_ms:
+            await asyncio.sleep(self.latency_ms / 1000)
+        with self._lock:
+            fault = self._faults.popleft() if self._faults else None
+        if fault is not None:
+            await asyncio.sleep(fault.delay_s)
+            if fault.status != 200:
+                headers = {} if fault.retry_after is None else {"retry-after": f"{fault.retry_after:g}"}
+                code = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(fault.status)
+                text = fault.message or f"Injected fault: HTTP {fault.status}."
+                return fault.status, _error_body(fault.status, text, code), headers
+        try:
+            _validate(body)
+            messages = body["messages"]
+            turn = sum(1 for m in messages if m["role"] == "assistant")
+            model: str = body["model"]
+            if model.startswith(SCRIPT_PREFIX):
+                name = model[len(SCRIPT_PREFIX):]
+                with self._lock:
+                    turns = self._scripts.get(name)
+                if turns is None:
+                    raise _ApiError(404, f"The model '{model}' does not exist: no script named {name!r} "
+                                         "was registered (add_script or POST /_admin/scripts/{name}).",
+                                    code="model_not_found", param="model")
+                reply = _script_reply(turns, messages, turn)
+            else:
+                reply = _research_reply(body, messages)
+        except _ApiError as exc:
+            return exc.status, exc.body, {}
+        return 200, _completion(body, turn, reply), {}
+
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [{"id": m, "object": "model", "created": CREATED, "owned_by": "rewind"} for m in MODELS]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _admin(self, request: web.Request) -> web.Response:
+        # Every admin write is a JSON object mapped onto the Python API, so the
+        # HTTP and in-process ways of scripting the server cannot drift apart.
+        try:
+            body = await request.json() if request.can_read_body else {}
+            if not isinstance(body, dict):
+                raise ScriptError("admin request body must be a JSON object")
+            if "name" in request.match_info:
+                self.add_script(request.match_info["name"], body.get("turns"))
+            elif request.path.endswith("/faults"):
+                self.inject_fault(**body)
+            else:
+                self.reset()
+        except (ValueError, TypeError) as exc:  # ScriptError, bad JSON, unknown kwargs
+            return web.json_response(_error_body(400, str(exc)), status=400)
+        return web.json_response({"status": "ok"})
+
+    async def _admin_requests(self, request: web.Request) -> web.Response:
+        return web.json_response({"requests": self.requests()})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    # -- lifecycle
+
+    async def start(self) -> str:
+        app = web.Application(middlewares=[_openai_errors])
+        app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/_admin/scripts/{name}", self._admin)
+        app.router.add_post("/_admin/faults", self._admin)
+        app.router.add_post("/_admin/reset", self._admin)
+        app.router.add_get("/_admin/requests", self._admin_requests)
+        app.router.add_get("/_admin/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{host}:{port}/v1"
+        return self.base_url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def start_in_thread(self) -> str:
+        """Serve from a private event loop in a daemon thread, for sync callers."""
+        loop = asyncio.new_event_loop()
+        self._loop, self._thread = loop, threading.Thread(target=loop.run_forever, name="scripted-model", daemon=True)
+        self._thread.start()
+        return asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout=30)
+
+    def stop_thread(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+        asyncio.run_coroutine_threadsafe(self.stop(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+        self._loop = self._thread = None
+
+
+async def _serve(host: str, port: int, latency_ms: float) -> None:
+    server = ScriptedModelServer(latency_ms=latency_ms, host=host, port=port)
+    print(await server.start(), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m rewind.scripted_model", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port; the URL is printed")
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    asyncio.run(_serve(args.host, args.port, args.latency_ms))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""Step timing read from a run's Temporal history."""
+
+from __future__ import annotations
+
+import statistics
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+
+async def step_durations(client: Client, workflow_id: str) -> list[float]:
+    """Seconds per step: from one model call's scheduling to the next (or to the end)."""
+    marks: list[float] = []
+    end: float | None = None
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        t = event.event_time.ToDatetime().timestamp()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "call_llm":
+                marks.append(t)
+        elif event.event_type in (
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+        ):
+            end = t
+    if end is not None:
+        marks.append(end)
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -1,0 +1,95 @@
+"""Tools used by the test-suite (loaded by workers as module `agent_tools`).
+
+Every execution appends one JSON line to the file named by REWIND_TEST_EVENTS,
+so tests can count executions across worker processes, including ones that
+were killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from activities.tools import ToolError, tool, tool_context
+
+
+def _event(kind: str, **fields: object) -> None:
+    path = os.environ.get("REWIND_TEST_EVENTS")
+    if not path:
+        return
+    ctx = tool_context()
+    line = json.dumps({
+        "kind": kind, "at": time.time(), "pid": os.getpid(), "tool_call_id": ctx.tool_call_id,
+        "step": ctx.step, "attempt": ctx.attempt, "key": ctx.idempotency_key, "run": ctx.run_id, **fields,
+    })
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+
+
+@tool
+async def lookup(term: str) -> str:
+    """Look a term up (read-only; counts executions)."""
+    _event("lookup", term=term)
+    return f"definition of {term}"
+
+
+@tool
+async def tagged(tags: set[str]) -> str:
+    """Read-only tool whose argument is a set (cache key must not depend on order)."""
+    _event("tagged", tags=sorted(tags))
+    return ",".join(sorted(tags))
+
+
+@tool(heartbeat_s=2, timeout_s=120, max_attempts=5)
+async def slow(label: str, seconds: float) -> str:
+    """Sleep, recording start and end (parallelism and crash tests)."""
+    _event("slow_start", label=label)
+    await asyncio.sleep(seconds)
+    _event("slow_end", label=label)
+    return f"{label} done"
+
+
+@tool(max_attempts=2)
+async def always_fails(reason: str = "boom") -> str:
+    """A tool with a bug: always raises."""
+    _event("always_fails")
+    raise RuntimeError(f"deliberate failure: {reason}")
+
+
+@tool
+async def refuses(item: str) -> str:
+    """Reports a failure the model should see, without retries."""
+    _event("refuses")
+    raise ToolError(f"cannot handle {item!r}")
+
+
+@tool(side_effects=True, heartbeat_s=2, timeout_s=60, max_attempts=5)
+async def send_email(to: str, body: str) -> str:
+    """Side-effecting: 'sends' an email into an outbox keyed by the idempotency key.
+
+    With REWIND_TEST_CRASH_AFTER_EFFECT set, the first attempt SIGKILLs its own
+    worker right after the effect and before the activity can complete.
+    """
+    ctx = tool_context()
+    _event("send_email_attempt", to=to)
+    outbox = Path(os.environ["REWIND_TEST_OUTBOX"])
+    outbox.mkdir(parents=True, exist_ok=True)
+    target = outbox / f"{ctx.idempotency_key}.eml"
+    if not target.exists():
+        tmp = outbox / f".{ctx.idempotency_key}.{os.getpid()}"
+        tmp.write_text(f"To: {to}\n\n{body}\n")
+        try:
+            os.link(tmp, target)
+            _event("send_email_effect", to=to)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    if os.environ.get("REWIND_TEST_CRASH_AFTER_EFFECT") and ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"sent to {to}"

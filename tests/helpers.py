@@ -1,0 +1,27 @@
+"""Shared helpers of the test-suite."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from rewind.client import start_run
+from rewind.config import Settings
+from workflows.contracts import AgentInput, AgentResult
+
+
+async def start_agent(client: Client, settings: Settings, task: str, **fields: Any) -> WorkflowHandle[Any, AgentResult]:
+    fields.setdefault("run_id", f"test-{uuid.uuid4().hex[:10]}")
+    return await start_run(client, settings, AgentInput(task=task, **fields))
+
+
+def turns_seen(requests: list[dict], task: str) -> list[int]:
+    """Turn index (assistant messages so far) of each model request of one run."""
+    out = []
+    for r in requests:
+        msgs = r["messages"]
+        if any(m.get("role") == "user" and m.get("content") == task for m in msgs):
+            out.append(sum(1 for m in msgs if m.get("role") == "assistant"))
+    return out

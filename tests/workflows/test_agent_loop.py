@@ -1,0 +1,179 @@
+"""The agent loop against a real dev server, worker and scripted model."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowFailureError
+
+from conftest import read_events
+from helpers import start_agent, turns_seen
+from rewind.client import run_view
+from workflows.contracts import RunLimits
+
+
+def _script(model, turns) -> str:
+    name = f"s-{uuid.uuid4().hex[:8]}"
+    model.add_script(name, turns)
+    return f"script:{name}"
+
+
+async def test_research_agent_end_to_end(worker, client, settings, model, events_file, tmp_path):
+    task = "Research these companies: Acme, Globex and Initech."
+    handle = await start_agent(client, settings, task)
+    result = await handle.result()
+    assert result.status.state == "completed"
+    assert result.status.step == 3
+    assert "saved to" in result.final_answer
+    # Step 1 asked for three searches at once; all ran, none from cache.
+    assert result.status.tool_calls_done == 4 and result.status.tool_cache_hits == 0
+    transcript = await handle.query("transcript")
+    assistant = [m for m in transcript if m["role"] == "assistant"]
+    first_calls = assistant[0]["tool_calls"]
+    assert [c["function"]["name"] for c in first_calls] == ["search_company"] * 3
+    # Each tool call is answered by a tool message with exactly its id.
+    replies = transcript[3:6]
+    assert [r["tool_call_id"] for r in replies] == [c["id"] for c in first_calls]
+    # The assistant message is kept verbatim as the API returned it.
+    raw = [r["response"]["choices"][0]["message"] for r in model.requests() if r["status"] == 200]
+    assert assistant == raw
+    reports = list((tmp_path / "outbox").glob("*.md"))
+    assert len(reports) == 1 and "Acme" in reports[0].read_text()
+    assert result.status.total_tokens > 0 and result.status.cost_usd > 0
+
+
+async def test_bad_model_output_becomes_tool_messages(worker, client, settings, model, events_file):
+    model_name = _script(model, [
+        {"tool_calls": [
+            {"name": "lookup", "arguments": '{"term": '},
+            {"name": "no_such_tool", "arguments": {}},
+            {"name": "lookup", "arguments": {"wrong": 1}},
+            {"name": "lookup", "arguments": "[1, 2]"},
+            {"name": "always_fails", "arguments": {}},
+            {"name": "refuses", "arguments": {"item": "x"}},
+        ]},
+        {"content": None, "echo_tool_results": True},
+    ])
+    handle = await start_agent(client, settings, "misbehave", model=model_name)
+    result = await handle.result()
+    assert result.status.state == "completed"
+    answer = result.final_answer
+    assert "not valid JSON" in answer
+    assert "unknown tool 'no_such_tool'" in answer and "available tools" in answer
+    assert "invalid arguments for lookup" in answer and "term" in answer
+    assert "must be a JSON object" in answer
+    assert "always_fails failed after retries" in answer and "deliberate failure" in answer
+    assert "cannot handle 'x'" in answer
+    kinds = [e["kind"] for e in read_events(events_file)]
+    assert kinds.count("lookup") == 0  # nothing ran with bad arguments
+    assert kinds.count("always_fails") == 2  # its max_attempts, then the error went to the model
+    assert kinds.count("refuses") == 1  # ToolError is not retried
+    assert result.status.last_error is not None
+
+
+async def test_rate_limit_is_retried_with_retry_after(worker, client, settings, model, events_file):
+    model.inject_fault(429, count=2, retry_after=0.2)
+    task = "Research these companies: Acme."
+    handle = await start_agent(client, settings, task)
+    result = await handle.result()
+    assert result.status.state == "completed"
+    statuses = [r["status"] for r in model.requests()]
+    assert statuses[:2] == [429, 429] and statuses.count(429) == 2
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert 3 in attempts  # the first model call succeeded on its third attempt
+
+
+async def test_unauthorized_ends_the_run_with_a_clear_reason(worker, client, settings, model, events_file):
+    model.inject_fault(401, count=5)
+    handle = await start_agent(client, settings, "Research these companies: Acme.")
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    reason = str(info.value.cause)
+    assert "401" in reason and "OPENAI_API_KEY" in reason
+    assert len(model.requests()) == 1  # not retried
+    view = await run_view(client, handle.id)
+    assert view.workflow_status == "failed"
+    assert view.status is not None and view.status.state == "failed"
+    assert "401" in (view.status.last_error or "")
+
+
+async def test_parallel_tool_calls_overlap(worker, client, settings, model, events_file):
+    model_name = _script(model, [
+        {"tool_calls": [{"name": "slow", "arguments": {"label": f"t{i}", "seconds": 1.0}} for i in range(3)]},
+        {"content": "done"},
+    ])
+    result = await (await start_agent(client, settings, "in parallel", model=model_name)).result()
+    assert result.status.state == "completed"
+    events = read_events(events_file)
+    starts = [e["at"] for e in events if e["kind"] == "slow_start"]
+    ends = [e["at"] for e in events if e["kind"] == "slow_end"]
+    assert len(starts) == 3 and len(ends) == 3
+    assert max(starts) < min(ends)  # every call started before any finished
+
+
+async def test_read_only_calls_are_served_from_the_run_cache(worker, client, settings, model, events_file):
+    model_name = _script(model, [
+        {"tool_calls": [
+            {"name": "lookup", "arguments": {"term": "x"}},
+            {"name": "lookup", "arguments": {"term": "x"}},
+            {"name": "tagged", "arguments": {"tags": ["b", "a"]}},
+        ]},
+        {"tool_calls": [
+            {"name": "lookup", "arguments": '{"term":   "x"}'},
+            {"name": "tagged", "arguments": {"tags": ["a", "b"]}},
+        ]},
+        {"content": None, "echo_tool_results": True},
+    ])
+    handle = await start_agent(client, settings, "cache me", model=model_name)
+    result = await handle.result()
+    kinds = [e["kind"] for e in read_events(events_file)]
+    assert kinds.count("lookup") == 1 and kinds.count("tagged") == 1
+    assert result.status.tool_cache_hits == 3
+    assert "definition of x" in result.final_answer and "a,b" in result.final_answer
+    scheduled = [
+        e async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "run_tool"
+    ]
+    assert len(scheduled) == 2  # cache hits never schedule an activity
+    log = await handle.query("tool_log")
+    assert sum(1 for entry in log if entry["served_from_cache"]) == 3
+
+
+async def test_side_effect_tools_get_distinct_stable_keys(worker, client, settings, model, events_file):
+    model_name = _script(model, [
+        {"tool_calls": [
+            {"name": "send_email", "arguments": {"to": "a@x", "body": "1"}},
+            {"name": "send_email", "arguments": {"to": "a@x", "body": "1"}},
+        ]},
+        {"tool_calls": [{"name": "send_email", "arguments": {"to": "a@x", "body": "1"}}]},
+        {"content": "ok"},
+    ])
+    await (await start_agent(client, settings, "mail", model=model_name)).result()
+    await (await start_agent(client, settings, "mail", model=model_name)).result()
+    effects = [e for e in read_events(events_file) if e["kind"] == "send_email_effect"]
+    # Side-effecting calls are never cached: 3 calls per run, 2 runs, all distinct keys.
+    assert len(effects) == 6 and len({e["key"] for e in effects}) == 6
+
+
+async def test_tools_missing_on_worker_fail_the_run(worker, client, settings, model, events_file):
+    handle = await start_agent(client, settings, "x", tools=["lookup", "not_registered"])
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert "not_registered" in str(info.value.cause) and "--tools" in str(info.value.cause)
+
+
+async def test_step_and_cost_limits(worker, client, settings, model, events_file):
+    loop_name = _script(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i}"}}]} for i in range(10)])
+    result = await (await start_agent(client, settings, "loop", model=loop_name, limits=RunLimits(max_steps=2))).result()
+    assert result.status.state == "max_steps_reached" and result.status.step == 2
+    result = await (await start_agent(
+        client, settings, "Research these companies: Acme.", limits=RunLimits(max_cost_usd=1e-9)
+    )).result()
+    assert result.status.state == "budget_exceeded" and result.status.step == 1

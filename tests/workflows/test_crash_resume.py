@@ -1,0 +1,92 @@
+"""Worker crashes (SIGKILL) in the middle of runs: nothing completed runs twice."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from temporalio.api.enums.v1 import EventType, TimeoutType
+
+from conftest import read_events
+from helpers import start_agent, turns_seen
+
+
+async def _wait_for_event(path, kind: str, timeout_s: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for e in read_events(path):
+            if e["kind"] == kind:
+                return e
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {kind!r} event within {timeout_s}s")
+
+
+def _script(model, turns) -> str:
+    name = f"s-{uuid.uuid4().hex[:8]}"
+    model.add_script(name, turns)
+    return f"script:{name}"
+
+
+async def test_sigkill_mid_run_resumes_on_another_worker(client, settings, model, events_file, spawn_worker):
+    model_name = _script(model, [
+        {"tool_calls": [{"name": "lookup", "arguments": {"term": "alpha"}}]},
+        {"tool_calls": [{"name": "slow", "arguments": {"label": "long", "seconds": 4}}]},
+        {"content": None, "echo_tool_results": True},
+    ])
+    first = spawn_worker()
+    task = f"crash test {uuid.uuid4().hex[:6]}"
+    handle = await start_agent(client, settings, task, model=model_name)
+    await _wait_for_event(events_file, "slow_start")
+    first.kill()
+    killed_at = time.time()
+    spawn_worker()
+    result = await asyncio.wait_for(handle.result(), 120)
+
+    assert result.status.state == "completed"
+    assert "long done" in result.final_answer
+    events = read_events(events_file)
+    # The tool call completed before the crash is not executed again...
+    assert [e["kind"] for e in events].count("lookup") == 1
+    # ...nor is any completed model call: one request per turn.
+    assert sorted(turns_seen(model.requests(), task)) == [0, 1, 2]
+    # The interrupted call was retried (attempt 2) on the new worker.
+    slow_attempts = [e["attempt"] for e in events if e["kind"] == "slow_start"]
+    assert slow_attempts == [1, 2]
+    resumed_at = [e["at"] for e in events if e["kind"] == "slow_start"][1]
+    print(f"\nresume after SIGKILL: {resumed_at - killed_at:.2f}s until the interrupted tool ran again")
+    # A heartbeat timeout, not the 120 s start-to-close timeout, noticed the dead worker.
+    started = [
+        e.activity_task_started_event_attributes
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.attempt == 2
+    ]
+    assert len(started) == 1
+    assert started[0].last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+    transcript = await handle.query("transcript")
+    ids = [m["tool_call_id"] for m in transcript if m["role"] == "tool"]
+    assert len(ids) == len(set(ids)) == 2
+
+
+async def test_sigkill_after_side_effect_records_it_once(client, settings, model, events_file, spawn_worker, tmp_path):
+    model_name = _script(model, [
+        {"tool_calls": [{"name": "send_email", "arguments": {"to": "ceo@example.com", "body": "report"}}]},
+        {"content": None, "echo_tool_results": True},
+    ])
+    crash = {"REWIND_TEST_CRASH_AFTER_EFFECT": "1"}
+    workers = [spawn_worker(crash), spawn_worker(crash)]
+    handle = await start_agent(client, settings, "side effect crash", model=model_name)
+    result = await asyncio.wait_for(handle.result(), 120)
+
+    assert result.status.state == "completed"
+    assert "sent to ceo@example.com" in result.final_answer
+    events = read_events(events_file)
+    attempts = [e for e in events if e["kind"] == "send_email_attempt"]
+    effects = [e for e in events if e["kind"] == "send_email_effect"]
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    assert attempts[0]["pid"] != attempts[1]["pid"]  # the first worker died in the tool
+    assert len({a["key"] for a in attempts}) == 1 and attempts[0]["key"].startswith("idem-")
+    assert len(effects) == 1
+    assert len(list((tmp_path / "test-outbox").glob("*.eml"))) == 1
+    assert sum(1 for w in workers if w.process.poll() is not None) == 1

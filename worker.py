@@ -1,0 +1,103 @@
+"""Start a Rewind worker: registers AgentWorkflow and the model/tool activities.
+
+    python worker.py [--tools mod1,mod2]      (same as `rewind worker`)
+
+With no OPENAI_API_KEY the worker serves the model calls from the scripted
+offline model, started in this process, so everything runs without a key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.idempotency import IdempotencyLedger
+from activities.llm import LlmActivities, ModelEndpoint
+from activities.pricing import PriceTable
+from activities.tool_runner import ToolActivities
+from activities.tools import ToolRegistry
+from checkpoint_bridge.objects import open_object_store
+from rewind.client import connect
+from rewind.config import Settings
+from workflows.agent import AgentWorkflow
+
+log = logging.getLogger("rewind.worker")
+
+
+def model_endpoint() -> tuple[ModelEndpoint, object | None]:
+    """The configured endpoint, or a scripted offline model when no key is set."""
+    endpoint = ModelEndpoint.from_env()
+    if endpoint.api_key:
+        return endpoint, None
+    from rewind.scripted_model import ScriptedModelServer
+
+    server = ScriptedModelServer()
+    base_url = server.start_in_thread()
+    log.warning("OPENAI_API_KEY is not set: serving model calls from the scripted offline model at %s", base_url)
+    return ModelEndpoint(base_url=base_url, api_key="offline"), server
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    registry: ToolRegistry,
+    endpoint: ModelEndpoint,
+    *,
+    max_cached_workflows: int | None = None,
+) -> Worker:
+    objects = open_object_store(settings.store_url)
+    llm = LlmActivities(endpoint, PriceTable.from_env())
+    tools = ToolActivities(registry, IdempotencyLedger(objects))
+    options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[AgentWorkflow],
+        activities=[llm.call_llm, tools.describe_tools, tools.run_tool],
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
+        graceful_shutdown_timeout=timedelta(seconds=5),
+        **options,
+    )
+
+
+async def run_worker(settings: Settings, tool_modules: list[str]) -> None:
+    registry = ToolRegistry.from_modules(tool_modules)
+    endpoint, offline = model_endpoint()
+    client = await connect(settings)
+    worker = build_worker(client, settings, registry, endpoint)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "worker on %s, task queue %r, tools: %s", settings.temporal_address, settings.task_queue,
+        ", ".join(registry.names()) or "none",
+    )
+    async with worker:
+        await stop.wait()
+    if offline is not None:
+        offline.stop_thread()  # type: ignore[attr-defined]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Run a Rewind worker")
+    parser.add_argument("--tools", help="comma-separated tool modules (default: REWIND_TOOLS)")
+    parser.add_argument("--task-queue", help="task queue (default: REWIND_TASK_QUEUE or 'rewind')")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    if args.task_queue:
+        settings.task_queue = args.task_queue
+    modules = [m.strip() for m in args.tools.split(",") if m.strip()] if args.tools else settings.tool_modules
+    logging.basicConfig(level=os.environ.get("REWIND_LOG_LEVEL", "INFO"), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(run_worker(settings, modules))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Pure helpers of the agent loop: canonical arguments, keys, labels, messages.
+
+Deterministic and free of I/O, so workflow code can use them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from typing import Any
+
+from workflows.contracts import ToolCallLog, ToolSpec
+
+
+def canonical_arguments(args: dict[str, Any], spec: ToolSpec) -> dict[str, Any]:
+    """Arguments as the cache key sees them.
+
+    Volatile fields named in `cache_ignore` are dropped, and arrays the schema
+    declares as sets (`uniqueItems`, what a `set[...]` hint produces) are
+    sorted, so {"tags": ["b", "a"]} and {"tags": ["a", "b"]} hit the same entry.
+    """
+    props = spec.parameters.get("properties", {})
+    out: dict[str, Any] = {}
+    for name, value in args.items():
+        if name in spec.cache_ignore:
+            continue
+        schema = props.get(name, {})
+        if isinstance(value, list) and schema.get("uniqueItems"):
+            value = sorted(value, key=lambda v: json.dumps(v, sort_keys=True))
+        out[name] = value
+    return out
+
+
+def idempotency_key(workflow_id: str, branch_id: str, step: int, tool_call_id: str) -> str:
+    """Stable for one tool call; different for any other call, step, branch or workflow.
+
+    Not (workflow_id, activity_id): a reset or continue-as-new reuses activity ids.
+    """
+    material = json.dumps([workflow_id, branch_id, step, tool_call_id], separators=(",", ":"))
+    return "idem-" + hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+def step_label(assistant_message: dict[str, Any]) -> str:
+    calls = assistant_message.get("tool_calls") or []
+    if not calls:
+        return "final answer"
+    counts = Counter(str((c.get("function") or {}).get("name", "?")) for c in calls)
+    return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
+
+
+def tool_message(log: ToolCallLog) -> dict[str, Any]:
+    if log.error is not None:
+        content = f"error: {log.error}"
+    elif isinstance(log.output, str):
+        content = log.output
+    else:
+        content = json.dumps(log.output, sort_keys=True, ensure_ascii=False)
+    return {"role": "tool", "tool_call_id": log.tool_call_id, "content": content}
