@@ -70,7 +70,7 @@ async def save_report(
     folder = outbox_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{key}.md"
-    body = f"# {title}\n\n{content}\n".encode()
+    body = (content if content.lstrip().startswith("#") else f"# {title}\n\n{content}").encode() + b"\n"
     tmp = folder / f".{key}.{os.getpid()}.tmp"
     tmp.write_bytes(body)
     try:

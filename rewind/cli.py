@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(sync=cmd_worker)
 
     p = sub.add_parser("demo", help="whole embedded stack + the research agent, with live progress")
-    p.set_defaults(run=cmd_demo)
+    p.set_defaults(handler=cmd_demo)
 
     p = sub.add_parser("start", help="start an agent run; prints its run id")
     p.add_argument("--task", required=True)
@@ -150,13 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cost", type=float, help="stop when the run has cost this many USD")
     p.add_argument("--wait", action="store_true", help="wait for the run to finish")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_start)
+    p.set_defaults(handler=cmd_start)
 
     p = sub.add_parser("status", help="live status of a run")
     p.add_argument("run")
     p.add_argument("--branch", default="main")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(run=cmd_status)
+    p.set_defaults(handler=cmd_status)
     return parser
 
 
@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> None:
         if hasattr(args, "sync"):
             code = args.sync(args, settings)
         else:
-            run: Callable[[argparse.Namespace, Settings], Awaitable[int]] = args.run
-            code = asyncio.run(run(args, settings))
+            handler: Callable[[argparse.Namespace, Settings], Awaitable[int]] = args.handler
+            code = asyncio.run(handler(args, settings))
     except RewindError as exc:
         print(f"rewind: {exc}", file=sys.stderr)
         code = 1

@@ -9,12 +9,14 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.ids import validate_id
 from rewind.config import Settings
-from rewind.errors import ConfigError, RunNotFoundError
+from rewind.errors import ConfigError, RunExistsError, RunNotFoundError
 from workflows.contracts import AgentInput, AgentResult, AgentStatus
 
 WORKFLOW_NAME = "AgentWorkflow"
@@ -53,11 +55,14 @@ async def start_run(client: Client, settings: Settings, agent_input: AgentInput)
             id=workflow_id_for(agent_input.run_id, agent_input.branch_id),
             task_queue=settings.task_queue,
             result_type=AgentResult,
+            # A run id names one run forever: its checkpoints and idempotency
+            # keys derive from it, so a finished run's id is never reused.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.ALREADY_EXISTS:
-            raise ConfigError(f"a run with id {agent_input.run_id!r} already exists; choose another --run-id") from exc
-        raise
+    except WorkflowAlreadyStartedError as exc:
+        raise RunExistsError(
+            f"a run with id {agent_input.run_id!r} (branch {agent_input.branch_id!r}) already exists; choose another --run-id"
+        ) from exc
 
 
 class RunView(BaseModel):

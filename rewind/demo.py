@@ -23,7 +23,7 @@ from examples.research_agent import DEFAULT_TASK, outbox_dir
 from rewind.client import connect, new_run_id, run_view, start_run
 from rewind.config import Settings
 from rewind.embedded import DevServer
-from rewind.timing import median_or_none, step_durations
+from rewind.timing import median_or_none, retried_attempts, step_durations
 from workflows.contracts import AgentInput, AgentResult
 
 
@@ -84,6 +84,7 @@ async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = s
                 await asyncio.wait([result_task], timeout=0.25)
             result = result_task.result()
             durations = await step_durations(client, run_id)
+            retries = await retried_attempts(client, run_id)
     finally:
         server.stop()
         pid_file.unlink(missing_ok=True)
@@ -92,6 +93,8 @@ async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = s
 
     print(f"\nfinished: {result.status.state} after {result.status.step} steps, "
           f"{result.status.total_tokens} tokens, ${result.status.cost_usd:.5f}", file=out)
+    if retries:
+        print("retried by Temporal: " + ", ".join(f"{name} {n}x" for name, n in sorted(retries.items())), file=out)
     median = median_or_none(durations)
     if median is not None:
         print(f"time per agent step (median): {median * 1000:.0f} ms", file=out)

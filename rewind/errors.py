@@ -5,6 +5,7 @@
     ├── InvalidIdError               a run / branch / checkpoint id is unsafe or malformed
     ├── ToolRegistryError            a tool module or tool definition is wrong
     ├── RunNotFoundError             no workflow (and no checkpoints) for a run id
+    ├── RunExistsError               a run id (or branch) is already taken
     └── checkpoint_bridge.errors.*   store and checkpoint document errors
 
 Every message names the object involved and says what to do about it.
@@ -29,3 +30,7 @@ class ToolRegistryError(RewindError):
 
 class RunNotFoundError(RewindError):
     """No run with this id exists."""
+
+
+class RunExistsError(RewindError):
+    """A run or branch with this id already exists."""

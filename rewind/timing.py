@@ -28,5 +28,20 @@ async def step_durations(client: Client, workflow_id: str) -> list[float]:
     return [b - a for a, b in zip(marks, marks[1:])]
 
 
+async def retried_attempts(client: Client, workflow_id: str) -> dict[str, int]:
+    """Per activity type, how many attempts beyond the first the run needed."""
+    retries: dict[str, int] = {}
+    names: dict[int, str] = {}
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = event.activity_task_started_event_attributes
+            if attrs.attempt > 1:
+                name = names.get(attrs.scheduled_event_id, "?")
+                retries[name] = retries.get(name, 0) + attrs.attempt - 1
+    return retries
+
+
 def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None

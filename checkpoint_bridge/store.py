@@ -1,0 +1,266 @@
+"""``CheckpointStore``: AgentCheckpoints by id, stored in linear space.
+
+    runs/<run>/branches/<branch>/steps/<step:08d>.json           (envelope: snapshot | delta)
+    runs/<run>/branches/<branch>/invalidations/<after:08d>.json  (rollback markers)
+
+A step is written as a delta of its parent whenever the parent is on the same
+branch and the new messages and tool records extend the parent's; otherwise,
+and on the snapshot steps of ``SnapshotPolicy``, as a full snapshot. ``load``
+always returns the full checkpoint.
+
+Objects are immutable. Saving identical content again is a no-op (the mirror
+is idempotent); saving different content under an existing id raises
+``CheckpointExistsError``. Rolling back never rewrites a step: an
+invalidation marker makes every later step of that branch read as
+``status="invalidated"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from .canonical import canonical_json
+from .chain import ChainReader, SnapshotPolicy, decode_as, read_many
+from .envelope import encode, make_delta
+from .errors import CheckpointExistsError, CorruptCheckpointError
+from rewind.errors import InvalidIdError
+
+from .ids import checkpoint_id, parse_checkpoint_id
+from .layout import ParsedKey, branch_prefix, invalidation_key, parse_key, run_prefix, step_key
+from .migrations import migrate, validate_document
+from .objects import ObjectStore, open_object_store
+from .schema import AgentCheckpoint, CheckpointSummary, checkpoint_to_dict
+
+__all__ = ["CheckpointStore", "open_checkpoint_store", "DEFAULT_STORE_URL"]
+
+DEFAULT_STORE_URL = "file://.rewind/checkpoints"
+_SUMMARY_FIELDS = tuple(CheckpointSummary.model_fields)
+
+
+class CheckpointStore:
+    """Save, load, list and invalidate checkpoints on any ``ObjectStore``."""
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        *,
+        snapshot_every: int = 25,
+        snapshot_spacing: Literal["doubling", "fixed"] = "doubling",
+        max_delta_chain: int = 1000,
+        cache_size: int = 64,
+        concurrency: int = 16,
+    ) -> None:
+        self.objects = objects
+        self.policy = SnapshotPolicy(snapshot_every, snapshot_spacing, max_delta_chain)
+        self._concurrency = concurrency
+        self._chain = ChainReader(objects, self.policy, cache_size=cache_size, concurrency=concurrency)
+
+    @property
+    def url(self) -> str:
+        return self.objects.url
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({self.url!r})"
+
+    async def __aenter__(self) -> CheckpointStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.objects.aclose()
+
+    # -- writing --------------------------------------------------------------
+
+    async def save(self, cp: AgentCheckpoint) -> str:
+        """Store ``cp`` and return its key; a no-op if the same checkpoint is already stored."""
+        key = step_key(cp.run_id, cp.branch_id, cp.step_index)
+        expected = checkpoint_id(cp.run_id, cp.branch_id, cp.step_index)
+        if cp.checkpoint_id != expected:  # only possible with model_construct()
+            raise InvalidIdError(f"checkpoint_id {cp.checkpoint_id!r} must be {expected!r}")
+        doc = checkpoint_to_dict(cp)
+        kind, payload = "snapshot", doc
+        parent = await self._delta_base(cp)
+        if parent is not None:
+            delta = make_delta(doc, parent)
+            if delta is not None:
+                kind, payload = "delta", delta
+        try:
+            await self.objects.put_if_absent(key, encode(kind, payload))
+        except CheckpointExistsError as exc:
+            # Same checkpoint, other bytes: written as a snapshot because its
+            # parent was not there yet, or by an older schema version.
+            existing = await self._chain.document(cp.checkpoint_id)
+            if canonical_json(existing) != canonical_json(doc):
+                raise CheckpointExistsError(
+                    f"checkpoint {cp.checkpoint_id} already exists in {self.url} with different "
+                    "content; checkpoints are immutable, so write the new state as a fork on a new "
+                    "branch (or delete the run first to rebuild it)"
+                ) from exc
+        self._chain.remember(cp.checkpoint_id, doc)
+        return key
+
+    async def _delta_base(self, cp: AgentCheckpoint) -> dict[str, Any] | None:
+        if cp.parent_id is None or self.policy.is_snapshot_step(cp.step_index):
+            return None
+        _run, parent_branch, _step = parse_checkpoint_id(cp.parent_id)
+        if parent_branch != cp.branch_id:
+            return None  # the first step of a fork is a snapshot: branches stay self-contained
+        try:
+            return await self._chain.document(cp.parent_id)
+        except LookupError:  # CheckpointNotFoundError: mirrored out of order
+            return None
+
+    async def invalidate_after(self, run_id: str, branch_id: str, step_index: int, reason: str) -> str:
+        """Mark every step after ``step_index`` on this branch invalidated; returns the marker key."""
+        key = invalidation_key(run_id, branch_id, step_index)
+        marker = {
+            "format": "rewind.invalidation/v1",
+            "run_id": run_id,
+            "branch_id": branch_id,
+            "after_step": step_index,
+            "reason": reason,
+        }
+        try:
+            await self.objects.put_if_absent(key, canonical_json(marker).encode("utf-8"))
+        except CheckpointExistsError:
+            pass  # already invalidated after this step; the first reason stands
+        return key
+
+    async def delete_run(self, run_id: str) -> None:
+        """Delete every object of ``run_id`` (all branches and markers)."""
+        await self.objects.delete_prefix(run_prefix(run_id))
+        self._chain.forget_run(run_id)
+
+    # -- reading --------------------------------------------------------------
+
+    async def load(self, checkpoint_id_: str) -> AgentCheckpoint:
+        """The full checkpoint, with ``status="invalidated"`` if a marker covers it."""
+        run_id, branch_id, step = parse_checkpoint_id(checkpoint_id_)
+        doc = await self._chain.document(checkpoint_id_)
+        # A fresh copy: callers may mutate what they get without touching the cache.
+        cp = validate_document(json.loads(canonical_json(doc)), checkpoint_id_)
+        cutoff = _cutoff(await self._keys(branch_prefix(run_id, branch_id)), branch_id)
+        if cutoff is not None and step > cutoff:
+            cp.status = "invalidated"
+        return cp
+
+    async def load_latest(self, run_id: str, branch_id: str = "main") -> AgentCheckpoint | None:
+        """The highest step of the branch that is not invalidated, or None."""
+        step = await self._head_step(run_id, branch_id)
+        return None if step is None else await self.load(checkpoint_id(run_id, branch_id, step))
+
+    async def branch_head(self, run_id: str, branch_id: str) -> CheckpointSummary | None:
+        """Summary of ``load_latest(run_id, branch_id)``, without rebuilding messages."""
+        step = await self._head_step(run_id, branch_id)
+        if step is None:
+            return None
+        summaries = await self._summaries([ParsedKey("step", run_id, branch_id, step)], cutoffs={})
+        return summaries[0] if summaries else None
+
+    async def list_checkpoints(self, run_id: str) -> list[CheckpointSummary]:
+        """Every checkpoint of the run: branches in creation order, then by step."""
+        parsed = await self._keys(run_prefix(run_id))
+        order = _branch_order(parsed)
+        steps = sorted(
+            (p for p in parsed if p.kind == "step"),
+            key=lambda p: (order.index(p.branch_id), p.step_index),
+        )
+        cutoffs = {b: _cutoff(parsed, b) for b in order}
+        return await self._summaries(steps, cutoffs)
+
+    async def branches(self, run_id: str) -> list[str]:
+        """Branch ids of the run, in creation order (by first step; "main" first on ties)."""
+        return _branch_order(await self._keys(run_prefix(run_id)))
+
+    async def existing_steps(self, run_id: str, branch_id: str) -> set[int]:
+        """Step indices stored on the branch, invalidated or not."""
+        parsed = await self._keys(branch_prefix(run_id, branch_id))
+        return {p.step_index for p in parsed if p.kind == "step"}
+
+    async def export(self, checkpoint_id_: str) -> bytes:
+        """A standalone, pretty-printed JSON document of the full checkpoint."""
+        cp = await self.load(checkpoint_id_)
+        text = json.dumps(checkpoint_to_dict(cp), indent=2, sort_keys=True, ensure_ascii=False)
+        return (text + "\n").encode("utf-8")
+
+    async def raw_objects(self, run_id: str) -> dict[str, bytes]:
+        """Every stored object of the run, by key, exactly as stored."""
+        keys = await self.objects.list(run_prefix(run_id))
+        found = await read_many(self.objects, keys, self._concurrency)
+        return {k: v for k, v in found.items() if v is not None}
+
+    async def stored_bytes(self, run_id: str) -> int:
+        """Total size of the run's stored objects."""
+        return sum(len(v) for v in (await self.raw_objects(run_id)).values())
+
+    # -- helpers --------------------------------------------------------------
+
+    async def _keys(self, prefix: str) -> list[ParsedKey]:
+        # Keys that do not follow the layout (foreign files) are ignored, not fatal.
+        return [p for p in map(parse_key, await self.objects.list(prefix)) if p is not None]
+
+    async def _head_step(self, run_id: str, branch_id: str) -> int | None:
+        parsed = await self._keys(branch_prefix(run_id, branch_id))
+        cutoff = _cutoff(parsed, branch_id)
+        valid = [
+            p.step_index for p in parsed
+            if p.kind == "step" and (cutoff is None or p.step_index <= cutoff)
+        ]
+        return max(valid, default=None)
+
+    async def _summaries(
+        self, steps: list[ParsedKey], cutoffs: dict[str, int | None]
+    ) -> list[CheckpointSummary]:
+        keys = [step_key(p.run_id, p.branch_id, p.step_index) for p in steps]
+        found = await read_many(self.objects, keys, self._concurrency)
+        out = []
+        for p, key in zip(steps, keys):
+            data = found[key]
+            if data is None:
+                continue  # deleted between listing and reading
+            cid = checkpoint_id(p.run_id, p.branch_id, p.step_index)
+            payload = decode_as(cid, key, data).payload
+            fields = migrate({k: v for k, v in payload.items() if k != "messages"}, key)
+            try:
+                summary = CheckpointSummary.model_validate({f: fields.get(f) for f in _SUMMARY_FIELDS})
+            except ValidationError as exc:
+                raise CorruptCheckpointError(
+                    f"checkpoint object {key} has invalid summary fields ({exc.errors()[0]['msg']}); "
+                    "rebuild the run with `rewind mirror RUN`"
+                ) from exc
+            cutoff = cutoffs.get(p.branch_id)
+            if cutoff is not None and p.step_index > cutoff:
+                summary = summary.model_copy(update={"status": "invalidated"})
+            out.append(summary)
+        return out
+
+
+def _cutoff(parsed: list[ParsedKey], branch_id: str) -> int | None:
+    """The lowest ``after_step`` of the branch's invalidation markers, if any."""
+    marks = [p.step_index for p in parsed if p.kind == "invalidation" and p.branch_id == branch_id]
+    return min(marks, default=None)
+
+
+def _branch_order(parsed: list[ParsedKey]) -> list[str]:
+    # A fork's first step is one past its fork point, so the first step of a
+    # branch orders branches by when they were created, without any reads.
+    first: dict[str, int] = {}
+    for p in parsed:
+        if p.kind == "step":
+            first[p.branch_id] = min(first.get(p.branch_id, p.step_index), p.step_index)
+    return sorted(first, key=lambda b: (first[b], b != "main", b))
+
+
+def open_checkpoint_store(url: str | None = None, **options: Any) -> CheckpointStore:
+    """A ``CheckpointStore`` on ``url``, else ``$REWIND_STORE``, else ``file://.rewind/checkpoints``.
+
+    Use as ``async with open_checkpoint_store() as store: ...`` to close connections.
+    """
+    return CheckpointStore(open_object_store(url or os.environ.get("REWIND_STORE") or DEFAULT_STORE_URL), **options)
+

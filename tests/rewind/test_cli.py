@@ -1,0 +1,84 @@
+"""The `rewind` command line, as a user runs it (a real subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from rewind.config import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def rewind(settings: Settings, *args: str, cwd: Path | None = None, env: dict | None = None) -> tuple[int, str, str]:
+    full_env = dict(os.environ)
+    full_env.update({
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "REWIND_TASK_QUEUE": settings.task_queue,
+        "REWIND_STORE": settings.store_url,
+        **(env or {}),
+    })
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rewind.cli", *args, cwd=cwd or REPO, env=full_env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_start_wait_json_and_status(worker, settings, model, events_file):
+    code, out, err = await rewind(settings, "start", "--task", "Research these companies: Acme, Globex", "--wait", "--json", "--run-id", "cli-run-1")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["run_id"] == "cli-run-1" and doc["status"]["state"] == "completed"
+    assert "saved to" in doc["final_answer"]
+
+    code, out, err = await rewind(settings, "status", "cli-run-1", "--json")
+    assert code == 0, err
+    view = json.loads(out)
+    assert view["workflow_status"] == "completed"
+    assert view["status"]["step"] == 3 and view["status"]["tool_calls_done"] == 3
+
+    code, out, _ = await rewind(settings, "status", "cli-run-1")
+    assert code == 0 and "completed" in out and "tokens" in out
+
+    code, out, err = await rewind(settings, "start", "--task", "again", "--run-id", "cli-run-1")
+    assert code == 1 and "already exists" in err and "Traceback" not in err
+
+
+async def test_start_without_wait_prints_the_run_id(worker, settings, model, events_file):
+    code, out, err = await rewind(settings, "start", "--task", "Research these companies: Initech")
+    assert code == 0, err
+    run_id = out.strip()
+    assert run_id.startswith("run-")
+
+
+async def test_errors_are_one_clear_line(settings):
+    code, out, err = await rewind(settings, "status", "no-such-run")
+    assert code == 1 and "no run 'no-such-run'" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    code, _, err = await rewind(settings, "status", "../../etc")
+    assert code == 1 and "run id" in err and "Traceback" not in err
+    code, _, err = await rewind(settings, "status", "x", env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
+    assert code == 1 and "cannot reach Temporal" in err and "Traceback" not in err
+
+
+async def test_demo_runs_twice(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_", "REWIND_"))}
+    env["REWIND_DEMO_FAILURE_RATE"] = "0.2"
+    for attempt in range(2):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rewind.cli", "demo", cwd=tmp_path, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 180)
+        text = out.decode()
+        assert proc.returncode == 0, text + err.decode()
+        assert "finished: completed after 3 steps" in text
+        assert "time per agent step (median)" in text
+        assert "## Stark Industries" in text
+    assert len(list((tmp_path / ".rewind" / "outbox").glob("*.md"))) == 2
+    assert not (tmp_path / ".rewind" / "demo-server.pid").exists()
