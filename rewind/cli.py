@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any, Awaitable, Callable
 
@@ -177,7 +178,12 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except KeyboardInterrupt:
         code = 130
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit, not sys.exit: the Temporal client's native runtime threads can
+    # call into Python while the interpreter finalizes and abort the process
+    # (SIGABRT, "PyGILState_Release ... finalizing") after the work is done.
+    os._exit(code)
 
 
 if __name__ == "__main__":

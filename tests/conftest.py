@@ -7,7 +7,6 @@ client talks to.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -64,12 +63,6 @@ def events_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("REWIND_OUTBOX", str(tmp_path / "outbox"))
     monkeypatch.setenv("REWIND_DEMO_FAILURE_RATE", "0")
     return path
-
-
-def read_events(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture
@@ -143,3 +136,21 @@ def spawn_worker(settings: Settings, model: ScriptedModelServer, tmp_path: Path,
     yield spawn
     for proc in started:
         proc.stop()
+
+
+_exit_status = 0
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # The Temporal client's native runtime threads can call into Python while
+    # the interpreter finalizes and abort the process (SIGABRT) after every
+    # test has passed; leave with pytest's own status instead.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_status)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -25,3 +27,9 @@ def turns_seen(requests: list[dict], task: str) -> list[int]:
         if any(m.get("role") == "user" and m.get("content") == task for m in msgs):
             out.append(sum(1 for m in msgs if m.get("role") == "assistant"))
     return out
+
+
+def read_events(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

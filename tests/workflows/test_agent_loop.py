@@ -8,8 +8,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 
-from conftest import read_events
-from helpers import start_agent, turns_seen
+from helpers import read_events, start_agent, turns_seen
 from rewind.client import run_view
 from workflows.contracts import RunLimits
 

@@ -8,8 +8,7 @@ import uuid
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
-from conftest import read_events
-from helpers import start_agent, turns_seen
+from helpers import read_events, start_agent, turns_seen
 
 
 async def _wait_for_event(path, kind: str, timeout_s: float = 60.0) -> dict:

@@ -1,0 +1,108 @@
+"""The storage backends of the conformance suite, and ways to inspect them from outside."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import boto3
+
+from checkpoint_bridge.objects import FileObjectStore, ObjectStore, S3ObjectStore
+from checkpoint_bridge.store import CheckpointStore
+
+
+def make_bucket(endpoint: str) -> tuple[Any, str]:
+    """A new, empty bucket on the moto server, and a boto3 client to inspect it."""
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    bucket = f"rewind-test-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    return s3, bucket
+
+
+@dataclass
+class Backend:
+    """One storage backend under test, plus ways to look at it from outside."""
+
+    name: str
+    new_objects: Callable[[], ObjectStore]
+    """A fresh, empty ObjectStore in its own folder / prefix."""
+    all_keys: Callable[[], list[str]]
+    """Every file / key in the backend's whole space, not just under the store."""
+    reopen: Callable[[ObjectStore], ObjectStore]
+    """Another ObjectStore on the same location, as a second process would open it."""
+    broken: Callable[[], ObjectStore]
+    """An ObjectStore whose backend is unreachable (no server / no usable folder)."""
+    opened: list[ObjectStore] = field(default_factory=list)
+
+    def objects(self) -> ObjectStore:
+        store = self.new_objects()
+        self.opened.append(store)
+        return store
+
+    def checkpoint_store(self, **options: Any) -> CheckpointStore:
+        return CheckpointStore(self.objects(), **options)
+
+    def unavailable(self) -> CheckpointStore:
+        """A CheckpointStore on ``broken()``."""
+        objects = self.broken()
+        self.opened.append(objects)
+        return CheckpointStore(objects)
+
+    def twin(self, store: CheckpointStore, **options: Any) -> CheckpointStore:
+        """A second CheckpointStore (own cache, own connections) on ``store``'s location."""
+        other = self.reopen(store.objects)
+        self.opened.append(other)
+        return CheckpointStore(other, **options)
+
+
+def file_backend(tmp_path: Path) -> Backend:
+    # The whole per-test tmp dir is the space: anything written outside a
+    # store's folder (a path-traversal bug) shows up in all_keys().
+    space = tmp_path
+    counter = iter(range(1_000_000))
+
+    def all_keys() -> list[str]:
+        return sorted(p.relative_to(space).as_posix() for p in space.rglob("*") if p.is_file())
+
+    def reopen(objects: ObjectStore) -> ObjectStore:
+        assert isinstance(objects, FileObjectStore)
+        return FileObjectStore(objects.root)
+
+    def broken() -> ObjectStore:
+        # A regular file where the store's parent folder should be: like an
+        # unmounted or mistyped volume, every write fails at the OS level.
+        blocker = space / "not-a-folder"
+        blocker.write_text("")
+        return FileObjectStore(blocker / "store")
+
+    return Backend("file", lambda: FileObjectStore(space / f"store-{next(counter)}"), all_keys, reopen, broken)
+
+
+def s3_backend(endpoint: str) -> Backend:
+    s3, bucket = make_bucket(endpoint)
+
+    def all_keys() -> list[str]:
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+    def new_objects() -> S3ObjectStore:
+        return S3ObjectStore(bucket, f"tests/{uuid.uuid4().hex[:8]}", endpoint_url=endpoint)
+
+    def reopen(objects: ObjectStore) -> ObjectStore:
+        assert isinstance(objects, S3ObjectStore)
+        return S3ObjectStore(objects.bucket, objects.prefix, endpoint_url=objects.endpoint_url)
+
+    def broken() -> ObjectStore:
+        return S3ObjectStore(bucket, "tests/down", endpoint_url=f"http://127.0.0.1:{closed_port()}")
+
+    return Backend("s3", new_objects, all_keys, reopen, broken)
+
+
+def closed_port() -> int:
+    """A local TCP port with nothing listening on it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
