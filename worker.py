@@ -23,7 +23,9 @@ from activities.llm import LlmActivities, ModelEndpoint
 from activities.pricing import PriceTable
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry
+from checkpoint_bridge.mirror import MirrorActivities
 from checkpoint_bridge.objects import open_object_store
+from checkpoint_bridge.store import CheckpointStore
 from rewind.client import connect
 from rewind.config import Settings
 from workflows.agent import AgentWorkflow
@@ -55,12 +57,13 @@ def build_worker(
     objects = open_object_store(settings.store_url)
     llm = LlmActivities(endpoint, PriceTable.from_env())
     tools = ToolActivities(registry, IdempotencyLedger(objects))
+    mirror = MirrorActivities(CheckpointStore(objects))
     options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     return Worker(
         client,
         task_queue=settings.task_queue,
         workflows=[AgentWorkflow],
-        activities=[llm.call_llm, tools.describe_tools, tools.run_tool],
+        activities=[llm.call_llm, tools.describe_tools, tools.run_tool, mirror.mirror_step],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
         **options,

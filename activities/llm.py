@@ -36,6 +36,10 @@ _HINTS = {
     422: "the request was malformed; the run cannot continue as it is",
 }
 
+# Failures are raised without their cause chain (`from None`) and with short
+# messages: Temporal keeps at most ~2 KB of a retrying activity's last failure
+# and replaces a larger one with "Failure exceeds size limit", hiding the reason.
+
 # Keys the chat completions API accepts back in an assistant message. The
 # transcript keeps the message verbatim; only what is sent is projected.
 _ASSISTANT_KEYS = ("role", "content", "tool_calls", "name", "refusal")
@@ -78,7 +82,7 @@ def map_openai_error(exc: Exception, model: str) -> ApplicationError:
     """Turn an openai exception into a retryable or non-retryable ApplicationError."""
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        detail = f"model API answered {status} for model {model!r}: {exc.message}"
+        detail = f"model API answered {status} for model {model!r}: {exc.message}"[:1000]
         if status in RETRYABLE_STATUS or status >= 500:
             return ApplicationError(detail, type=f"LlmHttp{status}", next_retry_delay=_retry_after(exc.response))
         hint = _HINTS.get(status, "retrying cannot fix this")
@@ -120,13 +124,13 @@ class LlmActivities:
             if not isinstance(message, dict):
                 raise TypeError("choices[0].message is not an object")
         except openai.OpenAIError as exc:
-            raise map_openai_error(exc, request.model) from exc
+            raise map_openai_error(exc, request.model) from None
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             # A garbled body is usually a proxy or provider hiccup: retry it.
             raise ApplicationError(
-                f"model API returned a malformed completion for model {request.model!r}: {exc}",
+                f"model API returned a malformed completion for model {request.model!r}: {exc}"[:1000],
                 type="LlmMalformedResponse",
-            ) from exc
+            ) from None
         raw_usage = data.get("usage") or {}
         usage = Usage(
             prompt_tokens=int(raw_usage.get("prompt_tokens") or 0),

@@ -100,9 +100,11 @@ class ToolActivities:
         except ToolError as exc:
             return outcome(error=f"{request.tool_name} failed: {exc}", error_kind="tool_error")
         except Exception as exc:
+            # No cause chain and a bounded message: Temporal keeps only ~2 KB
+            # of a retrying activity's failure (see activities/llm.py).
             raise ApplicationError(
-                f"tool {request.tool_name!r} raised {type(exc).__name__}: {exc}", type="ToolRaised"
-            ) from exc
+                f"tool {request.tool_name!r} raised {type(exc).__name__}: {exc}"[:1000], type="ToolRaised"
+            ) from None
         finally:
             reset_tool_context(token)
         if key is not None:

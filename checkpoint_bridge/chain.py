@@ -70,7 +70,8 @@ class SnapshotPolicy:
 def decode_as(cid: str, key: str, data: bytes) -> Envelope:
     """Decode ``data`` stored at ``key`` and check that it really is ``cid``."""
     envelope = decode(data, key)
-    found = envelope.payload.get("checkpoint_id")
+    # Compare the upgraded id: older schema versions spelled ids differently.
+    found = migrate(envelope.payload, key).get("checkpoint_id")
     if found != cid:
         raise CorruptCheckpointError(
             f"checkpoint object {key} holds checkpoint {found!r:.80}, not {cid!r}; it was "

@@ -76,7 +76,10 @@ def open_object_store(url: str) -> ObjectStore:
         bucket, _, prefix = url[len("s3://"):].partition("/")
         if not bucket:
             raise ConfigError(f"store URL {url!r} names no bucket; use s3://bucket[/prefix]")
-        return S3ObjectStore(bucket, prefix.strip("/"))
+        try:
+            return S3ObjectStore(bucket, prefix.strip("/"))
+        except ConfigError as exc:
+            raise ConfigError(f"store URL {url!r} is not usable: {exc}") from exc
     if url.startswith("file://"):
         path = url[len("file://"):]
         if not path:

@@ -6,8 +6,8 @@ to tell an idempotent re-write (same bytes) from a conflict.
 
 One aioboto3 client is created lazily and reused (creating a client per call
 costs a credential lookup and a new connection pool). Retries inside botocore
-are kept to one extra attempt: the caller (usually a Temporal activity) owns
-retrying, and two stacked retry layers multiply delays.
+are kept to one (``max_attempts=2`` tries in all): the caller, usually a
+Temporal activity, owns retrying, and two stacked retry layers multiply delays.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class S3ObjectStore:
         max_attempts: int = 2,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
+        list_page_size: int = 1000,
         session: aioboto3.Session | None = None,
     ) -> None:
         if not _BUCKET.fullmatch(bucket):
@@ -57,19 +58,24 @@ class S3ObjectStore:
             try:
                 check_key(prefix)
             except InvalidIdError as exc:
-                raise ConfigError(f"S3 prefix {prefix!r} is unsafe: {exc}") from exc
+                raise ConfigError(
+                    f"S3 prefix {prefix!r} is unsafe; use '/'-separated segments of "
+                    "A-Z a-z 0-9 . _ - that start with a letter or digit, without '..'"
+                ) from exc
         self.bucket = bucket
         self.prefix = prefix
         self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         self._session = session or aioboto3.Session()
         self._config = Config(
-            retries={"mode": "standard", "max_attempts": max_attempts},
+            # botocore's "max_attempts" key counts retries; "total_max_attempts" counts tries.
+            retries={"mode": "standard", "total_max_attempts": max_attempts},
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             # Custom endpoints (MinIO, local servers) rarely resolve bucket subdomains.
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
+        self._page_size = list_page_size
         self._stack: AsyncExitStack | None = None
         self._client: Any = None
         self._lock = asyncio.Lock()
@@ -147,7 +153,9 @@ class S3ObjectStore:
         keys: list[str] = []
         try:
             paginator = s3.get_paginator("list_objects_v2")
-            async for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
+            async for page in paginator.paginate(
+                Bucket=self.bucket, Prefix=base + prefix, PaginationConfig={"PageSize": self._page_size}
+            ):
                 keys.extend(item["Key"][len(base):] for item in page.get("Contents", []))
         except _LIBRARY_ERRORS as exc:
             raise self._map("list", prefix, exc) from exc

@@ -76,6 +76,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         ]
         if s.last_error:
             lines.append(f"  last error   {s.last_error}")
+        if s.mirror_pending or s.mirror_error:
+            lines.append(f"  mirror       {s.mirror_pending} step(s) behind" + (f"; {s.mirror_error}" if s.mirror_error else ""))
         if s.final_answer:
             lines.append(f"  final answer {s.final_answer}")
     for p in view.pending:
@@ -83,6 +85,63 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if view.failure:
         lines.append(f"  failure      {view.failure}")
     print("\n".join(lines))
+    return 0
+
+
+async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.inspect import tree, tree_json, tree_text
+    from checkpoint_bridge.store import open_checkpoint_store
+
+    async with open_checkpoint_store(settings.store_url) as store:
+        summaries = await tree(store, args.run)
+    _emit(tree_json(summaries), args.json, tree_text(summaries) if not args.json else "")
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.inspect import checkpoint_text
+    from checkpoint_bridge.store import open_checkpoint_store
+
+    async with open_checkpoint_store(settings.store_url) as store:
+        cp = await store.load(args.checkpoint)
+    _emit(cp.model_dump(mode="json"), args.json, checkpoint_text(cp) if not args.json else "")
+    return 0
+
+
+async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from checkpoint_bridge.store import open_checkpoint_store
+
+    async with open_checkpoint_store(settings.store_url) as store:
+        data = await store.export(args.checkpoint)
+    try:
+        Path(args.out).write_bytes(data)
+    except OSError as exc:
+        raise RewindError(f"cannot write {args.out}: {exc}") from exc
+    print(f"wrote {args.checkpoint} to {args.out} ({len(data)} bytes)")
+    return 0
+
+
+async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.ids import validate_id
+    from checkpoint_bridge.mirror import mirror_run
+    from checkpoint_bridge.store import open_checkpoint_store
+    from rewind.client import connect, workflow_id_for
+
+    validate_id("run", args.run)
+    client = await connect(settings)
+    reports = []
+    async with open_checkpoint_store(settings.store_url) as store:
+        branches = [args.branch] if args.branch else sorted({"main", *await store.branches(args.run)})
+        for branch in branches:
+            reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch)))
+    docs = [r.model_dump() for r in reports]
+    text = "\n".join(
+        f"{r.run_id} branch {r.branch_id}: {r.checkpoints} checkpoints, {r.written} written, {r.already_present} already present"
+        for r in reports
+    )
+    _emit({"run_id": args.run, "branches": docs}, args.json, text)
     return 0
 
 
@@ -152,6 +211,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait for the run to finish")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_start)
+
+    p = sub.add_parser("tree", help="every checkpoint of a run, all branches")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_tree)
+
+    p = sub.add_parser("show", help="one full AgentCheckpoint (id RUN:BRANCH:STEP)")
+    p.add_argument("checkpoint")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_show)
+
+    p = sub.add_parser("export", help="write one checkpoint as a standalone JSON document")
+    p.add_argument("checkpoint")
+    p.add_argument("--out", required=True)
+    p.set_defaults(handler=cmd_export)
+
+    p = sub.add_parser("mirror", help="rebuild a run's checkpoints from its Temporal history (idempotent)")
+    p.add_argument("run")
+    p.add_argument("--branch", help="only this branch (default: main and every branch in the store)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_mirror)
 
     p = sub.add_parser("status", help="live status of a run")
     p.add_argument("run")

@@ -104,7 +104,7 @@ async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = s
         print(f"report ({reports[-1]}):\n{reports[-1].read_text()}", file=out)
     print(
         f"state: Temporal history in {home / 'temporal.db'}, checkpoints in {settings.store_url}, "
-        f"reports in {outbox_dir()}; inspect with `rewind status {run_id}`",
+        f"reports in {outbox_dir()}; inspect it with `rewind tree {run_id}` and `rewind show {run_id}:main:1`",
         file=out,
     )
     return result

@@ -20,6 +20,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from checkpoint_bridge.canonical import cache_key
+    from checkpoint_bridge.ids import checkpoint_id
     from workflows.contracts import (
         AgentInput,
         AgentResult,
@@ -28,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
         DescribeToolsResponse,
         LlmRequest,
         LlmResponse,
+        MirrorAck,
+        StepRecord,
         ToolCallLog,
         ToolOutcome,
         ToolRequest,
@@ -40,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
 CALL_LLM = "call_llm"
 RUN_TOOL = "run_tool"
 DESCRIBE_TOOLS = "describe_tools"
+MIRROR_STEP = "mirror_step"
+MIRROR_CONFLICT = "CheckpointConflict"
 LLM_REJECTED = "LlmRequestRejected"
 TOOL_NOT_REGISTERED = "ToolNotRegistered"
 
@@ -58,6 +63,10 @@ class AgentWorkflow:
         self._cache: dict[str, ToolCallLog] = {}
         self._specs: dict[str, ToolSpec] = {}
         self._inflight: dict[str, asyncio.Future[ToolOutcome | str]] = {}
+        self._input: AgentInput | None = None
+        self._recorded_messages = 0
+        self._recorded_tool_calls = 0
+        self._mirror_tasks: list[asyncio.Future[None]] = []
 
     # -- queries --------------------------------------------------------------
     @workflow.query
@@ -77,6 +86,7 @@ class AgentWorkflow:
     # -- the loop -------------------------------------------------------------
     @workflow.run
     async def run(self, inp: AgentInput) -> AgentResult:
+        self._input = inp
         status = self._status = AgentStatus(
             run_id=inp.run_id, branch_id=inp.branch_id, state="running", model=inp.model
         )
@@ -87,7 +97,7 @@ class AgentWorkflow:
             start_to_close_timeout=timedelta(seconds=30),
         )
         if described.missing:
-            self._fail(
+            await self._fail(
                 f"tools not registered on the worker: {', '.join(described.missing)}; "
                 "start the worker with --tools (or REWIND_TOOLS) naming the modules that define them"
             )
@@ -97,30 +107,101 @@ class AgentWorkflow:
             {"role": "system", "content": inp.system_prompt},
             {"role": "user", "content": inp.task},
         ]
+        self._record_step("start")
 
         while status.step < inp.limits.max_steps:
             if inp.limits.max_cost_usd is not None and status.cost_usd >= inp.limits.max_cost_usd:
                 status.state = "budget_exceeded"
-                return AgentResult(status=status)
+                return await self._finish_run()
             status.step += 1
             response = await self._call_model(inp, openai_tools)
             message = response.message
             self._messages.append(message)
             calls = message.get("tool_calls") or []
+            if calls:
+                replies = await asyncio.gather(*(self._run_call(inp, status.step, call) for call in calls))
+                self._messages.extend(replies)
+            self._record_step(step_label(message))
             if not calls:
                 status.final_answer = message.get("content") or ""
                 status.state = "completed"
-                return AgentResult(status=status, final_answer=status.final_answer)
-            replies = await asyncio.gather(*(self._run_call(inp, status.step, call) for call in calls))
-            self._messages.extend(replies)
-            workflow.logger.info("step %d: %s", status.step, step_label(message))
+                return await self._finish_run()
         status.state = "max_steps_reached"
-        return AgentResult(status=status)
+        return await self._finish_run()
 
-    def _fail(self, reason: str) -> None:
+    # -- checkpoints ----------------------------------------------------------
+    def _record_step(self, label: str, *, failed: dict[str, Any] | None = None) -> None:
+        """Hand what this step added to the mirror, off the loop's critical path."""
+        status, inp = self._status, self._input
+        assert status is not None and inp is not None
+        step = status.step
+        record = StepRecord(
+            run_id=inp.run_id,
+            branch_id=inp.branch_id,
+            step_index=step,
+            parent_id=checkpoint_id(inp.run_id, inp.branch_id, step - 1) if step > 0 else None,
+            step_label=label,
+            new_messages=self._messages[self._recorded_messages:],
+            new_tool_calls=self._tool_log[self._recorded_tool_calls:],
+            agent_variables=inp.variables,
+            created_at=workflow.now(),
+            model=inp.model,
+            prompt_tokens=status.prompt_tokens,
+            completion_tokens=status.completion_tokens,
+            llm_tokens_used=status.total_tokens,
+            llm_cost_usd=status.cost_usd,
+            status="failed" if failed else "completed",
+            error_info=failed,
+        )
+        self._recorded_messages = len(self._messages)
+        self._recorded_tool_calls = len(self._tool_log)
+        status.mirror_pending += 1
+        self._mirror_tasks.append(asyncio.ensure_future(self._mirror(record)))
+
+    async def _mirror(self, record: StepRecord) -> None:
+        status = self._status
+        assert status is not None
+        try:
+            await workflow.execute_activity(
+                MIRROR_STEP,
+                record,
+                result_type=MirrorAck,
+                start_to_close_timeout=timedelta(seconds=60),
+                # A store that is down is retried for as long as it takes; the
+                # agent loop does not wait for it. `rewind status` shows the lag
+                # and the last store error from the pending activity.
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(milliseconds=500),
+                    maximum_interval=timedelta(seconds=10),
+                    non_retryable_error_types=[MIRROR_CONFLICT],
+                ),
+            )
+        except ActivityError as err:
+            status.mirror_error = f"checkpoint of step {record.step_index}: {_failure_text(err)}"
+            return
+        finally:
+            status.mirror_pending -= 1
+
+    async def _finish_run(self) -> AgentResult:
+        status, inp = self._status, self._input
+        assert status is not None and inp is not None
+        try:
+            await workflow.wait_condition(
+                lambda: status.mirror_pending == 0, timeout=timedelta(seconds=inp.mirror_drain_s)
+            )
+        except asyncio.TimeoutError:
+            status.mirror_error = (
+                f"{status.mirror_pending} checkpoint(s) not mirrored when the run ended; "
+                f"run `rewind mirror {inp.run_id}` once the store is reachable"
+            )
+        return AgentResult(status=status, final_answer=status.final_answer)
+
+    async def _fail(self, reason: str) -> None:
         assert self._status is not None
         self._status.state = "failed"
         self._status.last_error = reason
+        self._record_step("failed", failed={"reason": reason})
+        await self._finish_run()
         raise ApplicationError(reason, type="AgentRunFailed", non_retryable=True)
 
     async def _call_model(self, inp: AgentInput, openai_tools: list[dict[str, Any]]) -> LlmResponse:
@@ -146,7 +227,7 @@ class AgentWorkflow:
                 ),
             )
         except ActivityError as err:
-            self._fail(f"model call of step {status.step} failed: {_failure_text(err)}")
+            await self._fail(f"model call of step {status.step} failed: {_failure_text(err)}")
             raise  # unreachable: _fail raises
         status.llm_calls += 1
         status.prompt_tokens += response.usage.prompt_tokens

@@ -78,6 +78,9 @@ class AgentInput(BaseModel):
     limits: RunLimits = Field(default_factory=RunLimits)
     llm: LlmTuning = Field(default_factory=LlmTuning)
     variables: dict[str, Any] = Field(default_factory=dict)
+    # How long a finished run waits for its last checkpoints to be mirrored;
+    # past it the run completes anyway and `rewind mirror` catches up.
+    mirror_drain_s: float = 60.0
 
 
 class Usage(BaseModel):
@@ -167,8 +170,42 @@ class AgentStatus(BaseModel):
     tool_cache_hits: int = 0
     last_error: str | None = None
     final_answer: str | None = None
+    # Steps whose checkpoint the live mirror has not confirmed yet.
+    mirror_pending: int = 0
+    mirror_error: str | None = None
 
 
 class AgentResult(BaseModel):
     status: AgentStatus
     final_answer: str | None = None
+
+
+class StepRecord(BaseModel):
+    """What one step added to the run: the input of the `mirror_step` activity.
+
+    It is recorded in history when the step ends, so the checkpoint of every
+    step can be rebuilt from history alone (`rewind mirror`), byte for byte the
+    same as the live mirror wrote it.
+    """
+
+    run_id: str
+    branch_id: str
+    step_index: int
+    parent_id: str | None
+    step_label: str
+    new_messages: list[dict[str, Any]] = Field(default_factory=list)
+    new_tool_calls: list[ToolCallLog] = Field(default_factory=list)
+    agent_variables: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_tokens_used: int = 0
+    llm_cost_usd: float = 0.0
+    status: Literal["completed", "failed"] = "completed"
+    error_info: dict[str, Any] | None = None
+
+
+class MirrorAck(BaseModel):
+    checkpoint_id: str
+    written: bool

@@ -27,12 +27,12 @@ def first_step(run_id: str = "run-1", branch_id: str = "main", step: int = 0, **
         {"role": "user", "content": "Summarise the history of the bicycle."},
     ])
     fields.setdefault("agent_variables", {"topic": "bicycle"})
+    fields.setdefault("step_label", "start")
     return AgentCheckpoint(
         checkpoint_id=checkpoint_id(run_id, branch_id, step),
         run_id=run_id,
         branch_id=branch_id,
         step_index=step,
-        step_label="start",
         created_at=T0 + timedelta(seconds=step),
         **fields,
     )

@@ -1,0 +1,67 @@
+"""Reading a run's checkpoints for people: the tree, one checkpoint, an export."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checkpoint_bridge.ids import short_id, validate_id
+from checkpoint_bridge.schema import AgentCheckpoint, CheckpointSummary
+from checkpoint_bridge.store import CheckpointStore
+from rewind.errors import RunNotFoundError
+
+
+async def tree(store: CheckpointStore, run_id: str) -> list[CheckpointSummary]:
+    """Every checkpoint of a run, all branches, in order; RunNotFoundError if none."""
+    validate_id("run", run_id)
+    summaries = await store.list_checkpoints(run_id)
+    if not summaries:
+        raise RunNotFoundError(f"no checkpoints for run {run_id!r} in {store.url}; check the id, REWIND_STORE, or run `rewind mirror {run_id}`")
+    return summaries
+
+
+def tree_json(summaries: list[CheckpointSummary]) -> dict[str, Any]:
+    branches: dict[str, list[dict[str, Any]]] = {}
+    for s in summaries:
+        row = s.model_dump(mode="json")
+        row["short_id"] = short_id(s.checkpoint_id)
+        branches.setdefault(s.branch_id, []).append(row)
+    return {"run_id": summaries[0].run_id, "branches": branches}
+
+
+def tree_text(summaries: list[CheckpointSummary]) -> str:
+    lines = [f"run {summaries[0].run_id}"]
+    header = f"  {'step':>4}  {'branch':<12} {'status':<11} {'cost $':>10} {'tokens':>8}  {'id':<10}  {'parent':<10}  label"
+    lines.append(header)
+    for s in summaries:
+        parent = short_id(s.parent_id) if s.parent_id else "-"
+        lines.append(
+            f"  {s.step_index:>4}  {s.branch_id:<12} {s.status:<11} {s.llm_cost_usd:>10.6f} {s.llm_tokens_used:>8}  "
+            f"{short_id(s.checkpoint_id):<10}  {parent:<10}  {s.step_label}"
+        )
+    return "\n".join(lines)
+
+
+def checkpoint_text(cp: AgentCheckpoint) -> str:
+    lines = [
+        f"checkpoint {cp.checkpoint_id} ({short_id(cp.checkpoint_id)})",
+        f"  run {cp.run_id}, branch {cp.branch_id}, step {cp.step_index}: {cp.step_label} [{cp.status}]",
+        f"  parent     {cp.parent_id or '-'}",
+        f"  created    {cp.created_at.isoformat()}",
+        f"  model      {cp.model or '-'}; tokens {cp.llm_tokens_used} ({cp.prompt_tokens} in / {cp.completion_tokens} out); cost ${cp.llm_cost_usd:.6f}",
+        f"  tool calls {len(cp.tool_call_cache)} ({sum(r.served_from_cache for r in cp.tool_call_cache)} from cache)",
+    ]
+    if cp.error_info:
+        lines.append(f"  error      {cp.error_info}")
+    lines.append(f"  messages ({len(cp.messages)}):")
+    for m in cp.messages:
+        content = m.get("content") or ""
+        calls = m.get("tool_calls") or []
+        text = " ".join(str(content).split())
+        if calls:
+            text += (" " if text else "") + "-> " + ", ".join(
+                f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})" for c in calls
+            )
+        if len(text) > 160:
+            text = text[:157] + "..."
+        lines.append(f"    {m.get('role', '?'):<9} {text}")
+    return "\n".join(lines)

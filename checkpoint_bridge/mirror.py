@@ -1,0 +1,87 @@
+"""The mirror: writes each step's checkpoint to the store.
+
+Live, as the `mirror_step` activity that every step ends with (off the agent
+loop's critical path; Temporal retries it while the store is down). After the
+fact, as `mirror_run` (`rewind mirror RUN`), which rebuilds every checkpoint
+of a run from its history with the same fold, so it writes identical bytes
+and finds nothing to do for a run the live mirror kept up with.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from checkpoint_bridge.errors import (
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    StoreUnavailableError,
+)
+from checkpoint_bridge.projector import apply_record, project_workflow
+from checkpoint_bridge.store import CheckpointStore
+from workflows.contracts import MirrorAck, StepRecord
+
+CONFLICT_ERROR_TYPE = "CheckpointConflict"
+
+
+def _failure(exc: Exception, kind: str, *, retry: bool = True) -> ApplicationError:
+    # Without the cause chain: Temporal keeps only ~2 KB of a retrying
+    # activity's last failure, and that text is what `rewind status` shows.
+    return ApplicationError(str(exc)[:1500], type=kind, non_retryable=not retry)
+
+
+class MirrorActivities:
+    def __init__(self, store: CheckpointStore) -> None:
+        self._store = store
+
+    @activity.defn(name="mirror_step")
+    async def mirror_step(self, record: StepRecord) -> MirrorAck:
+        try:
+            parent = await self._store.load(record.parent_id) if record.parent_id else None
+        except CheckpointNotFoundError as exc:
+            # Checkpoints are written in step order, so every object can be a
+            # delta of its parent: wait (retry) for the parent's mirror.
+            raise ApplicationError(
+                f"checkpoint {record.parent_id} is not mirrored yet; step {record.step_index} waits for it",
+                type="ParentNotMirrored",
+            ) from None
+        except StoreUnavailableError as exc:
+            raise _failure(exc, "StoreUnavailable") from None
+        except CorruptCheckpointError as exc:
+            raise _failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
+        checkpoint = apply_record(parent, record)
+        try:
+            await self._store.save(checkpoint)
+        except StoreUnavailableError as exc:
+            raise _failure(exc, "StoreUnavailable") from None
+        except CheckpointExistsError as exc:
+            raise _failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
+        return MirrorAck(checkpoint_id=checkpoint.checkpoint_id, written=True)
+
+
+class MirrorReport(BaseModel):
+    run_id: str
+    branch_id: str
+    checkpoints: int
+    written: int
+    already_present: int
+
+
+async def mirror_run(client: Client, store: CheckpointStore, workflow_id: str) -> MirrorReport:
+    """Write every checkpoint of one branch workflow that the store lacks."""
+    checkpoints = await project_workflow(client, workflow_id)
+    if not checkpoints:
+        return MirrorReport(run_id=workflow_id, branch_id="main", checkpoints=0, written=0, already_present=0)
+    first = checkpoints[0]
+    present = await store.existing_steps(first.run_id, first.branch_id)
+    written = 0
+    for cp in checkpoints:
+        await store.save(cp)  # verifies identical content where it already exists
+        written += cp.step_index not in present
+    return MirrorReport(
+        run_id=first.run_id, branch_id=first.branch_id, checkpoints=len(checkpoints),
+        written=written, already_present=len(checkpoints) - written,
+    )

@@ -1,0 +1,126 @@
+"""History -> AgentCheckpoints.
+
+Every step of a run ends with a `mirror_step` activity whose input, a
+`StepRecord`, says what the step added (messages, tool calls, totals). Those
+inputs are in the workflow's history as soon as the step ends, whatever
+happens to the mirror afterwards. Projecting a run is therefore a fold of its
+step records, in step order, over the previous checkpoint: the live mirror
+and `rewind mirror` run the same fold and produce the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+from temporalio.converter import DataConverter
+
+from checkpoint_bridge.ids import checkpoint_id
+from checkpoint_bridge.schema import AgentCheckpoint, ToolCallRecord
+from workflows.contracts import StepRecord, ToolCallLog
+
+MIRROR_ACTIVITY = "mirror_step"
+
+
+class ProjectionError(ValueError):
+    """The step records of a history do not form a chain (a bug, or a tampered history)."""
+
+
+def tool_record(log: ToolCallLog) -> ToolCallRecord:
+    arguments = log.arguments if isinstance(log.arguments, dict) else {"_unparsed_arguments": log.arguments}
+    return ToolCallRecord(
+        tool_name=log.tool_name,
+        tool_input=arguments,
+        tool_output=log.output,
+        called_at=log.called_at,
+        duration_ms=log.duration_ms,
+        error=log.error,
+        cache_key=log.cache_key or "",
+        tool_call_id=log.tool_call_id,
+        idempotency_key=log.idempotency_key,
+        side_effects=log.side_effects,
+        served_from_cache=log.served_from_cache,
+    )
+
+
+def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentCheckpoint:
+    """The checkpoint after `record`'s step, given the checkpoint before it."""
+    if (parent is None) != (record.parent_id is None):
+        raise ProjectionError(
+            f"step {record.step_index} of run {record.run_id!r} names parent {record.parent_id!r} "
+            f"but {'none' if parent is None else parent.checkpoint_id!r} was given"
+        )
+    if parent is not None and parent.checkpoint_id != record.parent_id:
+        raise ProjectionError(f"step {record.step_index}: parent is {record.parent_id}, got {parent.checkpoint_id}")
+    return AgentCheckpoint(
+        checkpoint_id=checkpoint_id(record.run_id, record.branch_id, record.step_index),
+        run_id=record.run_id,
+        parent_id=record.parent_id,
+        branch_id=record.branch_id,
+        step_index=record.step_index,
+        step_label=record.step_label,
+        messages=[*(parent.messages if parent else []), *record.new_messages],
+        agent_variables=dict(record.agent_variables),
+        tool_call_cache=[*(parent.tool_call_cache if parent else []), *map(tool_record, record.new_tool_calls)],
+        created_at=record.created_at,
+        llm_tokens_used=record.llm_tokens_used,
+        llm_cost_usd=record.llm_cost_usd,
+        prompt_tokens=record.prompt_tokens,
+        completion_tokens=record.completion_tokens,
+        model=record.model,
+        status=record.status,
+        error_info=record.error_info,
+    )
+
+
+def project(records: Iterable[StepRecord]) -> list[AgentCheckpoint]:
+    """Pure: the checkpoints of one branch from its step records (any order, repeats allowed)."""
+    by_step: dict[int, StepRecord] = {}
+    for record in records:
+        by_step.setdefault(record.step_index, record)
+    checkpoints: list[AgentCheckpoint] = []
+    parent: AgentCheckpoint | None = None
+    for step in sorted(by_step):
+        record = by_step[step]
+        if record.parent_id is not None and parent is None:
+            raise ProjectionError(f"step {step} of run {record.run_id!r} has no parent record in this history")
+        parent = apply_record(parent, record)
+        checkpoints.append(parent)
+    return checkpoints
+
+
+async def step_records(events: Sequence[HistoryEvent], converter: DataConverter) -> list[StepRecord]:
+    """Decode the StepRecords (inputs of `mirror_step`) found in history events."""
+    records: list[StepRecord] = []
+    for event in events:
+        if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            continue
+        attrs = event.activity_task_scheduled_event_attributes
+        if attrs.activity_type.name != MIRROR_ACTIVITY:
+            continue
+        (record,) = await converter.decode(attrs.input.payloads, [StepRecord])
+        records.append(record)
+    return records
+
+
+async def chain_events(client: Client, workflow_id: str) -> list[HistoryEvent]:
+    """Every event of a workflow, across its continue-as-new chain, oldest first."""
+    histories: list[list[HistoryEvent]] = []
+    run_id: str | None = None
+    while True:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        events = [e async for e in handle.fetch_history_events()]
+        histories.append(events)
+        first: Any = events[0].workflow_execution_started_event_attributes if events else None
+        previous = first.continued_execution_run_id if first is not None else ""
+        if not previous:
+            break
+        run_id = previous
+    return [e for history in reversed(histories) for e in history]
+
+
+async def project_workflow(client: Client, workflow_id: str) -> list[AgentCheckpoint]:
+    events = await chain_events(client, workflow_id)
+    return project(await step_records(events, client.data_converter))
