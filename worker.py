@@ -23,6 +23,7 @@ from activities.llm import LlmActivities, ModelEndpoint
 from activities.pricing import PriceTable
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry
+from activities.transcript import TranscriptStore
 from checkpoint_bridge.mirror import MirrorActivities
 from checkpoint_bridge.objects import open_object_store
 from checkpoint_bridge.store import CheckpointStore
@@ -55,7 +56,8 @@ def build_worker(
     max_cached_workflows: int | None = None,
 ) -> Worker:
     objects = open_object_store(settings.store_url)
-    llm = LlmActivities(endpoint, PriceTable.from_env())
+    payloads = open_object_store(settings.payload_url)
+    llm = LlmActivities(endpoint, PriceTable.from_env(), TranscriptStore(payloads))
     tools = ToolActivities(registry, IdempotencyLedger(objects))
     mirror = MirrorActivities(CheckpointStore(objects))
     options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}

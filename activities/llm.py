@@ -23,6 +23,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
+from activities.transcript import TranscriptError, TranscriptStore
+from checkpoint_bridge.errors import StoreUnavailableError
 from workflows.contracts import LlmRequest, LlmResponse, Usage
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -93,9 +95,10 @@ def map_openai_error(exc: Exception, model: str) -> ApplicationError:
 
 
 class LlmActivities:
-    def __init__(self, endpoint: ModelEndpoint, prices: PriceTable) -> None:
+    def __init__(self, endpoint: ModelEndpoint, prices: PriceTable, transcripts: TranscriptStore) -> None:
         self._endpoint = endpoint
         self._prices = prices
+        self._transcripts = transcripts
         self._client: openai.AsyncOpenAI | None = None
 
     def _get_client(self) -> openai.AsyncOpenAI:
@@ -109,9 +112,16 @@ class LlmActivities:
 
     @activity.defn(name="call_llm")
     async def call_llm(self, request: LlmRequest) -> LlmResponse:
+        try:
+            base = await self._transcripts.load(request.transcript_head, request.transcript_len)
+            # Stored before the call, so a store failure never wastes a paid call.
+            head = await self._transcripts.append(request.transcript_head, request.transcript_len, request.new_messages)
+        except (StoreUnavailableError, TranscriptError) as exc:
+            raise ApplicationError(f"transcript store: {exc}"[:1000], type="TranscriptUnavailable") from None
+        messages = [*base, *request.new_messages]
         kwargs: dict[str, Any] = {
             "model": request.model,
-            "messages": [_outgoing(m) for m in request.messages],
+            "messages": [_outgoing(m) for m in messages],
         }
         if request.tools:
             kwargs["tools"] = request.tools
@@ -145,4 +155,6 @@ class LlmActivities:
             priced=priced,
             finish_reason=choice.get("finish_reason"),
             response_id=data.get("id"),
+            transcript_head=head,
+            transcript_len=len(messages),
         )

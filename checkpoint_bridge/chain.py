@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Literal
 
 from .envelope import Envelope, apply_delta, decode
 from .errors import CheckpointNotFoundError, CorruptCheckpointError
@@ -94,7 +94,7 @@ async def read_many(
                 return None
 
     values = await asyncio.gather(*(one(k) for k in keys))
-    return dict(zip(keys, values))
+    return dict(zip(keys, values, strict=True))
 
 
 class ChainReader:

@@ -159,9 +159,10 @@ def apply_delta(parent: dict[str, Any], payload: dict[str, Any], key: str) -> di
             f"{len(base_msgs)} and {len(base_tools)}",
         )
     variables_set, removed = payload["variables_set"], payload["variables_removed"]
-    if not isinstance(variables_set, dict) or not isinstance(removed, list):
+    if not (isinstance(variables_set, dict) and isinstance(removed, list) and all(isinstance(k, str) for k in removed)):
         raise _corrupt(key, "has malformed variables_set / variables_removed")
-    variables = {k: v for k, v in parent["agent_variables"].items() if k not in set(removed)}
+    gone = set(removed)
+    variables = {k: v for k, v in parent["agent_variables"].items() if k not in gone}
     variables.update(variables_set)
     doc = {k: v for k, v in payload.items() if k not in _DELTA_FIELDS}
     doc.update(

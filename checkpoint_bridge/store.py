@@ -23,12 +23,12 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from rewind.errors import InvalidIdError
+
 from .canonical import canonical_json
 from .chain import ChainReader, SnapshotPolicy, decode_as, read_many
 from .envelope import encode, make_delta
 from .errors import CheckpointExistsError, CorruptCheckpointError
-from rewind.errors import InvalidIdError
-
 from .ids import checkpoint_id, parse_checkpoint_id
 from .layout import ParsedKey, branch_prefix, invalidation_key, parse_key, run_prefix, step_key
 from .migrations import migrate, validate_document
@@ -220,7 +220,7 @@ class CheckpointStore:
         keys = [step_key(p.run_id, p.branch_id, p.step_index) for p in steps]
         found = await read_many(self.objects, keys, self._concurrency)
         out = []
-        for p, key in zip(steps, keys):
+        for p, key in zip(steps, keys, strict=True):
             data = found[key]
             if data is None:
                 continue  # deleted between listing and reading

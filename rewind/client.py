@@ -11,11 +11,11 @@ from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.ids import validate_id
 from rewind.config import Settings
+from rewind.payloads import data_converter
 from rewind.errors import ConfigError, RunExistsError, RunNotFoundError
 from workflows.contracts import AgentInput, AgentResult, AgentStatus
 
@@ -27,7 +27,7 @@ async def connect(settings: Settings) -> Client:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.namespace,
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter(settings.payload_url, settings.payload_threshold),
         )
     except RuntimeError as exc:
         raise ConfigError(

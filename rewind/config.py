@@ -20,6 +20,11 @@ class Settings:
     namespace: str = "default"
     task_queue: str = "rewind"
     store_url: str = "file://.rewind/checkpoints"
+    # Where the run's own data lives while it is live: the conversation's
+    # transcript segments and Temporal payloads too large for history. Unlike
+    # the checkpoint store, a run cannot progress while this store is down.
+    payload_url: str = "file://.rewind/payloads"
+    payload_threshold: int = 64 * 1024
     home: Path = field(default_factory=lambda: Path(".rewind"))
     tool_modules: list[str] = field(default_factory=list)
     model: str | None = None
@@ -31,11 +36,17 @@ class Settings:
     def from_env(cls) -> "Settings":
         env = os.environ
         home = Path(env.get("REWIND_HOME", ".rewind"))
+        store_url = env.get("REWIND_STORE", f"file://{home / 'checkpoints'}")
+        default_payloads = f"file://{home / 'payloads'}"
+        if store_url.startswith("s3://"):
+            default_payloads = "s3://" + store_url[len("s3://"):].split("/", 1)[0] + "/rewind-payloads"
         return cls(
             temporal_address=env.get("TEMPORAL_ADDRESS", "localhost:7233"),
             namespace=env.get("TEMPORAL_NAMESPACE", "default"),
             task_queue=env.get("REWIND_TASK_QUEUE", "rewind"),
-            store_url=env.get("REWIND_STORE", f"file://{home / 'checkpoints'}"),
+            store_url=store_url,
+            payload_url=env.get("REWIND_PAYLOADS", default_payloads),
+            payload_threshold=int(env.get("REWIND_PAYLOAD_THRESHOLD", str(64 * 1024))),
             home=home,
             tool_modules=_split(env.get("REWIND_TOOLS", "")),
             model=env.get("REWIND_MODEL") or None,

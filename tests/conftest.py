@@ -37,8 +37,14 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevSer
 
 
 @pytest.fixture(scope="session")
-async def client(temporal_server: DevServer) -> Client:
-    return await connect(Settings(temporal_address=temporal_server.address))
+def payload_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The payload store every client and worker of the session shares."""
+    return f"file://{tmp_path_factory.mktemp('payloads')}"
+
+
+@pytest.fixture(scope="session")
+async def client(temporal_server: DevServer, payload_url: str) -> Client:
+    return await connect(Settings(temporal_address=temporal_server.address, payload_url=payload_url))
 
 
 @pytest.fixture(scope="session")
@@ -66,9 +72,10 @@ def events_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def settings(temporal_server: DevServer, tmp_path: Path) -> Settings:
+def settings(temporal_server: DevServer, tmp_path: Path, payload_url: str) -> Settings:
     return Settings(
         temporal_address=temporal_server.address,
+        payload_url=payload_url,
         task_queue=f"tq-{uuid.uuid4().hex[:8]}",
         store_url=f"file://{tmp_path / 'store'}",
         home=tmp_path / "home",
@@ -96,6 +103,7 @@ class WorkerProcess:
             "TEMPORAL_ADDRESS": settings.temporal_address,
             "REWIND_TASK_QUEUE": settings.task_queue,
             "REWIND_STORE": settings.store_url,
+            "REWIND_PAYLOADS": settings.payload_url,
             "REWIND_STICKY_TIMEOUT_S": str(settings.sticky_timeout_s),
             "OPENAI_BASE_URL": model.base_url,
             "OPENAI_API_KEY": "test-key",

@@ -33,3 +33,13 @@ def read_events(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def final_transcript(settings, run_id: str, branch_id: str = "main") -> list[dict]:
+    """The run's full conversation, from its newest checkpoint."""
+    from checkpoint_bridge.store import open_checkpoint_store
+
+    async with open_checkpoint_store(settings.store_url) as store:
+        latest = await store.load_latest(run_id, branch_id)
+    assert latest is not None, f"no checkpoints for {run_id}"
+    return latest.messages

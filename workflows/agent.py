@@ -58,13 +58,17 @@ def _failure_text(err: BaseException) -> str:
 class AgentWorkflow:
     def __init__(self) -> None:
         self._status: AgentStatus | None = None
-        self._messages: list[dict[str, Any]] = []
+        # The conversation lives in the transcript store; the workflow keeps
+        # only its head and the messages the next model call must add to it.
+        self._head: str | None = None
+        self._head_len = 0
+        self._unsent: list[dict[str, Any]] = []
+        self._step_messages: list[dict[str, Any]] = []
         self._tool_log: list[ToolCallLog] = []
         self._cache: dict[str, ToolCallLog] = {}
         self._specs: dict[str, ToolSpec] = {}
         self._inflight: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         self._input: AgentInput | None = None
-        self._recorded_messages = 0
         self._recorded_tool_calls = 0
         self._mirror_tasks: list[asyncio.Future[None]] = []
 
@@ -74,10 +78,6 @@ class AgentWorkflow:
         if self._status is None:
             raise ApplicationError("the run has not started its first workflow task yet")
         return self._status
-
-    @workflow.query
-    def transcript(self) -> list[dict[str, Any]]:
-        return self._messages
 
     @workflow.query
     def tool_log(self) -> list[ToolCallLog]:
@@ -103,10 +103,10 @@ class AgentWorkflow:
             )
         self._specs = {t.name: t for t in described.tools}
         openai_tools = [t.openai_schema() for t in described.tools]
-        self._messages = [
+        self._add_messages(
             {"role": "system", "content": inp.system_prompt},
             {"role": "user", "content": inp.task},
-        ]
+        )
         self._record_step("start")
 
         while status.step < inp.limits.max_steps:
@@ -116,11 +116,11 @@ class AgentWorkflow:
             status.step += 1
             response = await self._call_model(inp, openai_tools)
             message = response.message
-            self._messages.append(message)
+            self._add_messages(message)
             calls = message.get("tool_calls") or []
             if calls:
                 replies = await asyncio.gather(*(self._run_call(inp, status.step, call) for call in calls))
-                self._messages.extend(replies)
+                self._add_messages(*replies)
             self._record_step(step_label(message))
             if not calls:
                 status.final_answer = message.get("content") or ""
@@ -128,6 +128,10 @@ class AgentWorkflow:
                 return await self._finish_run()
         status.state = "max_steps_reached"
         return await self._finish_run()
+
+    def _add_messages(self, *messages: dict[str, Any]) -> None:
+        self._unsent.extend(messages)
+        self._step_messages.extend(messages)
 
     # -- checkpoints ----------------------------------------------------------
     def _record_step(self, label: str, *, failed: dict[str, Any] | None = None) -> None:
@@ -141,7 +145,7 @@ class AgentWorkflow:
             step_index=step,
             parent_id=checkpoint_id(inp.run_id, inp.branch_id, step - 1) if step > 0 else None,
             step_label=label,
-            new_messages=self._messages[self._recorded_messages:],
+            new_messages=self._step_messages,
             new_tool_calls=self._tool_log[self._recorded_tool_calls:],
             agent_variables=inp.variables,
             created_at=workflow.now(),
@@ -153,7 +157,7 @@ class AgentWorkflow:
             status="failed" if failed else "completed",
             error_info=failed,
         )
-        self._recorded_messages = len(self._messages)
+        self._step_messages = []
         self._recorded_tool_calls = len(self._tool_log)
         status.mirror_pending += 1
         self._mirror_tasks.append(asyncio.ensure_future(self._mirror(record)))
@@ -213,7 +217,8 @@ class AgentWorkflow:
                 CALL_LLM,
                 LlmRequest(
                     run_id=inp.run_id, step=status.step, model=inp.model,
-                    messages=self._messages, tools=openai_tools,
+                    transcript_head=self._head, transcript_len=self._head_len,
+                    new_messages=self._unsent, tools=openai_tools,
                 ),
                 result_type=LlmResponse,
                 start_to_close_timeout=timedelta(seconds=tuning.timeout_s),
@@ -230,6 +235,7 @@ class AgentWorkflow:
             await self._fail(f"model call of step {status.step} failed: {_failure_text(err)}")
             raise  # unreachable: _fail raises
         status.llm_calls += 1
+        self._head, self._head_len, self._unsent = response.transcript_head, response.transcript_len, []
         status.prompt_tokens += response.usage.prompt_tokens
         status.completion_tokens += response.usage.completion_tokens
         status.total_tokens += response.usage.total_tokens

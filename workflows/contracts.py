@@ -90,10 +90,18 @@ class Usage(BaseModel):
 
 
 class LlmRequest(BaseModel):
+    """One model call. The conversation so far is passed by reference.
+
+    `transcript_head` names the stored transcript of the first
+    `transcript_len` messages (None: empty); `new_messages` follow it.
+    """
+
     run_id: str
     step: int
     model: str
-    messages: list[dict[str, Any]]
+    transcript_head: str | None = None
+    transcript_len: int = 0
+    new_messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -104,6 +112,9 @@ class LlmResponse(BaseModel):
     priced: bool = True
     finish_reason: str | None = None
     response_id: str | None = None
+    # The stored transcript now covering the request's messages (not the reply).
+    transcript_head: str | None = None
+    transcript_len: int = 0
 
 
 class DescribeToolsRequest(BaseModel):

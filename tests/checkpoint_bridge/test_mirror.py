@@ -39,7 +39,9 @@ async def test_live_mirror_matches_mirror_from_history(worker, client, settings,
         assert all(s.status == "completed" for s in summaries)
         assert summaries[-1].llm_cost_usd == pytest.approx(result.status.cost_usd)
         final = await live.load(checkpoint_id(run_id, "main", 3))
-        assert final.messages == await handle.query("transcript")
+        last_request = [r for r in model.requests() if r["status"] == 200][-1]
+        reply = last_request["response"]["choices"][0]["message"]
+        assert final.messages == [*last_request["messages"], reply]
         assert len(final.tool_call_cache) == 4
         assert final.llm_tokens_used == result.status.total_tokens
         live_objects = await live.raw_objects(run_id)

@@ -42,7 +42,9 @@ async def test_a_damaged_parent_fails_its_children(store: CheckpointStore, backe
         await backend.twin(store).load("run-1:main:5")
 
 
-@pytest.mark.parametrize("raw", [b"not json{", b"[1, 2, 3]", b"", b'{"format": NaN}'], ids=["text", "array", "empty", "nan"])
+@pytest.mark.parametrize(
+    "raw", [b"not json{", b"[1, 2, 3]", b"", b'{"format": NaN}'], ids=["text", "array", "empty", "nan"]
+)
 async def test_objects_that_are_not_json_objects(raw: bytes, store: CheckpointStore, backend: Backend) -> None:
     await _saved(store)
     await store.objects.put_overwrite(STEP.format(3), raw)

@@ -67,7 +67,10 @@ async def test_bad_ids_are_refused_and_nothing_is_written(bad: str, store: Check
     assert (await store.load("run-1:main:0")) == first_step()
 
 
-@pytest.mark.parametrize("key", ["../../x.json", "/etc/passwd", "a/../../b.json", "a//b.json", "./a.json", "a\x00.json"])
+UNSAFE_KEYS = ["../../x.json", "/etc/passwd", "a/../../b.json", "a//b.json", "./a.json", "a\x00.json"]
+
+
+@pytest.mark.parametrize("key", UNSAFE_KEYS)
 async def test_object_stores_refuse_unsafe_keys(key: str, backend: Backend) -> None:
     objects = backend.objects()
     with pytest.raises(InvalidIdError, match="unsafe"):

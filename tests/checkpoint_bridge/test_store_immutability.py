@@ -35,7 +35,7 @@ async def test_different_content_under_an_existing_id_is_refused(store: Checkpoi
     assert await backend.twin(store).load("run-1:main:2") == run[2]
 
 
-async def test_concurrent_writers_of_the_same_checkpoint_leave_one_object(store: CheckpointStore, backend: Backend) -> None:
+async def test_concurrent_writers_of_one_checkpoint_leave_one_object(store: CheckpointStore, backend: Backend) -> None:
     run = make_run(2)
     await store.save(run[0])
     writers = [backend.twin(store) for _ in range(WRITERS)]  # e.g. a live mirror and a re-mirror
@@ -48,13 +48,14 @@ async def test_concurrent_writers_of_the_same_checkpoint_leave_one_object(store:
     assert await backend.twin(store).load(run[1].checkpoint_id) == run[1]
 
 
-async def test_concurrent_writers_of_different_content_have_one_winner(store: CheckpointStore, backend: Backend) -> None:
+async def test_concurrent_writers_of_different_content_one_wins(store: CheckpointStore, backend: Backend) -> None:
     run = make_run(2)
     await store.save(run[0])
     candidates = [next_step(run[0], step_label=f"writer-{i}") for i in range(WRITERS)]
     writers = [backend.twin(store) for _ in candidates]
-    results = await asyncio.gather(*(w.save(c) for w, c in zip(writers, candidates)), return_exceptions=True)
-    winners = [c for c, r in zip(candidates, results) if not isinstance(r, BaseException)]
+    saves = (w.save(c) for w, c in zip(writers, candidates, strict=True))
+    results = await asyncio.gather(*saves, return_exceptions=True)
+    winners = [c for c, r in zip(candidates, results, strict=True) if not isinstance(r, BaseException)]
     losers = [r for r in results if isinstance(r, BaseException)]
     assert all(isinstance(r, CheckpointExistsError) for r in losers), losers
     stored = await backend.twin(store).load(run[1].checkpoint_id)

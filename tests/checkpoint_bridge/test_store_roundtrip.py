@@ -120,3 +120,18 @@ async def test_steps_that_rewrite_history_are_stored_as_snapshots(store: Checkpo
     raw = await store.raw_objects("run-1")
     assert b'"kind":"snapshot"' in raw["runs/run-1/branches/main/steps/00000004.json"]
     assert b'"kind":"delta"' in raw["runs/run-1/branches/main/steps/00000003.json"]
+
+
+async def test_variables_that_change_type_or_disappear(store: CheckpointStore, backend: Backend) -> None:
+    # 1, 1.0 and True are equal in Python but not the same JSON: each change must be stored.
+    run = make_run(2)
+    values = [1, 1.0, True, "1", None, {"n": 1}]
+    for value in values:
+        run.append(next_step(run[-1], agent_variables={"flag": value, "gone": 0}))
+    run.append(next_step(run[-1], agent_variables={"flag": "last"}))
+    for cp in run:
+        await store.save(cp)
+    cold = backend.twin(store)
+    for cp in run:
+        loaded = await cold.load(cp.checkpoint_id)
+        assert dump_checkpoint(loaded) == dump_checkpoint(cp)

@@ -19,6 +19,7 @@ async def rewind(settings: Settings, *args: str, cwd: Path | None = None, env: d
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "REWIND_TASK_QUEUE": settings.task_queue,
         "REWIND_STORE": settings.store_url,
+        "REWIND_PAYLOADS": settings.payload_url,
         **(env or {}),
     })
     proc = await asyncio.create_subprocess_exec(
@@ -82,3 +83,48 @@ async def test_demo_runs_twice(tmp_path):
         assert "## Stark Industries" in text
     assert len(list((tmp_path / ".rewind" / "outbox").glob("*.md"))) == 2
     assert not (tmp_path / ".rewind" / "demo-server.pid").exists()
+
+
+async def test_tree_show_export_and_mirror(worker, settings, model, events_file, tmp_path):
+    code, out, err = await rewind(settings, "start", "--task", "Research these companies: Acme, Globex", "--wait", "--run-id", "cli-tree-1")
+    assert code == 0, err
+
+    code, out, err = await rewind(settings, "tree", "cli-tree-1")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "search_company x2" in out and "final answer" in out
+    assert sum(1 for line in lines if " main " in line) == 4
+
+    code, out, err = await rewind(settings, "tree", "cli-tree-1", "--json")
+    doc = json.loads(out)
+    rows = doc["branches"]["main"]
+    assert [r["step_index"] for r in rows] == [0, 1, 2, 3]
+    assert rows[1]["parent_id"] == rows[0]["checkpoint_id"] and len(rows[1]["short_id"]) == 10
+
+    code, out, err = await rewind(settings, "show", "cli-tree-1:main:3", "--json")
+    assert code == 0, err
+    full = json.loads(out)
+    assert full["status"] == "completed" and full["schema_version"] == 3
+    assert full["messages"][-1]["role"] == "assistant" and len(full["tool_call_cache"]) == 3
+
+    code, out, err = await rewind(settings, "show", "cli-tree-1:main:2")
+    assert code == 0 and "save_report" in out
+
+    target = tmp_path / "export.json"
+    code, out, err = await rewind(settings, "export", "cli-tree-1:main:3", "--out", str(target))
+    assert code == 0, err
+    assert json.loads(target.read_text()) == full
+
+    code, out, err = await rewind(settings, "mirror", "cli-tree-1", "--json")
+    assert code == 0, err
+    report = json.loads(out)["branches"][0]
+    assert report["checkpoints"] == 4 and report["written"] == 0 and report["already_present"] == 4
+
+    for args, needle in [
+        (("tree", "no-such-run"), "no checkpoints for run 'no-such-run'"),
+        (("show", "cli-tree-1:main:99"), "not found"),
+        (("show", "../../etc/passwd"), "malformed"),
+        (("tree", "a/b"), "run id"),
+    ]:
+        code, out, err = await rewind(settings, *args)
+        assert code == 1 and needle in err and "Traceback" not in err, (args, err)

@@ -8,7 +8,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 
-from helpers import read_events, start_agent, turns_seen
+from helpers import final_transcript, read_events, start_agent, turns_seen
 from rewind.client import run_view
 from workflows.contracts import RunLimits
 
@@ -28,7 +28,7 @@ async def test_research_agent_end_to_end(worker, client, settings, model, events
     assert "saved to" in result.final_answer
     # Step 1 asked for three searches at once; all ran, none from cache.
     assert result.status.tool_calls_done == 4 and result.status.tool_cache_hits == 0
-    transcript = await handle.query("transcript")
+    transcript = await final_transcript(settings, handle.id)
     assistant = [m for m in transcript if m["role"] == "assistant"]
     first_calls = assistant[0]["tool_calls"]
     assert [c["function"]["name"] for c in first_calls] == ["search_company"] * 3

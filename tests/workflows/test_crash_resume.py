@@ -8,7 +8,7 @@ import uuid
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
-from helpers import read_events, start_agent, turns_seen
+from helpers import final_transcript, read_events, start_agent, turns_seen
 
 
 async def _wait_for_event(path, kind: str, timeout_s: float = 60.0) -> dict:
@@ -63,7 +63,7 @@ async def test_sigkill_mid_run_resumes_on_another_worker(client, settings, model
     ]
     assert len(started) == 1
     assert started[0].last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
-    transcript = await handle.query("transcript")
+    transcript = await final_transcript(settings, handle.id)
     ids = [m["tool_call_id"] for m in transcript if m["role"] == "tool"]
     assert len(ids) == len(set(ids)) == 2
 

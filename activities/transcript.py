@@ -1,0 +1,97 @@
+"""The conversation, passed to model calls by reference.
+
+Sending the whole message list to every model-call activity makes Temporal
+history grow with the square of the run's length (a known way runs die at the
+50 MB history limit). Instead the conversation is a chain of content-addressed
+segments in the payload store: each model call stores the messages that are
+new since the previous call as one segment that points at its parent, and the
+workflow passes only (head, length, new messages). History then holds each
+message about once, and the store holds each message once.
+
+Segments are immutable and named by the sha256 of their bytes, so a retried
+or repeated write is a no-op and a forked run shares its parent's prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from typing import Any
+
+from checkpoint_bridge.canonical import canonical_json
+from checkpoint_bridge.errors import CheckpointNotFoundError
+from checkpoint_bridge.objects import ObjectStore
+
+SEGMENT_FORMAT = "rewind.transcript-segment/v1"
+
+
+class TranscriptError(RuntimeError):
+    """A transcript segment is missing, corrupt, or not the length the workflow expects."""
+
+
+def segment_key(digest: str) -> str:
+    return f"segments/{digest[:2]}/{digest}.json"
+
+
+class TranscriptStore:
+    def __init__(self, objects: ObjectStore, cache_size: int = 128) -> None:
+        self._objects = objects
+        self._cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._cache_size = cache_size
+
+    def _remember(self, digest: str, messages: list[dict[str, Any]]) -> None:
+        self._cache[digest] = messages
+        self._cache.move_to_end(digest)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    async def append(self, head: str | None, head_len: int, messages: list[dict[str, Any]]) -> str:
+        """Store `messages` after the prefix `head`; returns the new head."""
+        doc = {"format": SEGMENT_FORMAT, "parent": head, "length": head_len + len(messages), "messages": messages}
+        data = canonical_json(doc).encode()
+        digest = hashlib.sha256(data).hexdigest()
+        await self._objects.put_if_absent(segment_key(digest), data)
+        prefix = self._cache.get(head) if head is not None else []
+        if prefix is not None:
+            self._remember(digest, [*prefix, *messages])
+        return digest
+
+    async def _segment(self, digest: str) -> dict[str, Any]:
+        try:
+            data = await self._objects.get(segment_key(digest))
+        except CheckpointNotFoundError as exc:
+            raise TranscriptError(
+                f"transcript segment {digest} is missing from {self._objects.url}; every worker must "
+                "use the same REWIND_PAYLOADS store"
+            ) from exc
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise TranscriptError(f"transcript segment {digest} in {self._objects.url} does not match its hash")
+        doc = json.loads(data)
+        if doc.get("format") != SEGMENT_FORMAT:
+            raise TranscriptError(f"transcript segment {digest} has unknown format {doc.get('format')!r}")
+        return doc
+
+    async def load(self, head: str | None, expected_len: int) -> list[dict[str, Any]]:
+        """The full message list ending at `head` (cached; walks parents on a miss)."""
+        if head is None:
+            messages: list[dict[str, Any]] = []
+        elif head in self._cache:
+            self._cache.move_to_end(head)
+            messages = self._cache[head]
+        else:
+            chain: list[tuple[str, dict[str, Any]]] = []
+            cursor: str | None = head
+            while cursor is not None and cursor not in self._cache:
+                doc = await self._segment(cursor)
+                chain.append((cursor, doc))
+                cursor = doc.get("parent")
+            messages = self._cache[cursor] if cursor is not None else []
+            for digest, doc in reversed(chain):
+                messages = [*messages, *doc["messages"]]
+                self._remember(digest, messages)
+        if len(messages) != expected_len:
+            raise TranscriptError(
+                f"transcript {head} holds {len(messages)} messages, the workflow expects {expected_len}"
+            )
+        return list(messages)

@@ -1,0 +1,150 @@
+"""Large Temporal payloads go to external storage; history keeps a reference.
+
+Temporal refuses payloads over 2 MB and terminates histories near 50 MB. With
+the SDK's ExternalStorage, any payload above `REWIND_PAYLOAD_THRESHOLD` bytes
+(64 KiB by default) is written to the payload store and history holds a
+~300-byte claim. The payload store is `REWIND_PAYLOADS`:
+
+    file://path        LocalStorageDriver below, in path/temporal (embedded default .rewind/payloads)
+    s3://bucket        the SDK's own S3StorageDriver (content-addressed keys)
+
+Client, worker and CLI must all use the same converter: `data_converter()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import os
+from pathlib import Path
+from typing import Sequence
+
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    ExternalStorage,
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
+
+from rewind.errors import ConfigError
+
+DEFAULT_THRESHOLD = 64 * 1024
+
+
+class PayloadIntegrityError(RuntimeError):
+    """An externally stored payload is missing or does not match its hash."""
+
+
+class LocalStorageDriver(StorageDriver):
+    """Content-addressed payload files in a local folder (the embedded default).
+
+    Shared by every worker on the machine; use S3 when workers run on
+    several machines.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    def name(self) -> str:
+        return "rewind.local"
+
+    def type(self) -> str:
+        return "rewind.local"
+
+    def _path(self, digest: str) -> Path:
+        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+            raise PayloadIntegrityError(f"malformed payload claim {digest!r}")
+        return self._root / digest[:2] / digest
+
+    def _write(self, data: bytes, digest: str) -> None:
+        path = self._path(digest)
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{digest}.{os.getpid()}.{id(data)}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)  # same content under one name: last writer wins harmlessly
+
+    async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
+        claims = []
+        for payload in payloads:
+            data = payload.SerializeToString()
+            digest = hashlib.sha256(data).hexdigest()
+            await asyncio.to_thread(self._write, data, digest)
+            claims.append(StorageDriverClaim(claim_data={"sha256": digest}))
+        return claims
+
+    async def retrieve(self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+        out = []
+        for claim in claims:
+            digest = claim.claim_data["sha256"]
+            path = self._path(digest)
+            try:
+                data = await asyncio.to_thread(path.read_bytes)
+            except OSError as exc:
+                raise PayloadIntegrityError(
+                    f"payload {digest} is missing from {self._root} ({exc}); every worker and client "
+                    "must use the same REWIND_PAYLOADS"
+                ) from exc
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise PayloadIntegrityError(f"payload {path} does not match its hash; the file was changed")
+            payload = Payload()
+            payload.ParseFromString(data)
+            out.append(payload)
+        return out
+
+
+def _driver(url: str) -> StorageDriver:
+    if url.startswith("s3://"):
+        import aioboto3
+        from temporalio.contrib.aws.s3driver import S3StorageDriver
+        from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
+
+        bucket = url[len("s3://"):].split("/", 1)[0]
+        if not bucket:
+            raise ConfigError(f"REWIND_PAYLOADS {url!r} names no bucket; use s3://bucket")
+        return _LazyS3Driver(bucket, aioboto3.Session(), S3StorageDriver, new_aioboto3_client)
+    path = url[len("file://"):] if url.startswith("file://") else url
+    if not path:
+        raise ConfigError(f"REWIND_PAYLOADS {url!r} is empty; use file://path or s3://bucket")
+    return LocalStorageDriver(Path(path) / "temporal")
+
+
+class _LazyS3Driver(StorageDriver):
+    """S3StorageDriver over an aioboto3 client opened on first use (in the running loop)."""
+
+    def __init__(self, bucket: str, session, driver_cls, client_factory) -> None:  # type: ignore[no-untyped-def]
+        self._bucket, self._session = bucket, session
+        self._driver_cls, self._client_factory = driver_cls, client_factory
+        self._driver: StorageDriver | None = None
+        self._context = None
+
+    def name(self) -> str:
+        return "aws.s3driver"
+
+    def type(self) -> str:
+        return "aws.s3driver"
+
+    async def _get(self) -> StorageDriver:
+        if self._driver is None:
+            self._context = self._session.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
+            client = await self._context.__aenter__()
+            self._driver = self._driver_cls(self._client_factory(client), bucket=self._bucket)
+        return self._driver
+
+    async def store(self, context, payloads):  # type: ignore[no-untyped-def]
+        return await (await self._get()).store(context, payloads)
+
+    async def retrieve(self, context, claims):  # type: ignore[no-untyped-def]
+        return await (await self._get()).retrieve(context, claims)
+
+
+def data_converter(payload_url: str, threshold: int = DEFAULT_THRESHOLD) -> DataConverter:
+    """pydantic converter + external storage of payloads above `threshold` bytes."""
+    storage = ExternalStorage(drivers=[_driver(payload_url)], payload_size_threshold=threshold)
+    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
