@@ -17,6 +17,7 @@ because Python equality would call ``1``, ``1.0`` and ``True`` the same value.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,8 +50,79 @@ def _sha256(payload: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
 
 
+# A tool record's output is usually also the content of the tool message that
+# answered the call. The stored form keeps it once: the record's output is
+# dropped and `tool_outputs_in_messages` says where to read it back from
+# ("text": the message content as is; "json": the content parsed as JSON).
+_OUTPUT_REFS = "tool_outputs_in_messages"
+_LISTS = {"snapshot": ("messages", "tool_call_cache"), "delta": ("new_messages", "new_tool_records")}
+
+
+def _tool_contents(messages: list[Any]) -> dict[str, str]:
+    return {
+        m["tool_call_id"]: m["content"]
+        for m in messages
+        if isinstance(m, dict) and m.get("role") == "tool"
+        and isinstance(m.get("tool_call_id"), str) and isinstance(m.get("content"), str)
+    }
+
+
+def _compact(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
+    msgs_field, records_field = _LISTS[kind]
+    contents = _tool_contents(payload.get(msgs_field) or [])
+    refs: dict[str, str] = {}
+    records = []
+    for index, record in enumerate(payload.get(records_field) or []):
+        content = contents.get(record.get("tool_call_id")) if isinstance(record, dict) else None
+        output = record.get("tool_output") if content is not None else None
+        how = None
+        if content is not None and output is not None:
+            if isinstance(output, str):
+                how = "text" if output == content else None
+            elif canonical_json(output) == _canonical_parsed(content):
+                how = "json"
+        if how is None:
+            records.append(record)
+            continue
+        refs[str(index)] = how
+        records.append({**record, "tool_output": None})
+    if not refs:
+        return payload
+    return {**payload, records_field: records, _OUTPUT_REFS: refs}
+
+
+def _canonical_parsed(content: str) -> str | None:
+    try:
+        return canonical_json(json.loads(content))
+    except ValueError:
+        return None
+
+
+def _expand(kind: Kind, payload: dict[str, Any], key: str) -> dict[str, Any]:
+    refs = payload.get(_OUTPUT_REFS)
+    if refs is None:
+        return payload
+    msgs_field, records_field = _LISTS[kind]
+    records = payload.get(records_field)
+    if not isinstance(refs, dict) or not isinstance(records, list):
+        raise _corrupt(key, f"has a malformed {_OUTPUT_REFS}")
+    contents = _tool_contents(payload.get(msgs_field) or [])
+    restored = list(records)
+    for index, how in refs.items():
+        try:
+            record = restored[int(index)]
+            content = contents[record["tool_call_id"]]
+            restored[int(index)] = {**record, "tool_output": content if how == "text" else json.loads(content)}
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise _corrupt(key, f"has a tool output reference {index!r} that points nowhere ({exc})") from None
+    out = {k: v for k, v in payload.items() if k != _OUTPUT_REFS}
+    out[records_field] = restored
+    return out
+
+
 def encode(kind: Kind, payload: dict[str, Any]) -> bytes:
     """The canonical bytes of an envelope (deterministic for equal payloads)."""
+    payload = _compact(kind, payload)
     envelope = {
         "format": FORMAT,
         "kind": kind,
@@ -102,7 +174,7 @@ def decode(data: bytes, key: str) -> Envelope:
         missing = [f for f in ("parent_id", *_DELTA_FIELDS) if f not in payload]
         if missing:
             raise _corrupt(key, f"is a delta without {', '.join(missing)}")
-    return Envelope(kind, version, payload)
+    return Envelope(kind, version, _expand(kind, payload, key))
 
 
 def is_prefix(shorter: list[Any], longer: list[Any]) -> bool:

@@ -49,7 +49,7 @@ class CheckpointStore:
         objects: ObjectStore,
         *,
         snapshot_every: int = 25,
-        snapshot_spacing: Literal["doubling", "fixed"] = "doubling",
+        snapshot_spacing: Literal["geometric", "fixed"] = "geometric",
         max_delta_chain: int = 1000,
         cache_size: int = 64,
         concurrency: int = 16,

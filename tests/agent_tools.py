@@ -93,3 +93,10 @@ async def send_email(to: str, body: str) -> str:
     if os.environ.get("REWIND_TEST_CRASH_AFTER_EFFECT") and ctx.attempt == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     return f"sent to {to}"
+
+
+@tool
+async def blob(index: int, size: int) -> str:
+    """Read-only: `size` characters of deterministic text (long-run tests)."""
+    line = f"record {index}: " + "lorem ipsum dolor sit amet " * 4
+    return (line * (size // len(line) + 1))[:size]

@@ -7,10 +7,10 @@ import pytest
 from checkpoint_bridge.chain import SnapshotPolicy
 
 
-def test_doubling_spacing() -> None:
-    policy = SnapshotPolicy(every=25, spacing="doubling", max_chain=1000)
-    steps = [s for s in range(0, 3001) if policy.is_snapshot_step(s)]
-    assert steps == [0, 25, 50, 100, 200, 400, 800, 1000, 1600, 2000, 3000]
+def test_geometric_spacing() -> None:
+    policy = SnapshotPolicy(every=25, spacing="geometric", max_chain=1000)
+    steps = [s for s in range(0, 7001) if policy.is_snapshot_step(s)]
+    assert steps == [0, 25, 100, 400, 1000, 1600, 2000, 3000, 4000, 5000, 6000, 6400, 7000]
 
 
 def test_fixed_spacing() -> None:
@@ -19,7 +19,7 @@ def test_fixed_spacing() -> None:
     assert all(SnapshotPolicy(every=1, spacing="fixed").is_snapshot_step(s) for s in range(50))
 
 
-@pytest.mark.parametrize("policy", [SnapshotPolicy(), SnapshotPolicy(7, "fixed"), SnapshotPolicy(3, "doubling", 50)])
+@pytest.mark.parametrize("policy", [SnapshotPolicy(), SnapshotPolicy(7, "fixed"), SnapshotPolicy(3, "geometric", 50)])
 def test_snapshot_hint_is_the_last_snapshot_step(policy: SnapshotPolicy) -> None:
     last = 0
     for step in range(0, 2500):
