@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 import pytest
+from moto.server import ThreadedMotoServer
 from temporalio.client import Client
 
 from activities.llm import ModelEndpoint
@@ -34,6 +35,35 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevSer
     server = DevServer.start(folder / "temporal.db", headless=True)
     yield server
     server.stop()
+
+
+_FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    # Never read a developer's real AWS profile during tests.
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """URL of a moto S3 server running for the whole session, with fake credentials set."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in _FAKE_AWS_ENV.items():
+            patch.setenv(name, value)
+        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            patch.delenv(name, raising=False)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        try:
+            yield f"http://{host}:{port}"
+        finally:
+            server.stop()
 
 
 @pytest.fixture(scope="session")

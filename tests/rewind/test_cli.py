@@ -128,3 +128,29 @@ async def test_tree_show_export_and_mirror(worker, settings, model, events_file,
     ]:
         code, out, err = await rewind(settings, *args)
         assert code == 1 and needle in err and "Traceback" not in err, (args, err)
+
+
+async def test_checkpoints_in_s3(client, settings, model, events_file, moto_endpoint, monkeypatch, tmp_path):
+    """With REWIND_STORE=s3://… a run's checkpoints land in S3 and the CLI reads them there."""
+    import boto3
+
+    from activities.llm import ModelEndpoint
+    from activities.tools import ToolRegistry
+    from worker import build_worker
+
+    bucket = f"cli-{os.urandom(4).hex()}"
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    settings.store_url = f"s3://{bucket}/team-a"
+    registry = ToolRegistry.from_modules(["examples.research_agent"])
+    endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
+    async with build_worker(client, settings, registry, endpoint):
+        code, out, err = await rewind(settings, "start", "--task", "Research these companies: Acme", "--wait", "--run-id", "s3-run-1")
+        assert code == 0, err
+    code, out, err = await rewind(settings, "tree", "s3-run-1", "--json")
+    assert code == 0, err
+    assert [r["step_index"] for r in json.loads(out)["branches"]["main"]] == [0, 1, 2, 3]
+    code, out, err = await rewind(settings, "show", "s3-run-1:main:3", "--json")
+    assert code == 0 and json.loads(out)["status"] == "completed"
+    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").list_objects_v2(Bucket=bucket)["Contents"]]
+    assert any(k.startswith("team-a/runs/s3-run-1/branches/main/steps/") for k in keys)
