@@ -12,6 +12,7 @@ API key reaches Temporal history.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +22,8 @@ import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.context_budget import message_budget
+from activities.context_window import compress_messages
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
 from activities.transcript import TranscriptError, TranscriptStore
@@ -119,9 +122,30 @@ class LlmActivities:
         except (StoreUnavailableError, TranscriptError) as exc:
             raise ApplicationError(f"transcript store: {exc}"[:1000], type="TranscriptUnavailable") from None
         messages = [*base, *request.new_messages]
+        sent = list(messages)
+        if request.system_prompt_override is not None:
+            first = next((i for i, m in enumerate(sent) if m.get("role") == "system"), None)
+            if first is not None:
+                sent[first] = {**sent[first], "content": request.system_prompt_override}
+        model_view = None
+        budget = message_budget(request.model, request.tools, request.context_tokens)
+        # Tokenizing a long conversation is CPU work: keep it off the event loop.
+        fitted = await asyncio.to_thread(
+            compress_messages, sent, model=request.model, budget_tokens=budget,
+            keep_last=request.keep_last, tool_result_chars=request.tool_result_chars,
+        )
+        if fitted.compressed:
+            # The full history stays in the transcript and the checkpoints; the
+            # actions say exactly what this call sent instead (rebuild_view).
+            sent = fitted.messages
+            model_view = {
+                "budget_tokens": budget, "tokens_before": fitted.tokens_before,
+                "tokens_after": fitted.tokens_after, "over_budget": fitted.over_budget,
+                "actions": fitted.actions,
+            }
         kwargs: dict[str, Any] = {
             "model": request.model,
-            "messages": [_outgoing(m) for m in messages],
+            "messages": [_outgoing(m) for m in sent],
         }
         if request.tools:
             kwargs["tools"] = request.tools
@@ -157,4 +181,5 @@ class LlmActivities:
             response_id=data.get("id"),
             transcript_head=head,
             transcript_len=len(messages),
+            model_view=model_view,
         )

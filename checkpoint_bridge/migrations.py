@@ -15,7 +15,7 @@ History of the schema:
       and no ``llm_cost_usd``.
   v2  ``branch_id`` (default "main"), ``llm_cost_usd``; ids ``run:branch:step``.
   v3  ledger fields ``prompt_tokens``, ``completion_tokens``, ``model``,
-      ``model_view``.
+      ``model_view`` (what compression did), ``ledger`` (per step / branch).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
     out.setdefault("completion_tokens", 0)
     out.setdefault("model", None)
     out.setdefault("model_view", None)
+    out.setdefault("ledger", None)
     out["schema_version"] = 3
     return out
 

@@ -54,6 +54,12 @@ def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentChe
         )
     if parent is not None and parent.checkpoint_id != record.parent_id:
         raise ProjectionError(f"step {record.step_index}: parent is {record.parent_id}, got {parent.checkpoint_id}")
+    messages = [*(parent.messages if parent else []), *record.new_messages]
+    if record.system_prompt is not None:
+        # A fork with a new system prompt: the branch's conversation uses it from here on.
+        first = next((i for i, m in enumerate(messages) if m.get("role") == "system"), None)
+        if first is not None:
+            messages[first] = {**messages[first], "content": record.system_prompt}
     return AgentCheckpoint(
         checkpoint_id=checkpoint_id(record.run_id, record.branch_id, record.step_index),
         run_id=record.run_id,
@@ -61,7 +67,7 @@ def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentChe
         branch_id=record.branch_id,
         step_index=record.step_index,
         step_label=record.step_label,
-        messages=[*(parent.messages if parent else []), *record.new_messages],
+        messages=messages,
         agent_variables=dict(record.agent_variables),
         tool_call_cache=[*(parent.tool_call_cache if parent else []), *map(tool_record, record.new_tool_calls)],
         created_at=record.created_at,
@@ -72,6 +78,8 @@ def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentChe
         model=record.model,
         status=record.status,
         error_info=record.error_info,
+        ledger={"step": record.step_ledger.model_dump(), "branch": record.branch_ledger.model_dump()},
+        model_view=record.model_view,
     )
 
 

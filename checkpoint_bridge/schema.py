@@ -105,8 +105,12 @@ class AgentCheckpoint(BaseModel):
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
     model: str | None = None
-    model_view: list[dict[str, Any]] | None = None
-    """What the model actually saw this step, when the context was compressed."""
+    model_view: dict[str, Any] | None = None
+    """When the context was compressed for this step: what was done to the
+    messages so the model saw a shorter view (the full history stays in ``messages``)."""
+    ledger: dict[str, Any] | None = None
+    """``{"step": {...}, "branch": {...}}``: tokens in/out, cost, model calls, tool
+    calls, cache hits and tool time of this step and of the branch so far."""
 
     _utc = field_validator("created_at")(_to_utc)
 

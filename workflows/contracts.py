@@ -23,8 +23,9 @@ RunState = Literal[
     "running",
     "completed",
     "failed",
+    # A budget (steps, cost, tokens) would be exceeded by the next step: the
+    # run is paused, resumable with `rewind continue` (a `raise_limits` signal).
     "budget_exceeded",
-    "max_steps_reached",
 ]
 
 
@@ -55,6 +56,30 @@ class ToolSpec(BaseModel):
 class RunLimits(BaseModel):
     max_steps: int = 50
     max_cost_usd: float | None = None
+    max_tokens: int | None = None
+    # How long a run whose budget ran out waits for `rewind continue` before
+    # it ends (still with state budget_exceeded).
+    budget_pause_s: float = 7 * 24 * 3600.0
+
+
+class Ledger(BaseModel):
+    """Tokens, cost and tool use: of one step, of a branch, of a run."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+    model_calls: int = 0
+    unpriced_calls: int = 0
+    tool_calls: int = 0
+    cache_hits: int = 0
+    tool_time_ms: int = 0
+
+    def plus(self, other: "Ledger") -> "Ledger":
+        return Ledger(**{k: getattr(self, k) + getattr(other, k) for k in Ledger.model_fields})
+
+    def minus(self, other: "Ledger") -> "Ledger":
+        return Ledger(**{k: getattr(self, k) - getattr(other, k) for k in Ledger.model_fields})
 
 
 class LlmTuning(BaseModel):
@@ -66,6 +91,13 @@ class LlmTuning(BaseModel):
     max_attempts: int = 10
     initial_retry_s: float = 1.0
     max_retry_s: float = 60.0
+    # Context window: tokens the conversation may take (None: the model's
+    # known window minus room for the reply and the tool schemas).
+    context_tokens: int | None = None
+    # Compression keeps the system message, every user message and the last
+    # `keep_last` messages intact, and shortens older tool results first.
+    keep_last: int = 6
+    tool_result_chars: int = 400
 
 
 class AgentInput(BaseModel):
@@ -81,6 +113,12 @@ class AgentInput(BaseModel):
     # How long a finished run waits for its last checkpoints to be mirrored;
     # past it the run completes anyway and `rewind mirror` catches up.
     mirror_drain_s: float = 60.0
+    # Continue-as-new once history passes this many bytes (or when Temporal
+    # suggests it), well before Temporal's 50 MB limit.
+    history_limit_bytes: int = 4 * 1024 * 1024
+    # Set when this workflow continues a logical run: after continue-as-new,
+    # or as a fork / rollback seeded from a checkpoint.
+    resume: "LoopState | None" = None
 
 
 class Usage(BaseModel):
@@ -103,6 +141,11 @@ class LlmRequest(BaseModel):
     transcript_len: int = 0
     new_messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    # A fork's new system prompt: replaces the first system message sent.
+    system_prompt_override: str | None = None
+    context_tokens: int | None = None
+    keep_last: int = 6
+    tool_result_chars: int = 400
 
 
 class LlmResponse(BaseModel):
@@ -115,6 +158,8 @@ class LlmResponse(BaseModel):
     # The stored transcript now covering the request's messages (not the reply).
     transcript_head: str | None = None
     transcript_len: int = 0
+    # When the context was compressed: what was done to fit it (see context_window).
+    model_view: dict[str, Any] | None = None
 
 
 class DescribeToolsRequest(BaseModel):
@@ -171,6 +216,7 @@ class AgentStatus(BaseModel):
     state: RunState
     step: int = 0
     model: str
+    # Totals of this branch, including what it inherited at its fork point.
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -179,6 +225,12 @@ class AgentStatus(BaseModel):
     llm_calls: int = 0
     tool_calls_done: int = 0
     tool_cache_hits: int = 0
+    ledger: Ledger = Field(default_factory=Ledger)
+    step_ledger: Ledger = Field(default_factory=Ledger)
+    branch_ledger: Ledger = Field(default_factory=Ledger)  # spent on this branch itself
+    budget_reason: str | None = None
+    limits: RunLimits = Field(default_factory=RunLimits)
+    continued_as_new: int = 0
     last_error: str | None = None
     final_answer: str | None = None
     # Steps whose checkpoint the live mirror has not confirmed yet.
@@ -215,8 +267,38 @@ class StepRecord(BaseModel):
     llm_cost_usd: float = 0.0
     status: Literal["completed", "failed"] = "completed"
     error_info: dict[str, Any] | None = None
+    step_ledger: Ledger = Field(default_factory=Ledger)
+    branch_ledger: Ledger = Field(default_factory=Ledger)
+    # Only on the first step of a fork that changed the system prompt: the
+    # system message the branch uses from here on.
+    system_prompt: str | None = None
+    # What the model saw, when the context was compressed for this step.
+    model_view: dict[str, Any] | None = None
 
 
 class MirrorAck(BaseModel):
     checkpoint_id: str
     written: bool
+
+
+class LoopState(BaseModel):
+    """The loop's durable state: what continue-as-new carries into the next
+    run, and what a fork or rollback is seeded with."""
+
+    step: int = 0
+    parent_checkpoint: str | None = None  # checkpoint id of the last recorded step
+    transcript_head: str | None = None
+    transcript_len: int = 0
+    unsent: list[dict[str, Any]] = Field(default_factory=list)
+    totals: Ledger = Field(default_factory=Ledger)
+    inherited: Ledger = Field(default_factory=Ledger)  # totals at the fork point
+    tool_cache: dict[str, Any] = Field(default_factory=dict)  # cache key -> output
+    pending_records: list[StepRecord] = Field(default_factory=list)
+    system_prompt_override: str | None = None
+    last_error: str | None = None
+    continued_as_new: int = 0
+    # The first record after a fork carries the branch's new system prompt.
+    announce_system_prompt: bool = False
+
+
+AgentInput.model_rebuild()

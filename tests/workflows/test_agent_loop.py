@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -168,11 +169,43 @@ async def test_tools_missing_on_worker_fail_the_run(worker, client, settings, mo
     assert "not_registered" in str(info.value.cause) and "--tools" in str(info.value.cause)
 
 
-async def test_step_and_cost_limits(worker, client, settings, model, events_file):
+async def test_budgets_stop_the_run_before_the_step_that_would_exceed_them(worker, client, settings, model, events_file):
     loop_name = _script(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i}"}}]} for i in range(10)])
-    result = await (await start_agent(client, settings, "loop", model=loop_name, limits=RunLimits(max_steps=2))).result()
-    assert result.status.state == "max_steps_reached" and result.status.step == 2
     result = await (await start_agent(
-        client, settings, "Research these companies: Acme.", limits=RunLimits(max_cost_usd=1e-9)
+        client, settings, "loop", model=loop_name, limits=RunLimits(max_steps=2, budget_pause_s=0)
     )).result()
+    assert result.status.state == "budget_exceeded" and result.status.step == 2
+    assert result.status.budget_reason.startswith("max_steps")
+    result = await (await start_agent(
+        client, settings, "Research these companies: Acme.", limits=RunLimits(max_cost_usd=1e-9, budget_pause_s=0)
+    )).result()
+    # The first step cost more than the whole budget; the second would too.
     assert result.status.state == "budget_exceeded" and result.status.step == 1
+    assert result.status.budget_reason.startswith("max_cost")
+
+
+async def test_budget_pause_then_continue_with_a_raised_budget(worker, client, settings, model, events_file):
+    name = _script(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i}"}}]} for i in range(4)] + [{"content": "done"}])
+    handle = await start_agent(client, settings, "budgeted", model=name, limits=RunLimits(max_tokens=150))
+    view = None
+    for _ in range(200):
+        view = await run_view(client, handle.id)
+        if view.status and view.status.state == "budget_exceeded":
+            break
+        await asyncio.sleep(0.05)
+    assert view.status.state == "budget_exceeded" and view.status.budget_reason.startswith("max_tokens")
+    paused_at = view.status.step
+    assert view.workflow_status == "running"  # paused, resumable
+    await handle.signal("raise_limits", RunLimits(max_tokens=100_000))
+    result = await handle.result()
+    assert result.status.state == "completed" and result.status.step == 5 > paused_at
+    # The run's totals are the sum of its steps' usage, in the checkpoints too.
+    from checkpoint_bridge.store import open_checkpoint_store
+
+    async with open_checkpoint_store(settings.store_url) as store:
+        cps = [await store.load(s.checkpoint_id) for s in await store.list_checkpoints(handle.id)]
+    steps = [cp.ledger["step"] for cp in cps]
+    assert sum(s["total_tokens"] for s in steps) == result.status.total_tokens == cps[-1].llm_tokens_used
+    assert sum(s["cost_usd"] for s in steps) == pytest.approx(result.status.cost_usd)
+    assert sum(s["tool_calls"] for s in steps) == result.status.tool_calls_done == 4
+    assert cps[-1].ledger["branch"]["total_tokens"] == result.status.total_tokens

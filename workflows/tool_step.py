@@ -1,0 +1,131 @@
+"""Answering the tool calls of one model reply (workflow code: deterministic).
+
+Each call becomes exactly one `tool` message with the call's id, whatever the
+model sent: bad JSON, an unknown tool, arguments that fail validation and a
+tool that keeps failing all become messages the model can act on. Read-only
+calls already answered in the run are served from the run's cache without an
+activity; identical calls within one reply run once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from checkpoint_bridge.canonical import cache_key
+    from workflows.contracts import AgentInput, Ledger, ToolCallLog, ToolOutcome, ToolRequest, ToolSpec
+    from workflows.tool_calls import canonical_arguments, idempotency_key, tool_message
+
+RUN_TOOL = "run_tool"
+TOOL_NOT_REGISTERED = "ToolNotRegistered"
+
+
+def _failure_text(err: BaseException) -> str:
+    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+    return str(cause) or type(cause).__name__
+
+
+class ToolStep:
+    def __init__(self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], ledger: Ledger) -> None:
+        self._inp = inp
+        self._specs = {s.name: s for s in specs}
+        self._cache = cache  # cache key -> output; lives in LoopState, so it survives continue-as-new
+        self._inflight: dict[str, asyncio.Future[ToolOutcome | str]] = {}
+        self.ledger = ledger
+        self.log: list[ToolCallLog] = []
+        self._taken = 0
+        self.last_error: str | None = None
+
+    def take_log(self) -> list[ToolCallLog]:
+        """The calls logged since the last take (one step's worth)."""
+        new = self.log[self._taken:]
+        self._taken = len(self.log)
+        return new
+
+    async def answer(self, step: int, call: dict[str, Any]) -> dict[str, Any]:
+        """One tool message answering `call`; never raises for bad model output."""
+        call_id = str(call.get("id", ""))
+        function = call.get("function") or {}
+        name = str(function.get("name", ""))
+        log = ToolCallLog(step=step, tool_call_id=call_id, tool_name=name,
+                          arguments=function.get("arguments"), called_at=workflow.now())
+        spec = self._specs.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self._specs)) or "none"
+            return self._finish(log, error=f"unknown tool {name!r}; available tools: {known}")
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except ValueError as exc:
+            return self._finish(log, error=f"arguments for {name} are not valid JSON ({exc}); send a JSON object")
+        if not isinstance(args, dict):
+            return self._finish(log, error=f"arguments for {name} must be a JSON object, got {type(args).__name__}")
+        log.arguments = args
+
+        if spec.side_effects:
+            log.side_effects = True
+            log.idempotency_key = idempotency_key(workflow.info().workflow_id, self._inp.branch_id, step, call_id)
+            return self._apply(log, await self._execute(step, call_id, spec, args, log.idempotency_key), executed=True)
+
+        key = log.cache_key = cache_key(name, canonical_arguments(args, spec))
+        if key in self._cache:
+            self.ledger.cache_hits += 1
+            log.served_from_cache = True
+            return self._finish(log, output=self._cache[key])
+        pending = self._inflight.get(key)
+        if pending is not None:
+            # The same read-only call is already running in this step: share it.
+            self.ledger.cache_hits += 1
+            log.served_from_cache = True
+            return self._apply(log, await pending, executed=False)
+        task = asyncio.ensure_future(self._execute(step, call_id, spec, args, None))
+        self._inflight[key] = task
+        try:
+            result = await task
+        finally:
+            del self._inflight[key]
+        return self._apply(log, result, executed=True)
+
+    async def _execute(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], idem_key: str | None) -> ToolOutcome | str:
+        """The tool activity's outcome, or the text of its final failure."""
+        try:
+            return await workflow.execute_activity(
+                RUN_TOOL,
+                ToolRequest(
+                    run_id=self._inp.run_id, branch_id=self._inp.branch_id, step=step, tool_call_id=call_id,
+                    tool_name=spec.name, arguments=args, idempotency_key=idem_key,
+                ),
+                result_type=ToolOutcome,
+                start_to_close_timeout=timedelta(seconds=spec.timeout_s),
+                heartbeat_timeout=timedelta(seconds=spec.heartbeat_s),
+                retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),
+            )
+        except ActivityError as err:
+            return f"{spec.name} failed after retries: {_failure_text(err)}"
+
+    def _apply(self, log: ToolCallLog, result: ToolOutcome | str, *, executed: bool) -> dict[str, Any]:
+        if isinstance(result, str):
+            return self._finish(log, error=result)
+        if executed:
+            self.ledger.tool_calls += 1
+            self.ledger.tool_time_ms += result.duration_ms
+            log.called_at = result.started_at
+            log.duration_ms = result.duration_ms
+        if result.error is not None:
+            return self._finish(log, error=result.error)
+        if log.cache_key is not None and log.cache_key not in self._cache:
+            self._cache[log.cache_key] = result.output
+        return self._finish(log, output=result.output)
+
+    def _finish(self, log: ToolCallLog, *, output: Any = None, error: str | None = None) -> dict[str, Any]:
+        log.output, log.error = output, error
+        if error is not None:
+            self.last_error = f"step {log.step}: {error}"
+        self.log.append(log)
+        return tool_message(log)
