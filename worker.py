@@ -30,6 +30,7 @@ from checkpoint_bridge.store import CheckpointStore
 from rewind.client import connect
 from rewind.config import Settings
 from workflows.agent import AgentWorkflow
+from workflows.compensation import CompensationWorkflow
 
 log = logging.getLogger("rewind.worker")
 
@@ -64,8 +65,8 @@ def build_worker(
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[AgentWorkflow],
-        activities=[llm.call_llm, tools.describe_tools, tools.run_tool, mirror.mirror_step],
+        workflows=[AgentWorkflow, CompensationWorkflow],
+        activities=[llm.call_llm, tools.describe_tools, tools.run_tool, tools.compensate_tool, mirror.mirror_step],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
         **options,

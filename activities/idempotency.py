@@ -28,7 +28,8 @@ class IdempotencyLedger:
 
     @staticmethod
     def _key(key: str) -> str:
-        if not key.startswith("idem-") or not key[5:].isalnum():
+        prefix = key.split("-", 1)[0]
+        if prefix not in ("idem", "comp") or not key[5:].isalnum():
             raise ValueError(f"not an idempotency key: {key!r}")
         return f"idempotency/{key}.json"
 

@@ -123,10 +123,6 @@ class LlmActivities:
             raise ApplicationError(f"transcript store: {exc}"[:1000], type="TranscriptUnavailable") from None
         messages = [*base, *request.new_messages]
         sent = list(messages)
-        if request.system_prompt_override is not None:
-            first = next((i for i, m in enumerate(sent) if m.get("role") == "system"), None)
-            if first is not None:
-                sent[first] = {**sent[first], "content": request.system_prompt_override}
         model_view = None
         budget = message_budget(request.model, request.tools, request.context_tokens)
         # Tokenizing a long conversation is CPU work: keep it off the event loop.

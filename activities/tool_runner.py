@@ -22,7 +22,14 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.tools import ToolContext, ToolError, ToolRegistry, reset_tool_context, set_tool_context
-from workflows.contracts import DescribeToolsRequest, DescribeToolsResponse, ToolOutcome, ToolRequest
+from workflows.contracts import (
+    CompensationOutcome,
+    CompensationRequest,
+    DescribeToolsRequest,
+    DescribeToolsResponse,
+    ToolOutcome,
+    ToolRequest,
+)
 
 TOOL_NOT_REGISTERED = "ToolNotRegistered"
 
@@ -110,3 +117,42 @@ class ToolActivities:
         if key is not None:
             await self._ledger.record(key, request.tool_name, output)
         return outcome(output=output)
+
+    @activity.defn(name="compensate_tool")
+    async def compensate_tool(self, request: CompensationRequest) -> CompensationOutcome:
+        def outcome(status: str, **fields: Any) -> CompensationOutcome:
+            return CompensationOutcome(
+                tool_name=request.tool_name, original_key=request.original_key,
+                compensation_key=request.compensation_key, status=status, **fields,  # type: ignore[arg-type]
+            )
+
+        registered = self._registry.get(request.tool_name)
+        if registered is None:
+            raise ApplicationError(
+                f"tool {request.tool_name!r} is not registered on this worker; cannot compensate it",
+                type=TOOL_NOT_REGISTERED, non_retryable=True,
+            )
+        if registered.compensate is None:
+            return outcome("no_compensation", error=f"tool {request.tool_name!r} declares no compensation")
+        record = await self._ledger.recorded(request.compensation_key)
+        if record is not None:
+            return outcome("already_compensated", output=record["output"])
+        token = set_tool_context(ToolContext(
+            run_id=request.run_id, branch_id=request.branch_id, step=request.step,
+            tool_call_id=f"compensate:{request.original_key}", tool_name=request.tool_name,
+            idempotency_key=request.compensation_key, attempt=activity.info().attempt,
+        ))
+        try:
+            async with heartbeating():
+                result = await registered.compensate(request.arguments, request.output)
+            output = _jsonable(result, request.tool_name)
+        except ToolError as exc:
+            return outcome("failed", error=str(exc))
+        except Exception as exc:
+            raise ApplicationError(
+                f"compensation of {request.tool_name!r} raised {type(exc).__name__}: {exc}"[:1000], type="CompensationRaised"
+            ) from None
+        finally:
+            reset_tool_context(token)
+        await self._ledger.record(request.compensation_key, request.tool_name, output)
+        return outcome("compensated", output=output)

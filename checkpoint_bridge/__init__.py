@@ -36,6 +36,13 @@ _EXPORTS = {
     "open_object_store": "objects",
     "CheckpointStore": "store",
     "open_checkpoint_store": "store",
+    # The operations behind `rewind tree / fork / rollback / diff / mirror`.
+    "tree": "inspect",
+    "fork": "branching",
+    "rollback": "branching",
+    "diff": "diff",
+    "lineage": "lineage",
+    "mirror_run": "mirror",
 }
 
 __all__ = sorted(_EXPORTS)

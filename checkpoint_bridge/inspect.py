@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoint_bridge.ids import short_id, validate_id
+from checkpoint_bridge.ids import parse_checkpoint_id, short_id, validate_id
+from checkpoint_bridge.lineage import split_revision
 from checkpoint_bridge.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
 from rewind.errors import RunNotFoundError
@@ -19,23 +20,45 @@ async def tree(store: CheckpointStore, run_id: str) -> list[CheckpointSummary]:
     return summaries
 
 
+def _fork_of(s: CheckpointSummary) -> str | None:
+    """'main:2' when this checkpoint starts a branch (or revision) from another one."""
+    if s.parent_id is None:
+        return None
+    _run, parent_branch, parent_step = parse_checkpoint_id(s.parent_id)
+    return None if parent_branch == s.branch_id else f"{parent_branch}:{parent_step}"
+
+
 def tree_json(summaries: list[CheckpointSummary]) -> dict[str, Any]:
+    """Rows grouped by stored branch; a rolled-back branch's revisions are `main`, `main.r1`, ..."""
     branches: dict[str, list[dict[str, Any]]] = {}
+    info: dict[str, dict[str, Any]] = {}
     for s in summaries:
         row = s.model_dump(mode="json")
         row["short_id"] = short_id(s.checkpoint_id)
+        row["fork_of"] = _fork_of(s)
         branches.setdefault(s.branch_id, []).append(row)
-    return {"run_id": summaries[0].run_id, "branches": branches}
+        name, revision = split_revision(s.branch_id)
+        entry = info.setdefault(s.branch_id, {"name": name, "revision": revision, "forked_from": row["fork_of"]})
+        entry.setdefault("forked_from", row["fork_of"])
+    return {"run_id": summaries[0].run_id, "branches": branches, "branch_info": info}
 
 
 def tree_text(summaries: list[CheckpointSummary]) -> str:
     lines = [f"run {summaries[0].run_id}"]
-    header = f"  {'step':>4}  {'branch':<12} {'status':<11} {'cost $':>10} {'tokens':>8}  {'id':<10}  {'parent':<10}  label"
+    header = f"  {'step':>4}  {'branch':<14} {'status':<11} {'cost $':>10} {'tokens':>8}  {'id':<10}  {'parent':<10}  label"
     lines.append(header)
+    current = None
     for s in summaries:
+        if s.branch_id != current:
+            current = s.branch_id
+            name, revision = split_revision(s.branch_id)
+            origin = _fork_of(s)
+            what = f"branch {name}" + (f" (revision {revision}, after a rollback)" if revision else "")
+            lines.append(f"  -- {what}" + (f", forked from {origin}" if origin and not revision else "")
+                         + (f", continues from {origin}" if origin and revision else ""))
         parent = short_id(s.parent_id) if s.parent_id else "-"
         lines.append(
-            f"  {s.step_index:>4}  {s.branch_id:<12} {s.status:<11} {s.llm_cost_usd:>10.6f} {s.llm_tokens_used:>8}  "
+            f"  {s.step_index:>4}  {s.branch_id:<14} {s.status:<11} {s.llm_cost_usd:>10.6f} {s.llm_tokens_used:>8}  "
             f"{short_id(s.checkpoint_id):<10}  {parent:<10}  {s.step_label}"
         )
     return "\n".join(lines)

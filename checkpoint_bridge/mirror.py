@@ -72,7 +72,7 @@ class MirrorReport(BaseModel):
 
 async def mirror_run(client: Client, store: CheckpointStore, workflow_id: str) -> MirrorReport:
     """Write every checkpoint of one branch workflow that the store lacks."""
-    checkpoints = await project_workflow(client, workflow_id)
+    checkpoints = await project_workflow(client, workflow_id, base_loader=store.load)
     if not checkpoints:
         return MirrorReport(run_id=workflow_id, branch_id="main", checkpoints=0, written=0, already_present=0)
     first = checkpoints[0]

@@ -78,18 +78,26 @@ def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentChe
         model=record.model,
         status=record.status,
         error_info=record.error_info,
-        ledger={"step": record.step_ledger.model_dump(), "branch": record.branch_ledger.model_dump()},
+        ledger={
+            "step": record.step_ledger.model_dump(),
+            "branch": record.branch_ledger.model_dump(),
+            "total": record.total_ledger.model_dump(),
+        },
         model_view=record.model_view,
     )
 
 
-def project(records: Iterable[StepRecord]) -> list[AgentCheckpoint]:
-    """Pure: the checkpoints of one branch from its step records (any order, repeats allowed)."""
+def project(records: Iterable[StepRecord], base: AgentCheckpoint | None = None) -> list[AgentCheckpoint]:
+    """Pure: the checkpoints of one branch from its step records (any order, repeats allowed).
+
+    `base` is the checkpoint the first record continues from when it lies
+    outside these records (a fork point, or the step a rollback continued from).
+    """
     by_step: dict[int, StepRecord] = {}
     for record in records:
         by_step.setdefault(record.step_index, record)
     checkpoints: list[AgentCheckpoint] = []
-    parent: AgentCheckpoint | None = None
+    parent: AgentCheckpoint | None = base
     for step in sorted(by_step):
         record = by_step[step]
         if record.parent_id is not None and parent is None:
@@ -129,6 +137,13 @@ async def chain_events(client: Client, workflow_id: str) -> list[HistoryEvent]:
     return [e for history in reversed(histories) for e in history]
 
 
-async def project_workflow(client: Client, workflow_id: str) -> list[AgentCheckpoint]:
+async def project_workflow(client: Client, workflow_id: str, base_loader=None) -> list[AgentCheckpoint]:  # type: ignore[no-untyped-def]
+    """Checkpoints of one branch workflow; `base_loader(checkpoint_id)` supplies a fork point."""
     events = await chain_events(client, workflow_id)
-    return project(await step_records(events, client.data_converter))
+    records = await step_records(events, client.data_converter)
+    base = None
+    if records:
+        first = min(records, key=lambda r: r.step_index)
+        if first.parent_id is not None and base_loader is not None:
+            base = await base_loader(first.parent_id)
+    return project(records, base)

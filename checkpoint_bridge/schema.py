@@ -109,8 +109,9 @@ class AgentCheckpoint(BaseModel):
     """When the context was compressed for this step: what was done to the
     messages so the model saw a shorter view (the full history stays in ``messages``)."""
     ledger: dict[str, Any] | None = None
-    """``{"step": {...}, "branch": {...}}``: tokens in/out, cost, model calls, tool
-    calls, cache hits and tool time of this step and of the branch so far."""
+    """``{"step": {...}, "branch": {...}, "total": {...}}``: tokens in/out, cost,
+    model calls, tool calls, cache hits and tool time of this step, of the
+    branch itself so far, and of its whole line (with what a fork inherited)."""
 
     _utc = field_validator("created_at")(_to_utc)
 

@@ -36,7 +36,7 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
         task=args.task,
         tools=[t.strip() for t in (args.tools or "").split(",") if t.strip()],
         model=args.model or settings.model or "gpt-4o-mini",
-        limits=RunLimits(max_steps=args.max_steps, max_cost_usd=args.max_cost),
+        limits=RunLimits(max_steps=args.max_steps, max_cost_usd=args.max_cost, max_tokens=args.max_tokens),
         **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
     )
     client = await connect(settings)
@@ -44,15 +44,23 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
     if not args.wait:
         _emit({"run_id": agent_input.run_id, "workflow_id": handle.id}, args.json, agent_input.run_id)
         return 0
+    return await _wait_and_report(handle, agent_input.run_id, args.json)
+
+
+async def _wait_and_report(handle: Any, run_id: str, as_json: bool, extra: dict[str, Any] | None = None) -> int:
+    from rewind.client import wait_for_outcome
+
     try:
-        result = await handle.result()
+        result = await wait_for_outcome(handle)
     except WorkflowFailureError as exc:
         reason = str(exc.cause or exc)
-        _emit({"run_id": agent_input.run_id, "state": "failed", "error": reason}, args.json,
-              f"run {agent_input.run_id} failed: {reason}")
+        _emit({"run_id": run_id, **(extra or {}), "state": "failed", "error": reason}, as_json, f"run {run_id} failed: {reason}")
         return 1
-    doc = {"run_id": agent_input.run_id, **result.model_dump(mode="json")}
-    _emit(doc, args.json, f"run {agent_input.run_id}: {result.status.state}\n{result.final_answer or ''}")
+    doc = {"run_id": run_id, **(extra or {}), **result.model_dump(mode="json")}
+    text = f"run {run_id} ({result.status.branch_id}): {result.status.state}"
+    if result.status.budget_reason:
+        text += f" ({result.status.budget_reason}; raise it with `rewind continue {run_id}`)"
+    _emit(doc, as_json, text + (f"\n{result.final_answer}" if result.final_answer else ""))
     return 0 if result.status.state == "completed" else 2
 
 
@@ -145,6 +153,108 @@ async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _parse_set(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise RewindError(f"--set {pair!r} is not key=value")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.branching import fork
+    from checkpoint_bridge.store import open_checkpoint_store
+    from rewind.client import connect
+    from workflows.contracts import RunLimits
+
+    client = await connect(settings)
+    async with open_checkpoint_store(settings.store_url) as store:
+        limits = RunLimits(max_steps=args.max_steps) if args.max_steps else None
+        result = await fork(
+            client, settings, store, args.run, args.step, branch=args.branch, from_branch=args.from_branch,
+            system_prompt=args.system_prompt, model=args.model, limits=limits,
+            tools=[t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
+            variables=_parse_set(args.set),
+        )
+    info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id, "fork_point": result.fork_point}
+    if args.wait:
+        return await _wait_and_report(result.handle, result.run_id, args.json, info)
+    _emit(info, args.json, f"forked {result.fork_point} into branch {result.branch} of run {result.run_id} (workflow {result.workflow_id})")
+    return 0
+
+
+async def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
+    from dataclasses import asdict
+
+    from checkpoint_bridge.branching import rollback
+    from checkpoint_bridge.store import open_checkpoint_store
+    from rewind.client import connect
+
+    client = await connect(settings)
+    async with open_checkpoint_store(settings.store_url) as store:
+        result = await rollback(client, settings, store, args.run, args.step, branch=args.branch, compensate=args.compensate)
+    info = {
+        "run_id": result.run_id, "branch": result.branch, "step": result.step,
+        "stopped_workflow": result.stopped_workflow, "invalidated": result.invalidated_steps,
+        "side_effects": [asdict(e) for e in result.side_effects], "compensations": result.compensations,
+        "workflow_id": result.continued.workflow_id,
+    }
+    lines = [f"rolled branch {result.branch} of run {result.run_id} back to step {result.step}"]
+    if result.stopped_workflow:
+        lines.append(f"  stopped running workflow {result.stopped_workflow}")
+    lines.append(f"  invalidated {len(result.invalidated_steps)} checkpoint(s) (kept; shown as invalidated in `rewind tree`)")
+    if result.side_effects:
+        lines.append("  side effects after that step (rewinding does not undo them):")
+        for e in result.side_effects:
+            lines.append(f"    step {e.step}: {e.tool_name}({json.dumps(e.arguments)[:80]}) key {e.idempotency_key}")
+    for c in result.compensations:
+        lines.append(f"  compensation of {c['tool_name']} ({c['original_key']}): {c['status']}" + (f" - {c['error']}" if c.get("error") else ""))
+    lines.append(f"  continuing from step {result.step} in workflow {result.continued.workflow_id}")
+    if args.wait:
+        print("\n".join(lines)) if not args.json else None
+        return await _wait_and_report(result.continued.handle, result.run_id, args.json, info)
+    _emit(info, args.json, "\n".join(lines))
+    return 0
+
+
+async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.diff import diff, diff_json, diff_text
+    from checkpoint_bridge.store import open_checkpoint_store
+
+    async with open_checkpoint_store(settings.store_url) as store:
+        result = await diff(store, args.run, args.branch_a, args.branch_b)
+    _emit(diff_json(result), args.json, "" if args.json else diff_text(result))
+    return 0
+
+
+async def cmd_continue(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.client import branch_workflows, connect
+    from workflows.contracts import AgentStatus
+
+    client = await connect(settings)
+    workflows = await branch_workflows(client, args.run, args.branch)
+    if not workflows:
+        raise RewindError(f"no run {args.run!r} (branch {args.branch!r}) in Temporal")
+    handle = workflows[-1][1]
+    status = await handle.query("status", result_type=AgentStatus)
+    if status.state != "budget_exceeded":
+        raise RewindError(f"run {args.run!r} is {status.state}, not paused by its budget; nothing to continue")
+    updates = {k: v for k, v in {"max_steps": args.max_steps, "max_cost_usd": args.max_cost, "max_tokens": args.max_tokens}.items() if v is not None}
+    if not updates:
+        raise RewindError("say which budget to raise: --max-steps, --max-cost or --max-tokens")
+    limits = status.limits.model_copy(update=updates)
+    await handle.signal("raise_limits", limits)
+    if args.wait:
+        return await _wait_and_report(handle, args.run, args.json)
+    _emit({"run_id": args.run, "limits": limits.model_dump()}, args.json, f"run {args.run} continues with {updates}")
+    return 0
+
+
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.demo import run_demo
 
@@ -207,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model")
     p.add_argument("--run-id")
     p.add_argument("--max-steps", type=int, default=50)
-    p.add_argument("--max-cost", type=float, help="stop when the run has cost this many USD")
+    p.add_argument("--max-cost", type=float, help="pause before a step that would pass this many USD")
+    p.add_argument("--max-tokens", type=int, help="pause before a step that would pass this many tokens")
     p.add_argument("--wait", action="store_true", help="wait for the run to finish")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_start)
@@ -232,6 +343,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--branch", help="only this branch (default: main and every branch in the store)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_mirror)
+
+    p = sub.add_parser("fork", help="start a new branch of a run from one of its checkpoints")
+    p.add_argument("run")
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--from-branch", default="main")
+    p.add_argument("--branch", required=True, help="name of the new branch")
+    p.add_argument("--system-prompt")
+    p.add_argument("--model")
+    p.add_argument("--tools", help="comma-separated tool names for the new branch")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set an agent variable (JSON or text)")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_fork)
+
+    p = sub.add_parser("rollback", help="roll a branch back to a step in place and continue from there")
+    p.add_argument("run")
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--branch", default="main")
+    p.add_argument("--compensate", action="store_true", help="run the compensations of side effects after that step")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_rollback)
+
+    p = sub.add_parser("diff", help="compare two branches of a run side by side")
+    p.add_argument("run")
+    p.add_argument("branch_a")
+    p.add_argument("branch_b")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_diff)
+
+    p = sub.add_parser("continue", help="continue a run paused by its budget, with a raised budget")
+    p.add_argument("run")
+    p.add_argument("--branch", default="main")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--max-cost", type=float)
+    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_continue)
 
     p = sub.add_parser("status", help="live status of a run")
     p.add_argument("run")

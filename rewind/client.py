@@ -42,7 +42,31 @@ def new_run_id() -> str:
 
 
 def workflow_id_for(run_id: str, branch_id: str = "main") -> str:
+    """The workflow id of one stored branch (`main`, `tech`, `main.r1`, ...) of a run."""
     return run_id if branch_id == "main" else f"{run_id}--{branch_id}"
+
+
+async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple[str, WorkflowHandle[Any, AgentResult]]]:
+    """(storage branch, handle) of every workflow that has carried branch `name`, oldest first.
+
+    A rollback continues a branch in a new workflow under the next revision
+    (`main`, then `main.r1`, ...), so the last one is the branch's current workflow.
+    """
+    from checkpoint_bridge.lineage import revision_branch
+
+    found = []
+    revision = 0
+    while True:
+        storage = revision_branch(name, revision)
+        handle = client.get_workflow_handle(workflow_id_for(run_id, storage), result_type=AgentResult)
+        try:
+            await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return found
+            raise
+        found.append((storage, handle))
+        revision += 1
 
 
 async def start_run(client: Client, settings: Settings, agent_input: AgentInput) -> WorkflowHandle[Any, AgentResult]:
@@ -82,13 +106,12 @@ _STATUS_NAMES = {v: k.replace("WORKFLOW_EXECUTION_STATUS_", "").lower() for k, v
 
 async def run_view(client: Client, run_id: str, branch_id: str = "main", *, query_timeout_s: float = 5.0) -> RunView:
     validate_id("run", run_id)
-    handle = client.get_workflow_handle(workflow_id_for(run_id, branch_id))
-    try:
-        desc = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFoundError(f"no run {run_id!r} (branch {branch_id!r}) in Temporal; check the id with `rewind status`") from exc
-        raise
+    validate_id("branch", branch_id)
+    workflows = await branch_workflows(client, run_id, branch_id)
+    if not workflows:
+        raise RunNotFoundError(f"no run {run_id!r} (branch {branch_id!r}) in Temporal; check the id and --branch")
+    handle = workflows[-1][1]
+    desc = await handle.describe()
     view = RunView(run_id=run_id, workflow_status=_STATUS_NAMES.get(int(desc.raw_description.workflow_execution_info.status), "unknown"))
     for pa in desc.raw_description.pending_activities:
         entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt}
@@ -108,4 +131,23 @@ async def run_view(client: Client, run_id: str, branch_id: str = "main", *, quer
     return view
 
 
-__all__ = ["connect", "start_run", "run_view", "new_run_id", "workflow_id_for", "RunView"]
+async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: float = 0.3) -> AgentResult:
+    """The run's result, or its live status once it pauses for its budget."""
+    import asyncio
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    while True:
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return await handle.result()
+        try:
+            status = await handle.query("status", result_type=AgentStatus, rpc_timeout=timedelta(seconds=5))
+        except Exception:
+            status = None
+        if status is not None and status.state == "budget_exceeded":
+            return AgentResult(status=status)
+        await asyncio.sleep(poll_s)
+
+
+__all__ = ["connect", "start_run", "run_view", "new_run_id", "workflow_id_for", "branch_workflows", "wait_for_outcome", "RunView"]

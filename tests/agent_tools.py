@@ -100,3 +100,14 @@ async def blob(index: int, size: int) -> str:
     """Read-only: `size` characters of deterministic text (long-run tests)."""
     line = f"record {index}: " + "lorem ipsum dolor sit amet " * 4
     return (line * (size // len(line) + 1))[:size]
+
+
+@send_email.compensation
+async def recall_email(arguments: dict, output: object) -> str:
+    """Compensation of send_email: recall it (once per compensation key)."""
+    ctx = tool_context()
+    _event("recall_email", to=arguments.get("to"))
+    outbox = Path(os.environ["REWIND_TEST_OUTBOX"])
+    outbox.mkdir(parents=True, exist_ok=True)
+    (outbox / f"{ctx.idempotency_key}.recall").write_text(f"recall {arguments.get('to')}\n")
+    return f"recalled email to {arguments.get('to')}"

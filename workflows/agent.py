@@ -20,7 +20,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from checkpoint_bridge.ids import checkpoint_id
@@ -90,6 +90,16 @@ class AgentWorkflow:
     # -- the loop -------------------------------------------------------------
     @workflow.run
     async def run(self, inp: AgentInput) -> AgentResult:
+        try:
+            return await self._run(inp)
+        except asyncio.CancelledError:
+            # Stopped from outside (a rollback of this branch): say so, keep
+            # the checkpoints written so far, and end as cancelled.
+            if self._status is not None:
+                self._status.state = "cancelled"
+            raise
+
+    async def _run(self, inp: AgentInput) -> AgentResult:
         self._input = inp
         self._state = inp.resume.model_copy(deep=True) if inp.resume else LoopState()
         status = self._status = AgentStatus(
@@ -185,7 +195,6 @@ class AgentWorkflow:
                     run_id=inp.run_id, step=state.step, model=inp.model,
                     transcript_head=state.transcript_head, transcript_len=state.transcript_len,
                     new_messages=state.unsent, tools=openai_tools,
-                    system_prompt_override=state.system_prompt_override,
                     context_tokens=tuning.context_tokens, keep_last=tuning.keep_last,
                     tool_result_chars=tuning.tool_result_chars,
                 ),
@@ -201,6 +210,8 @@ class AgentWorkflow:
                 ),
             )
         except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError() from err
             await self._fail(f"model call of step {state.step} failed: {failure_text(err)}")
             raise  # unreachable: _fail raises
         state.transcript_head, state.transcript_len, state.unsent = (
@@ -251,11 +262,11 @@ class AgentWorkflow:
             prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,
             llm_tokens_used=totals.total_tokens, llm_cost_usd=totals.cost_usd,
             status="failed" if failed else "completed", error_info=failed,
-            step_ledger=self._step_ledger, branch_ledger=totals.minus(state.inherited),
-            system_prompt=state.system_prompt_override if state.announce_system_prompt else None,
+            step_ledger=self._step_ledger, branch_ledger=totals.minus(state.inherited), total_ledger=totals,
+            system_prompt=state.announce_system_prompt,
             model_view=model_view,
         )
-        state.announce_system_prompt = False
+        state.announce_system_prompt = None
         self._last_step_ledger = record.step_ledger
         state.parent_checkpoint = checkpoint_id(inp.run_id, inp.branch_id, state.step)
         self._step_messages, self._step_calls = [], []

@@ -26,6 +26,8 @@ RunState = Literal[
     # A budget (steps, cost, tokens) would be exceeded by the next step: the
     # run is paused, resumable with `rewind continue` (a `raise_limits` signal).
     "budget_exceeded",
+    # Stopped from outside (e.g. `rewind rollback` of a running branch).
+    "cancelled",
 ]
 
 
@@ -141,8 +143,6 @@ class LlmRequest(BaseModel):
     transcript_len: int = 0
     new_messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
-    # A fork's new system prompt: replaces the first system message sent.
-    system_prompt_override: str | None = None
     context_tokens: int | None = None
     keep_last: int = 6
     tool_result_chars: int = 400
@@ -269,6 +269,7 @@ class StepRecord(BaseModel):
     error_info: dict[str, Any] | None = None
     step_ledger: Ledger = Field(default_factory=Ledger)
     branch_ledger: Ledger = Field(default_factory=Ledger)
+    total_ledger: Ledger = Field(default_factory=Ledger)  # including what a fork inherited
     # Only on the first step of a fork that changed the system prompt: the
     # system message the branch uses from here on.
     system_prompt: str | None = None
@@ -294,11 +295,34 @@ class LoopState(BaseModel):
     inherited: Ledger = Field(default_factory=Ledger)  # totals at the fork point
     tool_cache: dict[str, Any] = Field(default_factory=dict)  # cache key -> output
     pending_records: list[StepRecord] = Field(default_factory=list)
-    system_prompt_override: str | None = None
     last_error: str | None = None
     continued_as_new: int = 0
-    # The first record after a fork carries the branch's new system prompt.
-    announce_system_prompt: bool = False
+    # A fork that changed the system prompt: its first step record carries the
+    # new prompt, so the branch's checkpoints show the conversation it had.
+    announce_system_prompt: str | None = None
 
 
 AgentInput.model_rebuild()
+
+
+class CompensationRequest(BaseModel):
+    """Undo one side effect of a rolled-back step (input of `compensate_tool`)."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+    output: Any = None
+    original_key: str
+    # Its own key: the compensation itself runs at most once.
+    compensation_key: str
+    run_id: str
+    branch_id: str
+    step: int
+
+
+class CompensationOutcome(BaseModel):
+    tool_name: str
+    original_key: str
+    compensation_key: str
+    status: Literal["compensated", "already_compensated", "no_compensation", "failed"]
+    output: Any = None
+    error: str | None = None

@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from checkpoint_bridge.canonical import cache_key
@@ -107,6 +107,8 @@ class ToolStep:
                 retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),
             )
         except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError() from err  # the run is being stopped
             return f"{spec.name} failed after retries: {_failure_text(err)}"
 
     def _apply(self, log: ToolCallLog, result: ToolOutcome | str, *, executed: bool) -> dict[str, Any]:

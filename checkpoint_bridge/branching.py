@@ -1,0 +1,294 @@
+"""Fork and rollback: new workflows seeded from a checkpoint.
+
+A fork starts a new branch of a run from any checkpoint, optionally with a
+new system prompt, model or tool set. A rollback stops a branch's running
+workflow, marks its checkpoints after the chosen step invalidated (kept, never
+deleted) and continues the branch from that step in a new workflow, under the
+next revision of the branch (see lineage.py).
+
+Either way the new workflow gets a `LoopState` built from the checkpoint: the
+conversation (written to the transcript store), the read-only tool-result
+cache, the step index and the totals. Tool calls answered before the fork
+point are therefore never executed again on the new branch.
+
+Everything is checked before anything is changed: a bad id, an unknown run, a
+step out of range, a taken branch name or a corrupt checkpoint raises before
+any workflow is started or stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.transcript import TranscriptStore
+from checkpoint_bridge.ids import validate_id
+from checkpoint_bridge.lineage import (
+    display_name,
+    lineage,
+    resolve_step,
+    revision_branch,
+    revisions,
+    split_revision,
+    validate_branch_name,
+)
+from checkpoint_bridge.objects import open_object_store
+from checkpoint_bridge.projector import chain_events
+from checkpoint_bridge.schema import AgentCheckpoint
+from checkpoint_bridge.store import CheckpointStore
+from rewind.client import branch_workflows, start_run, workflow_id_for
+from rewind.config import Settings
+from rewind.errors import RewindError, RunExistsError
+from workflows.contracts import AgentInput, AgentResult, Ledger, LoopState, RunLimits
+
+STOP_TIMEOUT_S = 30.0
+
+
+class CheckpointNotUsableError(RewindError):
+    """The chosen checkpoint cannot seed a new workflow (failed or invalidated step)."""
+
+
+@dataclass
+class ForkResult:
+    run_id: str
+    branch: str
+    storage_branch: str
+    workflow_id: str
+    fork_point: str
+    handle: WorkflowHandle[Any, AgentResult] = field(repr=False)
+
+
+@dataclass
+class SideEffect:
+    step: int
+    tool_name: str
+    arguments: dict[str, Any]
+    output: Any
+    idempotency_key: str
+    workflow_id: str
+
+
+@dataclass
+class RollbackResult:
+    run_id: str
+    branch: str
+    step: int
+    stopped_workflow: str | None
+    invalidated_steps: list[str]
+    side_effects: list[SideEffect]
+    continued: ForkResult
+    compensations: list[dict[str, Any]] = field(default_factory=list)
+
+
+def ledger_of(cp: AgentCheckpoint) -> Ledger:
+    """Cumulative totals at a checkpoint (estimated from its content for old documents)."""
+    if cp.ledger and isinstance(cp.ledger.get("total"), dict):
+        return Ledger.model_validate(cp.ledger["total"])
+    records = cp.tool_call_cache
+    executed = [r for r in records if not r.served_from_cache]
+    return Ledger(
+        prompt_tokens=cp.prompt_tokens, completion_tokens=cp.completion_tokens,
+        total_tokens=cp.llm_tokens_used, cost_usd=cp.llm_cost_usd,
+        model_calls=sum(1 for m in cp.messages if m.get("role") == "assistant"),
+        tool_calls=sum(1 for r in executed if not (r.error or "").startswith(("unknown tool", "arguments for"))),
+        cache_hits=len(records) - len(executed),
+        tool_time_ms=sum(r.duration_ms for r in executed),
+    )
+
+
+def tool_cache_of(cp: AgentCheckpoint) -> dict[str, Any]:
+    """The read-only tool results a branch inherits: answered calls are never re-run."""
+    return {r.cache_key: r.tool_output for r in cp.tool_call_cache if not r.side_effects and r.error is None}
+
+
+async def seed_from(cp: AgentCheckpoint, transcripts: TranscriptStore, system_prompt: str | None) -> LoopState:
+    messages = [dict(m) for m in cp.messages]
+    if system_prompt is not None:
+        first = next((i for i, m in enumerate(messages) if m.get("role") == "system"), None)
+        if first is None:
+            messages.insert(0, {"role": "system", "content": system_prompt})
+        else:
+            messages[first]["content"] = system_prompt
+    head = await transcripts.append(None, 0, messages)
+    totals = ledger_of(cp)
+    return LoopState(
+        step=cp.step_index, parent_checkpoint=cp.checkpoint_id,
+        transcript_head=head, transcript_len=len(messages),
+        totals=totals, inherited=totals, tool_cache=tool_cache_of(cp),
+        announce_system_prompt=system_prompt,
+    )
+
+
+def usable(cp: AgentCheckpoint) -> AgentCheckpoint:
+    if cp.status == "invalidated":
+        raise CheckpointNotUsableError(
+            f"checkpoint {cp.checkpoint_id} was invalidated by a rollback; pick a step of the branch's "
+            "live line (see `rewind tree`)"
+        )
+    if cp.status == "failed":
+        raise CheckpointNotUsableError(
+            f"checkpoint {cp.checkpoint_id} records a failed step; fork from step {cp.step_index - 1}, "
+            "the last good one"
+        )
+    return cp
+
+
+async def source_input(client: Client, workflow_id: str) -> AgentInput | None:
+    """The input the branch's workflow was started with (first run of its chain)."""
+    try:
+        events = await chain_events(client, workflow_id)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None  # past Temporal's retention: rebuild what we can from the checkpoint
+        raise
+    attrs = events[0].workflow_execution_started_event_attributes
+    (inp,) = await client.data_converter.decode(attrs.input.payloads, [AgentInput])
+    return inp
+
+
+def _input_for(cp: AgentCheckpoint, source: AgentInput | None) -> AgentInput:
+    if source is not None:
+        return source
+    task = next((m.get("content") for m in cp.messages if m.get("role") == "user"), "")
+    system = next((m.get("content") for m in cp.messages if m.get("role") == "system"), None)
+    fields: dict[str, Any] = {"run_id": cp.run_id, "task": str(task or ""), "model": cp.model or "gpt-4o-mini"}
+    if system:
+        fields["system_prompt"] = system
+    return AgentInput(**fields)
+
+
+async def _branch_taken(client: Client, store: CheckpointStore, run_id: str, name: str) -> bool:
+    if await revisions(store, run_id, name):
+        return True
+    return bool(await branch_workflows(client, run_id, name))
+
+
+async def fork(
+    client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, *,
+    branch: str, from_branch: str = "main", system_prompt: str | None = None, model: str | None = None,
+    tools: list[str] | None = None, variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
+) -> ForkResult:
+    """Start branch `branch` of `run_id` from checkpoint `step` of `from_branch`."""
+    validate_id("run", run_id)
+    validate_branch_name(branch)
+    validate_id("branch", from_branch)
+    point = await resolve_step(store, run_id, from_branch, step)
+    cp = usable(await store.load(point.checkpoint_id))
+    if await _branch_taken(client, store, run_id, branch):
+        raise RunExistsError(f"run {run_id!r} already has a branch {branch!r}; choose another --branch")
+    source = await source_input(client, workflow_id_for(run_id, point.branch_id))
+    return await _start_from(client, settings, cp, _input_for(cp, source), branch, branch,
+                             system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits)
+
+
+async def _start_from(
+    client: Client, settings: Settings, cp: AgentCheckpoint, base: AgentInput, name: str, storage: str, *,
+    system_prompt: str | None = None, model: str | None = None, tools: list[str] | None = None,
+    variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
+) -> ForkResult:
+    objects = open_object_store(settings.payload_url)
+    try:
+        seed = await seed_from(cp, TranscriptStore(objects), system_prompt)
+    finally:
+        await objects.aclose()
+    inp = base.model_copy(update={
+        "run_id": cp.run_id,
+        "branch_id": storage,
+        "system_prompt": system_prompt if system_prompt is not None else base.system_prompt,
+        "model": model or base.model,
+        "tools": list(tools) if tools is not None else base.tools,
+        "variables": {**base.variables, **(variables or {})},
+        "limits": limits or base.limits,
+        "resume": seed,
+    })
+    handle = await start_run(client, settings, inp)
+    return ForkResult(cp.run_id, name, storage, handle.id, cp.checkpoint_id, handle)
+
+
+async def _stop(handle: WorkflowHandle[Any, Any], reason: str) -> bool:
+    """Cancel a running workflow and wait for it to end; terminate it if it will not. True if it was running."""
+    desc = await handle.describe()
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        return False
+    await handle.cancel()
+    deadline = asyncio.get_running_loop().time() + STOP_TIMEOUT_S
+    while asyncio.get_running_loop().time() < deadline:
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return True
+        await asyncio.sleep(0.1)
+    await handle.terminate(reason=f"{reason} (did not stop within {STOP_TIMEOUT_S:.0f}s of cancellation)")
+    return True
+
+
+async def side_effects_after(client: Client, workflow_ids: list[str], step: int) -> list[SideEffect]:
+    """Completed side-effecting tool calls of steps after `step`, read from Temporal history."""
+    from temporalio.api.enums.v1 import EventType
+
+    from workflows.contracts import ToolOutcome, ToolRequest
+
+    found: list[SideEffect] = []
+    for workflow_id in workflow_ids:
+        events = await chain_events(client, workflow_id)
+        scheduled: dict[int, ToolRequest] = {}
+        for event in events:
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == "run_tool":
+                    (request,) = await client.data_converter.decode(attrs.input.payloads, [ToolRequest])
+                    if request.idempotency_key and request.step > step:
+                        scheduled[event.event_id] = request
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                attrs = event.activity_task_completed_event_attributes
+                request = scheduled.get(attrs.scheduled_event_id)
+                if request is not None:
+                    (outcome,) = await client.data_converter.decode(attrs.result.payloads, [ToolOutcome])
+                    if outcome.error is None:
+                        found.append(SideEffect(request.step, request.tool_name, request.arguments,
+                                                outcome.output, request.idempotency_key or "", workflow_id))
+    return sorted(found, key=lambda e: (e.step, e.idempotency_key))
+
+
+async def rollback(
+    client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, *,
+    branch: str = "main", compensate: bool = False,
+) -> RollbackResult:
+    """Roll branch `branch` back to `step` in place and continue it from there."""
+    validate_id("run", run_id)
+    validate_id("branch", branch)
+    line = await lineage(store, run_id, branch)
+    point = await resolve_step(store, run_id, branch, step)
+    cp = usable(await store.load(point.checkpoint_id))
+    workflows = await branch_workflows(client, run_id, branch)
+    running = bool(workflows) and (await workflows[-1][1].describe()).status == WorkflowExecutionStatus.RUNNING
+    if line[-1].step_index <= step and not running:
+        raise CheckpointNotUsableError(
+            f"nothing to roll back: step {step} is the head of branch {branch!r}; fork it instead to try something else"
+        )
+    reason = f"rolled back to step {step} by rewind rollback"
+    stopped = None
+    if running and await _stop(workflows[-1][1], reason):
+        stopped = workflows[-1][1].id
+    effects = await side_effects_after(client, [h.id for _, h in workflows], step)
+    stored = await revisions(store, run_id, branch)
+    invalidated = []
+    for storage in stored:
+        for s in await store.existing_steps(run_id, storage):
+            if s > step:
+                invalidated.append(f"{run_id}:{storage}:{s}")
+        await store.invalidate_after(run_id, storage, step, reason)
+    next_revision = max([split_revision(b)[1] for b in stored] + [len(workflows) - 1]) + 1
+    source = await source_input(client, workflows[-1][1].id) if workflows else None
+    continued = await _start_from(client, settings, cp, _input_for(cp, source), branch, revision_branch(branch, next_revision))
+    result = RollbackResult(run_id, branch, step, stopped, sorted(invalidated), effects, continued)
+    if compensate and effects:
+        from checkpoint_bridge.compensation import run_compensations
+
+        result.compensations = await run_compensations(client, settings, run_id, branch, step, effects)
+    return result
+
+
+__all__ = ["fork", "rollback", "ForkResult", "RollbackResult", "SideEffect", "display_name"]

@@ -1,0 +1,94 @@
+"""Branches as users name them, over the stored branches that hold them.
+
+An in-place rollback cannot rewrite a branch's later steps (checkpoints are
+immutable and their ids derive from run, branch and step), so the branch
+continues under a *revision*: storage branch `main.r1`, then `main.r2`, ...
+Users keep saying `main`; this module maps the name to its revisions and
+walks parent links to give a branch's lineage, from step 0 to its head, across
+revisions and fork points. The suffix `.rN` is therefore reserved.
+"""
+
+from __future__ import annotations
+
+import re
+
+from checkpoint_bridge.ids import validate_id
+from checkpoint_bridge.schema import AgentCheckpoint, CheckpointSummary
+from checkpoint_bridge.store import CheckpointStore
+from rewind.errors import InvalidIdError, RewindError, RunNotFoundError
+
+_REVISION = re.compile(r"^(?P<name>.+)\.r(?P<rev>[1-9][0-9]*)$")
+
+
+class StepNotFoundError(RewindError):
+    """The requested step is not on the branch."""
+
+
+def split_revision(storage_branch: str) -> tuple[str, int]:
+    m = _REVISION.match(storage_branch)
+    return (m["name"], int(m["rev"])) if m else (storage_branch, 0)
+
+
+def revision_branch(name: str, revision: int) -> str:
+    return name if revision == 0 else f"{name}.r{revision}"
+
+
+def validate_branch_name(name: str) -> str:
+    validate_id("branch", name)
+    if _REVISION.match(name):
+        raise InvalidIdError(f"branch name {name!r} ends in '.rN', which Rewind reserves for rolled-back branches; choose another name")
+    return name
+
+
+def display_name(storage_branch: str) -> str:
+    return split_revision(storage_branch)[0]
+
+
+async def revisions(store: CheckpointStore, run_id: str, name: str) -> list[str]:
+    """The stored revisions of a branch, oldest first."""
+    found = [b for b in await store.branches(run_id) if split_revision(b)[0] == name]
+    return sorted(found, key=lambda b: split_revision(b)[1])
+
+
+async def lineage(store: CheckpointStore, run_id: str, name: str) -> list[CheckpointSummary]:
+    """The branch's live checkpoints from step 0 to its head, following parents."""
+    summaries = await store.list_checkpoints(run_id)
+    if not summaries:
+        raise RunNotFoundError(f"no checkpoints for run {run_id!r} in {store.url}; check the id or REWIND_STORE")
+    by_id = {s.checkpoint_id: s for s in summaries}
+    head: CheckpointSummary | None = None
+    for storage in reversed(await revisions(store, run_id, name)):
+        live = [s for s in summaries if s.branch_id == storage and s.status != "invalidated"]
+        if live:
+            head = max(live, key=lambda s: s.step_index)
+            break
+    if head is None:
+        names = sorted({display_name(s.branch_id) for s in summaries})
+        raise RunNotFoundError(f"run {run_id!r} has no branch {name!r}; its branches are: {', '.join(names)}")
+    chain = [head]
+    while chain[-1].parent_id is not None:
+        parent = by_id.get(chain[-1].parent_id)
+        if parent is None:
+            raise RunNotFoundError(
+                f"checkpoint {chain[-1].parent_id} (parent of {chain[-1].checkpoint_id}) is missing from "
+                f"{store.url}; rebuild it with `rewind mirror {run_id}`"
+            )
+        chain.append(parent)
+    return list(reversed(chain))
+
+
+async def resolve_step(store: CheckpointStore, run_id: str, name: str, step: int) -> CheckpointSummary:
+    """The checkpoint of `step` on branch `name` (which may lie on an ancestor branch)."""
+    line = await lineage(store, run_id, name)
+    for s in line:
+        if s.step_index == step:
+            return s
+    raise StepNotFoundError(
+        f"step {step} is out of range for branch {name!r} of run {run_id!r}: it has steps "
+        f"{line[0].step_index}..{line[-1].step_index}"
+    )
+
+
+async def load_lineage(store: CheckpointStore, run_id: str, name: str) -> list[AgentCheckpoint]:
+    """`lineage`, as full checkpoints."""
+    return [await store.load(s.checkpoint_id) for s in await lineage(store, run_id, name)]
