@@ -159,6 +159,8 @@ def encoding_for_model(model: str) -> tiktoken.Encoding:
 def _encoding_name(model: str) -> str:
     # "openai/gpt-4o" (LiteLLM-style routing prefixes) names the same tokenizer.
     bare = model.rsplit("/", 1)[-1]
+    if bare.startswith("script:"):
+        return FALLBACK_ENCODING  # Rewind's scripted test models: no tokenizer of their own
     try:
         name = encoding_name_for_model(bare)
     except KeyError:

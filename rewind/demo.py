@@ -11,85 +11,53 @@ state on disk.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import sys
-import time
-from pathlib import Path
 from typing import TextIO
 
-from activities.tools import ToolRegistry
 from examples.research_agent import DEFAULT_TASK, outbox_dir
-from rewind.client import connect, new_run_id, run_view, start_run
+from rewind.client import new_run_id, run_view, start_run
 from rewind.config import Settings
-from rewind.embedded import DevServer
+from rewind.stack import embedded_stack
 from rewind.timing import median_or_none, retried_attempts, step_durations
 from workflows.contracts import AgentInput, AgentResult
 
 
-def _stop_leftover_server(pid_file: Path) -> None:
-    try:
-        pid = int(pid_file.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
-        return
-    if b"start-dev" in cmdline:
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(100):
-            if not Path(f"/proc/{pid}").exists():
-                break
-            time.sleep(0.05)
+async def follow(client, run_id: str, handle, out: TextIO) -> AgentResult:  # type: ignore[no-untyped-def]
+    """Print a line whenever the run's live status changes, until it ends."""
+    result_task = asyncio.ensure_future(handle.result())
+    last = ""
+    while not result_task.done():
+        view = await run_view(client, run_id)
+        if view.status is not None:
+            s = view.status
+            retries = "; ".join(
+                f"retrying {p['activity']} (attempt {p['attempt']}: {p.get('last_failure', '')})"
+                for p in view.pending if p["attempt"] > 1
+            )
+            line = (
+                f"  step {s.step:>2} | {s.state:<9} | {s.total_tokens:>6} tokens | ${s.cost_usd:.5f} | "
+                f"tool calls {s.tool_calls_done} (cache hits {s.tool_cache_hits})" + (f" | {retries}" if retries else "")
+            )
+            if line != last:
+                print(line, file=out, flush=True)
+                last = line
+        await asyncio.wait([result_task], timeout=0.25)
+    return result_task.result()
 
 
 async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = sys.stdout) -> AgentResult:
-    from worker import build_worker, model_endpoint
-
     home = settings.home
-    home.mkdir(parents=True, exist_ok=True)
-    pid_file = home / "demo-server.pid"
-    _stop_leftover_server(pid_file)
-    server = DevServer.start(home / "temporal.db", log_file=home / "temporal.log")
-    pid_file.write_text(str(server.process.pid))
-    settings.temporal_address = server.address
-    print(f"Temporal dev server on {server.address} (UI: http://127.0.0.1:{server.ui_port}), state in {server.db_file}", file=out)
-    endpoint, offline = model_endpoint()
-    print("model: " + ("scripted offline model at " + str(endpoint.base_url) if offline else f"OpenAI-compatible API {endpoint.base_url or 'api.openai.com'}"), file=out)
-    try:
-        client = await connect(settings)
-        registry = ToolRegistry.from_modules(["examples.research_agent"])
-        async with build_worker(client, settings, registry, endpoint):
-            run_id = new_run_id()
-            handle = await start_run(
-                client, settings,
-                AgentInput(run_id=run_id, task=task, model=settings.model or "gpt-4o-mini", tools=registry.names()),
-            )
-            print(f"run {run_id} started; progress:", file=out)
-            result_task = asyncio.ensure_future(handle.result())
-            last = ""
-            while not result_task.done():
-                view = await run_view(client, run_id)
-                if view.status is not None:
-                    s = view.status
-                    retries = "; ".join(
-                        f"retrying {p['activity']} (attempt {p['attempt']}: {p.get('last_failure', '')})"
-                        for p in view.pending if p["attempt"] > 1
-                    )
-                    line = (
-                        f"  step {s.step:>2} | {s.state:<9} | {s.total_tokens:>6} tokens | ${s.cost_usd:.5f} | "
-                        f"tool calls {s.tool_calls_done} (cache hits {s.tool_cache_hits})" + (f" | {retries}" if retries else "")
-                    )
-                    if line != last:
-                        print(line, file=out, flush=True)
-                        last = line
-                await asyncio.wait([result_task], timeout=0.25)
-            result = result_task.result()
-            durations = await step_durations(client, run_id)
-            retries = await retried_attempts(client, run_id)
-    finally:
-        server.stop()
-        pid_file.unlink(missing_ok=True)
-        if offline is not None:
-            offline.stop_thread()  # type: ignore[attr-defined]
+    async with embedded_stack(settings, ["examples.research_agent"], out) as stack:
+        client = stack.client
+        run_id = new_run_id()
+        handle = await start_run(
+            client, settings,
+            AgentInput(run_id=run_id, task=task, model=settings.model or "gpt-4o-mini"),
+        )
+        print(f"run {run_id} started; progress:", file=out)
+        result = await follow(client, run_id, handle, out)
+        durations = await step_durations(client, run_id)
+        retries = await retried_attempts(client, run_id)
 
     print(f"\nfinished: {result.status.state} after {result.status.step} steps, "
           f"{result.status.total_tokens} tokens, ${result.status.cost_usd:.5f}", file=out)

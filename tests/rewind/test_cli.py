@@ -154,3 +154,56 @@ async def test_checkpoints_in_s3(client, settings, model, events_file, moto_endp
     assert code == 0 and json.loads(out)["status"] == "completed"
     keys = [o["Key"] for o in boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").list_objects_v2(Bucket=bucket)["Contents"]]
     assert any(k.startswith("team-a/runs/s3-run-1/branches/main/steps/") for k in keys)
+
+
+async def test_fork_diff_rollback_continue_from_the_cli(worker, settings, model, events_file):
+    code, out, err = await rewind(settings, "start", "--task", "Research these companies: Acme, Globex", "--wait", "--run-id", "cli-branch-1")
+    assert code == 0, err
+    tech = "Emphasize technical analysis over business metrics."
+    code, out, err = await rewind(settings, "fork", "cli-branch-1", "--step", "1", "--branch", "technical",
+                                  "--system-prompt", tech, "--set", "audience=cto", "--wait", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["branch"] == "technical" and doc["fork_point"] == "cli-branch-1:main:1"
+    assert doc["status"]["state"] == "completed" and "technical" in doc["final_answer"]
+
+    code, out, err = await rewind(settings, "diff", "cli-branch-1", "main", "technical")
+    assert code == 0, err
+    assert "fork point: step 1" in out and "technical" in out and "≠" in out
+    code, out, err = await rewind(settings, "diff", "cli-branch-1", "main", "technical", "--json")
+    d = json.loads(out)
+    assert d["fork_point"]["step_index"] == 1 and not d["same_final_answer"]
+
+    code, out, err = await rewind(settings, "fork", "cli-branch-1", "--step", "1", "--branch", "technical")
+    assert code == 1 and "already has a branch" in err and "Traceback" not in err
+    code, out, err = await rewind(settings, "fork", "cli-branch-1", "--step", "9", "--branch", "other")
+    assert code == 1 and "out of range" in err
+
+    code, out, err = await rewind(settings, "rollback", "cli-branch-1", "--step", "1", "--wait")
+    assert code == 0, err
+    assert "invalidated 2 checkpoint(s)" in out and "save_report" in out and "rewinding does not undo" in out
+    code, out, err = await rewind(settings, "tree", "cli-branch-1")
+    assert "invalidated" in out and "revision 1" in out and "forked from main:1" in out
+
+    code, out, err = await rewind(settings, "start", "--task", "Research these companies: Initech", "--max-steps", "1",
+                                  "--run-id", "cli-budget-1", "--wait", "--json")
+    assert code == 2 and json.loads(out)["status"]["state"] == "budget_exceeded"
+    code, out, err = await rewind(settings, "continue", "cli-budget-1", "--max-steps", "10", "--wait", "--json")
+    assert code == 0, err
+    assert json.loads(out)["status"]["state"] == "completed"
+    code, out, err = await rewind(settings, "continue", "cli-budget-1", "--max-steps", "20")
+    assert code == 1 and "not paused" in err
+
+
+async def test_extension_challenge_example_runs_end_to_end(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_", "REWIND_"))}
+    env["REWIND_DEMO_FAILURE_RATE"] = "0"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "examples.extension_challenge", cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    text = out.decode()
+    assert proc.returncode == 0, text + err.decode()
+    assert "branch technical, forked from main:1" in text
+    assert "fork point: step 1" in text and "technical angle" in text and "business angle" in text
