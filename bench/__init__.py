@@ -1,0 +1,1 @@
+"""Rewind's benchmark suite (issue 6): `bench/run [--quick]` writes BENCHMARKS.md."""

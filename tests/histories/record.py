@@ -1,0 +1,119 @@
+"""Record real AgentWorkflow histories for the replay tests.
+
+    .venv/bin/python tests/histories/record.py
+
+Runs each scenario against a fresh dev server, worker and scripted model, and
+writes one JSON history per workflow run into this folder. Re-record only on
+purpose: the point of the files is that they come from the code as it was.
+After a change to the loop's logic, guard it with `workflow.patched(...)` so
+these old histories still replay, then record new ones next to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
+
+from activities.llm import ModelEndpoint  # noqa: E402
+from activities.tools import ToolRegistry  # noqa: E402
+from checkpoint_bridge.branching import fork  # noqa: E402
+from checkpoint_bridge.store import open_checkpoint_store  # noqa: E402
+from rewind.client import connect, start_run  # noqa: E402
+from rewind.config import Settings  # noqa: E402
+from rewind.embedded import DevServer  # noqa: E402
+from rewind.scripted_model import ScriptedModelServer  # noqa: E402
+from workflows.contracts import AgentInput, AgentStatus, RunLimits  # noqa: E402
+
+TASK = "Research these companies: Acme, Globex, Initech."
+
+
+async def _save_chain(client, workflow_id: str, name: str) -> None:  # type: ignore[no-untyped-def]
+    run_id = None
+    index = 0
+    runs = []
+    while True:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        history = await handle.fetch_history()
+        runs.append(history)
+        first = history.events[0].workflow_execution_started_event_attributes
+        run_id = first.continued_execution_run_id or None
+        if not run_id:
+            break
+    for index, history in enumerate(reversed(runs)):
+        suffix = f"-{index}" if len(runs) > 1 else ""
+        (HERE / f"{name}{suffix}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
+        print(f"recorded {name}{suffix}.json ({len(history.events)} events)")
+
+
+async def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="rewind-record-"))
+    os.environ.update({"REWIND_OUTBOX": str(tmp / "outbox"), "REWIND_DEMO_FAILURE_RATE": "0",
+                       "REWIND_TEST_EVENTS": str(tmp / "events.jsonl"), "REWIND_TEST_OUTBOX": str(tmp / "test-outbox")})
+    server = DevServer.start(tmp / "temporal.db", headless=True)
+    model = ScriptedModelServer()
+    model.start_in_thread()
+    # Payloads stay under the external-storage threshold, so these histories
+    # replay without the payload store.
+    settings = Settings(temporal_address=server.address, task_queue="record", store_url=f"file://{tmp / 'store'}",
+                        payload_url=f"file://{tmp / 'payloads'}", home=tmp, sticky_timeout_s=1.0)
+    from worker import build_worker
+
+    try:
+        client = await connect(settings)
+        registry = ToolRegistry.from_modules(["examples.research_agent", "agent_tools"])
+        endpoint = ModelEndpoint(base_url=model.base_url, api_key="x")
+        async with build_worker(client, settings, registry, endpoint):
+            short = await start_run(client, settings, AgentInput(run_id="hist-short", task=TASK))
+            await short.result()
+            await _save_chain(client, short.id, "short")
+
+            model.add_script("long", [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i % 7}"}},
+                                                      {"name": "blob", "arguments": {"index": i, "size": 300}}]}
+                                      for i in range(24)] + [{"content": "finished"}])
+            long = await start_run(client, settings, AgentInput(run_id="hist-long", task="long", model="script:long",
+                                                                limits=RunLimits(max_steps=40)))
+            await long.result()
+            await _save_chain(client, long.id, "long")
+
+            can = await start_run(client, settings, AgentInput(run_id="hist-can", task="can", model="script:long",
+                                                               limits=RunLimits(max_steps=40), history_limit_bytes=25_000))
+            await can.result()
+            await _save_chain(client, can.id, "continued-as-new")
+
+            async with open_checkpoint_store(settings.store_url) as store:
+                forked = await fork(client, settings, store, "hist-short", 1, branch="technical",
+                                    system_prompt="Emphasize technical analysis over business metrics.")
+                await forked.handle.result()
+            await _save_chain(client, forked.workflow_id, "forked")
+
+            model.add_script("bad", [{"tool_calls": [{"name": "lookup", "arguments": "{nope"},
+                                                     {"name": "nope", "arguments": {}},
+                                                     {"name": "always_fails", "arguments": {}},
+                                                     {"name": "send_email", "arguments": {"to": "a@b", "body": "x"}}]},
+                                     {"content": "ok"}])
+            bad = await start_run(client, settings, AgentInput(run_id="hist-bad-output", task="bad", model="script:bad"))
+            await bad.result()
+            await _save_chain(client, bad.id, "bad-output")
+
+            paused = await start_run(client, settings, AgentInput(run_id="hist-budget", task=TASK,
+                                                                  limits=RunLimits(max_steps=1)))
+            while (await paused.query("status", result_type=AgentStatus)).state != "budget_exceeded":
+                await asyncio.sleep(0.1)
+            await paused.signal("raise_limits", RunLimits(max_steps=10))
+            await paused.result()
+            await _save_chain(client, paused.id, "budget-continue")
+    finally:
+        model.stop_thread()
+        server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    os._exit(0)  # see rewind/cli.py: avoid the native runtime's shutdown race

@@ -1,0 +1,33 @@
+"""Replay recorded histories against today's workflow code.
+
+A change to the loop that would break runs started by an older worker (an
+activity added, removed or reordered without `workflow.patched`) makes this
+fail, so it fails CI before it can fail a deploy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.agent import AgentWorkflow
+from workflows.compensation import CompensationWorkflow
+
+HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
+
+
+def test_histories_cover_the_shapes_of_a_run():
+    names = {p.stem.rsplit("-", 1)[0] if p.stem[-1].isdigit() else p.stem for p in HISTORIES}
+    assert {"short", "long", "continued-as-new", "forked", "bad-output", "budget-continue"} <= names
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
+async def test_recorded_history_replays(path: Path):
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=[AgentWorkflow, CompensationWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
