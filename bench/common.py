@@ -403,12 +403,14 @@ class WorkerProcess:
             **(extra_env or {}),
         })
         log.parent.mkdir(parents=True, exist_ok=True)
+        settings.home.mkdir(parents=True, exist_ok=True)
+        env["REWIND_HOME"] = str(settings.home)
         self.log_path = log
         self._log = open(log, "ab")
         self.started_at = time.monotonic()
         self.process = subprocess.Popen(
             [sys.executable, str(REPO / "worker.py"), "--tools", TOOLS_MODULE],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(settings.home.parent),
+            env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(settings.home),
         )
 
     @property
