@@ -29,10 +29,16 @@ from checkpoint_bridge.objects import open_object_store
 from checkpoint_bridge.store import CheckpointStore
 from rewind.client import connect
 from rewind.config import Settings
+from rewind.redaction import Redactor
 from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
 
 log = logging.getLogger("rewind.worker")
+
+WORKFLOW_BUGS: tuple[type[BaseException], ...] = (
+    TypeError, KeyError, AttributeError, IndexError, ValueError, AssertionError,
+    ZeroDivisionError, NameError, LookupError, ArithmeticError,
+)
 
 
 def model_endpoint() -> tuple[ModelEndpoint, object | None]:
@@ -55,20 +61,32 @@ def build_worker(
     endpoint: ModelEndpoint,
     *,
     max_cached_workflows: int | None = None,
+    workflows: list[type] | None = None,
+    redactor: Redactor | None = None,
 ) -> Worker:
+    """A worker for `settings.task_queue`. `workflows` replaces the workflow
+    classes (tests use it to deploy changed workflow code). `redactor`
+    defaults to one built from the environment now (REWIND_SECRET_ENV,
+    REWIND_REDACT_PATTERNS) plus the model key in use, shared by every activity."""
     objects = open_object_store(settings.store_url)
     payloads = open_object_store(settings.payload_url)
-    llm = LlmActivities(endpoint, PriceTable.from_env(), TranscriptStore(payloads))
-    tools = ToolActivities(registry, IdempotencyLedger(objects))
-    mirror = MirrorActivities(CheckpointStore(objects))
+    if redactor is None:
+        redactor = Redactor.from_env(secrets={"model_api_key": endpoint.api_key})
+    llm = LlmActivities(endpoint, PriceTable.from_env(), TranscriptStore(payloads), redactor)
+    tools = ToolActivities(registry, IdempotencyLedger(objects), redactor)
+    mirror = MirrorActivities(CheckpointStore(objects), redactor)
     options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[AgentWorkflow, CompensationWorkflow],
+        workflows=workflows or [AgentWorkflow, CompensationWorkflow],
         activities=[llm.call_llm, tools.describe_tools, tools.run_tool, tools.compensate_tool, mirror.mirror_step],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
+        # A bug in workflow code fails the run visibly instead of retrying its
+        # workflow task forever. Nondeterminism (a bad deploy) is not listed:
+        # those tasks keep retrying, so rolling the worker back recovers them.
+        workflow_failure_exception_types=list(WORKFLOW_BUGS),
         **options,
     )
 

@@ -7,7 +7,9 @@ connection errors) and what it cannot (400/401/403/404/422), and `retry-after`
 becomes the next retry delay.
 
 Credentials stay on the worker (environment), never in workflow inputs, so no
-API key reaches Temporal history.
+API key reaches Temporal history. Error messages (a 401 can echo the key) and
+the model's reply (a model can repeat a secret it read) are redacted before
+they leave the activity (rewind/redaction.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
 from activities.transcript import TranscriptError, TranscriptStore
 from checkpoint_bridge.errors import StoreUnavailableError
+from rewind.redaction import NO_REDACTION, Redactor
 from workflows.contracts import LlmRequest, LlmResponse, Usage
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -83,25 +86,30 @@ def _retry_after(response: Any) -> timedelta | None:
     return None
 
 
-def map_openai_error(exc: Exception, model: str) -> ApplicationError:
+def map_openai_error(exc: Exception, model: str, redactor: Redactor = NO_REDACTION) -> ApplicationError:
     """Turn an openai exception into a retryable or non-retryable ApplicationError."""
+    redact = redactor.redact_text
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        detail = f"model API answered {status} for model {model!r}: {exc.message}"[:1000]
+        detail = redact(f"model API answered {status} for model {model!r}: {exc.message}")[:1000]
         if status in RETRYABLE_STATUS or status >= 500:
             return ApplicationError(detail, type=f"LlmHttp{status}", next_retry_delay=_retry_after(exc.response))
         hint = _HINTS.get(status, "retrying cannot fix this")
         return ApplicationError(f"{detail} ({hint})", type=REJECTED_ERROR_TYPE, non_retryable=True)
     if isinstance(exc, openai.APIConnectionError):
-        return ApplicationError(f"model API unreachable for model {model!r}: {exc}", type="LlmUnavailable")
-    return ApplicationError(f"model call failed: {type(exc).__name__}: {exc}", type="LlmCallFailed")
+        return ApplicationError(redact(f"model API unreachable for model {model!r}: {exc}")[:1000], type="LlmUnavailable")
+    return ApplicationError(redact(f"model call failed: {type(exc).__name__}: {exc}")[:1000], type="LlmCallFailed")
 
 
 class LlmActivities:
-    def __init__(self, endpoint: ModelEndpoint, prices: PriceTable, transcripts: TranscriptStore) -> None:
+    def __init__(
+        self, endpoint: ModelEndpoint, prices: PriceTable, transcripts: TranscriptStore, redactor: Redactor | None = None,
+    ) -> None:
         self._endpoint = endpoint
         self._prices = prices
         self._transcripts = transcripts
+        # The key in use is always a secret, whether or not it came from the environment.
+        self._redact = redactor if redactor is not None else Redactor.from_env(secrets={"model_api_key": endpoint.api_key})
         self._client: openai.AsyncOpenAI | None = None
 
     def _get_client(self) -> openai.AsyncOpenAI:
@@ -120,7 +128,7 @@ class LlmActivities:
             # Stored before the call, so a store failure never wastes a paid call.
             head = await self._transcripts.append(request.transcript_head, request.transcript_len, request.new_messages)
         except (StoreUnavailableError, TranscriptError) as exc:
-            raise ApplicationError(f"transcript store: {exc}"[:1000], type="TranscriptUnavailable") from None
+            raise ApplicationError(self._redact.redact_text(f"transcript store: {exc}")[:1000], type="TranscriptUnavailable") from None
         messages = [*base, *request.new_messages]
         sent = list(messages)
         model_view = None
@@ -154,11 +162,11 @@ class LlmActivities:
             if not isinstance(message, dict):
                 raise TypeError("choices[0].message is not an object")
         except openai.OpenAIError as exc:
-            raise map_openai_error(exc, request.model) from None
+            raise map_openai_error(exc, request.model, self._redact) from None
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             # A garbled body is usually a proxy or provider hiccup: retry it.
             raise ApplicationError(
-                f"model API returned a malformed completion for model {request.model!r}: {exc}"[:1000],
+                self._redact.redact_text(f"model API returned a malformed completion for model {request.model!r}: {exc}")[:1000],
                 type="LlmMalformedResponse",
             ) from None
         raw_usage = data.get("usage") or {}
@@ -169,7 +177,7 @@ class LlmActivities:
         )
         cost, priced = self._prices.cost(request.model, usage)
         return LlmResponse(
-            message=message,
+            message=self._redact.redact_json(message),
             usage=usage,
             cost_usd=cost,
             priced=priced,

@@ -5,6 +5,10 @@ come back as data in a ToolOutcome, so the loop turns them into a tool
 message. Any other exception is raised as a retryable ApplicationError and
 Temporal retries it up to the tool's `max_attempts`; the workflow turns the
 final failure into a tool message too.
+
+Every output and error message is redacted here (rewind/redaction.py), where
+it is produced, so history, logs, the model and the checkpoints never see a
+secret a tool printed or raised.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.tools import ToolContext, ToolError, ToolRegistry, reset_tool_context, set_tool_context
+from rewind.redaction import Redactor
 from workflows.contracts import (
     CompensationOutcome,
     CompensationRequest,
@@ -52,9 +57,10 @@ def _jsonable(value: Any, tool_name: str) -> Any:
 
 
 class ToolActivities:
-    def __init__(self, registry: ToolRegistry, ledger: IdempotencyLedger) -> None:
+    def __init__(self, registry: ToolRegistry, ledger: IdempotencyLedger, redactor: Redactor | None = None) -> None:
         self._registry = registry
         self._ledger = ledger
+        self._redact = redactor if redactor is not None else Redactor.from_env()
 
     @activity.defn(name="describe_tools")
     async def describe_tools(self, request: DescribeToolsRequest) -> DescribeToolsResponse:
@@ -82,7 +88,8 @@ class ToolActivities:
         try:
             kwargs = registered.validate(request.arguments)
         except pydantic.ValidationError as exc:
-            return outcome(error=f"invalid arguments for {request.tool_name}: {_validation_message(exc)}", error_kind="invalid_arguments")
+            message = f"invalid arguments for {request.tool_name}: {_validation_message(exc)}"
+            return outcome(error=self._redact.redact_text(message), error_kind="invalid_arguments")
 
         key = request.idempotency_key if registered.spec.side_effects else None
         if key is not None:
@@ -103,15 +110,15 @@ class ToolActivities:
         try:
             async with heartbeating():
                 result = await registered.fn(**kwargs)
-            output = _jsonable(result, request.tool_name)
+            output = self._redact.redact_json(_jsonable(result, request.tool_name))
         except ToolError as exc:
-            return outcome(error=f"{request.tool_name} failed: {exc}", error_kind="tool_error")
+            return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {exc}"), error_kind="tool_error")
         except Exception as exc:
-            # No cause chain and a bounded message: Temporal keeps only ~2 KB
-            # of a retrying activity's failure (see activities/llm.py).
-            raise ApplicationError(
-                f"tool {request.tool_name!r} raised {type(exc).__name__}: {exc}"[:1000], type="ToolRaised"
-            ) from None
+            # No cause chain (it would carry the unredacted message into history
+            # and logs) and a bounded message: Temporal keeps only ~2 KB of a
+            # retrying activity's failure (see activities/llm.py).
+            message = self._redact.redact_text(f"tool {request.tool_name!r} raised {type(exc).__name__}: {exc}")
+            raise ApplicationError(message[:1000], type="ToolRaised") from None
         finally:
             reset_tool_context(token)
         if key is not None:
@@ -145,13 +152,12 @@ class ToolActivities:
         try:
             async with heartbeating():
                 result = await registered.compensate(request.arguments, request.output)
-            output = _jsonable(result, request.tool_name)
+            output = self._redact.redact_json(_jsonable(result, request.tool_name))
         except ToolError as exc:
-            return outcome("failed", error=str(exc))
+            return outcome("failed", error=self._redact.redact_text(str(exc)))
         except Exception as exc:
-            raise ApplicationError(
-                f"compensation of {request.tool_name!r} raised {type(exc).__name__}: {exc}"[:1000], type="CompensationRaised"
-            ) from None
+            message = self._redact.redact_text(f"compensation of {request.tool_name!r} raised {type(exc).__name__}: {exc}")
+            raise ApplicationError(message[:1000], type="CompensationRaised") from None
         finally:
             reset_tool_context(token)
         await self._ledger.record(request.compensation_key, request.tool_name, output)

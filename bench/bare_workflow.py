@@ -55,9 +55,10 @@ class BareActivities:
 
     @activity.defn(name=BARE_LLM)
     async def bare_llm(self, request: dict[str, Any]) -> dict[str, Any]:
-        raw = await self._client.chat.completions.with_raw_response.create(
-            model=request["model"], messages=request["messages"], tools=request["tools"] or None,
-        )
+        kwargs: dict[str, Any] = {"model": request["model"], "messages": request["messages"]}
+        if request["tools"]:
+            kwargs["tools"] = request["tools"]
+        raw = await self._client.chat.completions.with_raw_response.create(**kwargs)
         message = raw.http_response.json()["choices"][0]["message"]
         return {k: v for k, v in message.items() if v is not None or k == "content"}
 

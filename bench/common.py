@@ -493,3 +493,73 @@ def env(**values: str) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+# ---------------------------------------------------------------- history profiles
+
+
+def step_marks(events: list[Any], model_activity: str) -> list[float]:
+    """Event times (s) at which each step's model activity was scheduled, plus the workflow's end."""
+    from temporalio.api.enums.v1 import EventType
+
+    marks, end = [], None
+    for e in events:
+        t = e.event_time.ToDatetime().timestamp()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if e.activity_task_scheduled_event_attributes.activity_type.name == model_activity:
+                marks.append(t)
+        elif e.event_type in (EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+                              EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW):
+            end = t
+    if end is not None:
+        marks.append(end)
+    return marks
+
+
+def activity_profile(events: list[Any]) -> dict[str, Any]:
+    """Per activity type: count, median schedule->start and start->close (ms); workflow task count."""
+    from temporalio.api.enums.v1 import EventType
+
+    sched: dict[int, tuple[str, float]] = {}
+    started: dict[int, float] = {}
+    out: dict[str, dict[str, list[float]]] = {}
+    wft = wft_ms = 0
+    wft_sched: dict[int, float] = {}
+    wft_start: dict[int, float] = {}
+    wft_total: list[float] = []
+    for e in events:
+        t = e.event_time.ToDatetime().timestamp()
+        et = e.event_type
+        if et == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            sched[e.event_id] = (e.activity_task_scheduled_event_attributes.activity_type.name, t)
+        elif et == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started[e.activity_task_started_event_attributes.scheduled_event_id] = t
+        elif et in (EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+                    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT):
+            attrs = (e.activity_task_completed_event_attributes if et == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                     else e.activity_task_failed_event_attributes if et == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+                     else e.activity_task_timed_out_event_attributes)
+            sid = attrs.scheduled_event_id
+            name, ts = sched.get(sid, ("?", t))
+            st = started.get(sid, ts)
+            d = out.setdefault(name, {"queue": [], "run": [], "total": []})
+            d["queue"].append((st - ts) * 1000)
+            d["run"].append((t - st) * 1000)
+            d["total"].append((t - ts) * 1000)
+        elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            wft_sched[e.event_id] = t
+        elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            wft_start[e.workflow_task_started_event_attributes.scheduled_event_id] = t
+        elif et == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            wft += 1
+            sid = e.workflow_task_completed_event_attributes.scheduled_event_id
+            wft_total.append((t - wft_sched.get(sid, t)) * 1000)
+            wft_ms += int((t - wft_start.get(sid, t)) * 1000)
+    return {
+        "activities": {k: {"count": len(v["run"]), "queue_ms": median(v["queue"]), "run_ms": median(v["run"]),
+                           "total_ms": median(v["total"])} for k, v in out.items()},
+        "workflow_tasks": wft,
+        "workflow_task_ms": median(wft_total),
+        "events": len(events),
+        "history_bytes": sum(e.ByteSize() for e in events),
+    }

@@ -22,20 +22,24 @@ from checkpoint_bridge.errors import (
 )
 from checkpoint_bridge.projector import apply_record, project_workflow
 from checkpoint_bridge.store import CheckpointStore
+from rewind.redaction import Redactor
 from workflows.contracts import MirrorAck, StepRecord
 
 CONFLICT_ERROR_TYPE = "CheckpointConflict"
 
 
-def _failure(exc: Exception, kind: str, *, retry: bool = True) -> ApplicationError:
-    # Without the cause chain: Temporal keeps only ~2 KB of a retrying
-    # activity's last failure, and that text is what `rewind status` shows.
-    return ApplicationError(str(exc)[:1500], type=kind, non_retryable=not retry)
-
-
 class MirrorActivities:
-    def __init__(self, store: CheckpointStore) -> None:
+    def __init__(self, store: CheckpointStore, redactor: Redactor | None = None) -> None:
         self._store = store
+        # Step records arrive redacted (the model and tool activities redact);
+        # what is left to redact is the store's own error text (an S3 error
+        # can quote a signed URL or a credential).
+        self._redact = redactor if redactor is not None else Redactor.from_env()
+
+    def _failure(self, exc: Exception, kind: str, *, retry: bool = True) -> ApplicationError:
+        # Without the cause chain: Temporal keeps only ~2 KB of a retrying
+        # activity's last failure, and that text is what `rewind status` shows.
+        return ApplicationError(self._redact.redact_text(str(exc))[:1500], type=kind, non_retryable=not retry)
 
     @activity.defn(name="mirror_step")
     async def mirror_step(self, record: StepRecord) -> MirrorAck:
@@ -49,16 +53,16 @@ class MirrorActivities:
                 type="ParentNotMirrored",
             ) from None
         except StoreUnavailableError as exc:
-            raise _failure(exc, "StoreUnavailable") from None
+            raise self._failure(exc, "StoreUnavailable") from None
         except CorruptCheckpointError as exc:
-            raise _failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
+            raise self._failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
         checkpoint = apply_record(parent, record)
         try:
             await self._store.save(checkpoint)
         except StoreUnavailableError as exc:
-            raise _failure(exc, "StoreUnavailable") from None
+            raise self._failure(exc, "StoreUnavailable") from None
         except CheckpointExistsError as exc:
-            raise _failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
+            raise self._failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
         return MirrorAck(checkpoint_id=checkpoint.checkpoint_id, written=True)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -27,7 +28,10 @@ async def connect(settings: Settings) -> Client:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.namespace,
-            data_converter=data_converter(settings.payload_url, settings.payload_threshold),
+            data_converter=data_converter(
+                settings.payload_url, settings.payload_threshold,
+                encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
+            ),
         )
     except RuntimeError as exc:
         raise ConfigError(
@@ -101,6 +105,16 @@ class RunView(BaseModel):
     pending: list[dict[str, Any]] = []
 
 
+async def _failure_message(client: Client, failure: Failure) -> str:
+    """A failure's message, decrypted when payload encryption moved it into encoded attributes."""
+    copy = Failure()
+    copy.CopyFrom(failure)
+    try:
+        return str(await client.data_converter.decode_failure(copy))
+    except Exception:  # a key this client lacks: show what the server has
+        return failure.message
+
+
 _STATUS_NAMES = {v: k.replace("WORKFLOW_EXECUTION_STATUS_", "").lower() for k, v in WorkflowExecutionStatus.items()}
 
 
@@ -116,7 +130,7 @@ async def run_view(client: Client, run_id: str, branch_id: str = "main", *, quer
     for pa in desc.raw_description.pending_activities:
         entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt}
         if pa.HasField("last_failure"):
-            entry["last_failure"] = pa.last_failure.message
+            entry["last_failure"] = await _failure_message(client, pa.last_failure)
         view.pending.append(entry)
     try:
         view.status = await handle.query("status", result_type=AgentStatus, rpc_timeout=timedelta(seconds=query_timeout_s))

@@ -31,6 +31,10 @@ class Settings:
     # How long Temporal waits for a crashed worker's sticky queue before
     # handing the run's next workflow task to another worker.
     sticky_timeout_s: float = 5.0
+    # Payload encryption (rewind/encryption.py): `kid:<base64 32 bytes>,...`,
+    # the first encrypts; and whether plaintext payloads are refused.
+    encryption_keys: str = field(default="", repr=False)
+    require_encryption: bool = False
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -51,4 +55,6 @@ class Settings:
             tool_modules=_split(env.get("REWIND_TOOLS", "")),
             model=env.get("REWIND_MODEL") or None,
             sticky_timeout_s=float(env.get("REWIND_STICKY_TIMEOUT_S", "5")),
+            encryption_keys=env.get("REWIND_ENCRYPTION_KEYS", ""),
+            require_encryption=env.get("REWIND_REQUIRE_ENCRYPTION", "").strip().lower() in {"1", "true", "yes"},
         )

@@ -9,6 +9,9 @@ the SDK's ExternalStorage, any payload above `REWIND_PAYLOAD_THRESHOLD` bytes
     s3://bucket        the SDK's own S3StorageDriver (content-addressed keys)
 
 Client, worker and CLI must all use the same converter: `data_converter()`.
+With encryption keys (rewind/encryption.py) it also encrypts every payload;
+the SDK applies the codec before external storage, so offloaded payloads are
+stored encrypted and history's claim points at ciphertext.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
     ExternalStorage,
     StorageDriver,
     StorageDriverClaim,
@@ -31,6 +35,7 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from rewind.encryption import EncryptionCodec, parse_keys
 from rewind.errors import ConfigError
 
 DEFAULT_THRESHOLD = 64 * 1024
@@ -144,7 +149,29 @@ class _LazyS3Driver(StorageDriver):
         return await (await self._get()).retrieve(context, claims)
 
 
-def data_converter(payload_url: str, threshold: int = DEFAULT_THRESHOLD) -> DataConverter:
-    """pydantic converter + external storage of payloads above `threshold` bytes."""
+def data_converter(
+    payload_url: str,
+    threshold: int = DEFAULT_THRESHOLD,
+    *,
+    encryption_keys: str = "",
+    require_encryption: bool = False,
+) -> DataConverter:
+    """pydantic converter + external storage of payloads above `threshold` bytes,
+    + AES-GCM encryption of every payload when `encryption_keys` are given."""
     storage = ExternalStorage(drivers=[_driver(payload_url)], payload_size_threshold=threshold)
-    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    keys = parse_keys(encryption_keys)
+    if not keys:
+        if require_encryption:
+            raise ConfigError(
+                "REWIND_REQUIRE_ENCRYPTION is set but REWIND_ENCRYPTION_KEYS is empty; "
+                "set kid:<base64 of 32 bytes> (see rewind/encryption.py)"
+            )
+        return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    return dataclasses.replace(
+        pydantic_data_converter,
+        external_storage=storage,
+        payload_codec=EncryptionCodec(keys, require_encryption=require_encryption),
+        # Failure messages and stack traces move into an encoded (so encrypted)
+        # attribute; history keeps only "Encoded failure".
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )

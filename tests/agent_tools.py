@@ -111,3 +111,13 @@ async def recall_email(arguments: dict, output: object) -> str:
     outbox.mkdir(parents=True, exist_ok=True)
     (outbox / f"{ctx.idempotency_key}.recall").write_text(f"recall {arguments.get('to')}\n")
     return f"recalled email to {arguments.get('to')}"
+
+
+@tool(heartbeat_s=2, timeout_s=300, max_attempts=10)
+async def gate(name: str) -> str:
+    """Wait until the file REWIND_TEST_GATE_DIR/<name> exists (holds runs mid-loop)."""
+    _event("gate_wait", name=name)
+    path = Path(os.environ["REWIND_TEST_GATE_DIR"]) / name
+    while not path.exists():
+        await asyncio.sleep(0.05)
+    return f"gate {name} open"

@@ -149,7 +149,7 @@ class LlmRequest(BaseModel):
 
 
 class LlmResponse(BaseModel):
-    message: dict[str, Any]  # verbatim as the API returned it
+    message: dict[str, Any]  # as the API returned it, secrets redacted (rewind/redaction.py)
     usage: Usage
     cost_usd: float
     priced: bool = True

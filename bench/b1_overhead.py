@@ -1,0 +1,190 @@
+"""1. Durability overhead per agent step.
+
+The same scripted loop (model call, then one `blob` tool call, every step),
+with the scripted model at zero latency, four ways:
+  Rewind       AgentWorkflow on an in-process worker from `worker.build_worker`
+  (b) bare     bench.bare_workflow on its own worker: same activities, no bridge
+  (a) asyncio  the openai client + in-process tools, nothing persisted
+  (c) LangGraph the loop as a graph checkpointed by SqliteSaver
+Per-step time = model call start to the next model call start (for Temporal
+runs read from history: model activity scheduled to the next one scheduled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from temporalio.worker import Worker
+
+from activities.tools import ToolRegistry
+from bench.bare_workflow import BareActivities, BareAgentWorkflow
+from bench.baselines import asyncio_loop, langgraph_available, langgraph_loop
+from bench.common import (
+    TOOLS_MODULE, Section, activity_profile, blob_script, history_events, log, median, ms, percentile,
+    rewind_worker, start_agent, step_marks,
+)
+from workflows.contracts import DEFAULT_SYSTEM_PROMPT
+
+TOOL_BYTES = 256
+TARGET = 1.20
+
+
+async def _rewind(client, settings, model, steps: int) -> dict:  # type: ignore[no-untyped-def]
+    name, _ = blob_script(model, steps, TOOL_BYTES)
+    async with rewind_worker(client, settings, model):
+        t = time.perf_counter()
+        handle = await start_agent(client, settings, name, steps)
+        result = await handle.result()
+        wall = time.perf_counter() - t
+    assert result.status.step == steps, result.status
+    events = await history_events(client, handle.id)
+    marks = step_marks(events, "call_llm")
+    return {"durations": [b - a for a, b in zip(marks, marks[1:])][:-1], "wall_s": wall, "profile": activity_profile(events)}
+
+
+async def _bare(client, settings, model, registry: ToolRegistry, steps: int) -> dict:  # type: ignore[no-untyped-def]
+    name, _ = blob_script(model, steps, TOOL_BYTES)
+    queue = settings.task_queue + "-bare"
+    acts = BareActivities(model.base_url, registry)
+    wid = f"bare-{uuid.uuid4().hex[:10]}"
+    async with Worker(client, task_queue=queue, workflows=[BareAgentWorkflow], activities=[acts.bare_llm, acts.bare_tool]):
+        t = time.perf_counter()
+        done = await client.execute_workflow(
+            "BareAgentWorkflow",
+            {"system_prompt": DEFAULT_SYSTEM_PROMPT, "task": "benchmark run", "model": name,
+             "tools": [s.openai_schema() for s in registry.specs()], "max_steps": steps + 5},
+            id=wid, task_queue=queue,
+        )
+        wall = time.perf_counter() - t
+    assert done == steps, done
+    events = await history_events(client, wid)
+    marks = step_marks(events, "bare_llm")
+    return {"durations": [b - a for a, b in zip(marks, marks[1:])][:-1], "wall_s": wall, "profile": activity_profile(events)}
+
+
+async def _asyncio(model, registry: ToolRegistry, steps: int) -> dict:  # type: ignore[no-untyped-def]
+    name, _ = blob_script(model, steps, TOOL_BYTES)
+    t = time.perf_counter()
+    durations = await asyncio_loop(model.base_url, name, registry, "benchmark run", steps + 5)
+    return {"durations": durations[:-1], "wall_s": time.perf_counter() - t}
+
+
+async def _langgraph(suite, model, registry: ToolRegistry, steps: int) -> dict:  # type: ignore[no-untyped-def]
+    name, _ = blob_script(model, steps, TOOL_BYTES)
+    db = suite.tmp / f"overhead-{uuid.uuid4().hex[:6]}.sqlite"
+    out = await asyncio.to_thread(langgraph_loop, model.base_url, name, registry, "benchmark run", steps + 5, db)
+    return {"durations": out["durations"][:-1], "wall_s": out["wall_s"]}
+
+
+async def run(suite) -> Section:  # type: ignore[no-untyped-def]
+    steps, reps = (30, 2) if suite.quick else (100, 3)
+    sec = Section("overhead", "1. Durability overhead per agent step",
+                  f"{steps}-step runs (model call + one {TOOL_BYTES} B `blob` tool call per step), scripted model at "
+                  f"0 ms latency, {reps} runs per approach, interleaved; per-step medians over all steps of all runs. "
+                  "Every approach runs in this one process (the workers in-process too), against one dev server.")
+    server = suite.start_temporal("overhead")
+    client = await suite.client(server)
+    model = suite.model(0)
+    settings = suite.settings(server, "overhead")
+    registry = ToolRegistry.from_modules([TOOLS_MODULE])
+    skip_lg = langgraph_available()
+
+    # Warm-up: imports, HTTP connections, the tokenizer's first load, the dev server's caches.
+    await _rewind(client, settings, model, 4)
+    await _bare(client, settings, model, registry, 4)
+    await _asyncio(model, registry, 4)
+    if skip_lg is None:
+        await _langgraph(suite, model, registry, 4)
+
+    runs: dict[str, list[dict]] = {"rewind": [], "bare": [], "asyncio": [], "langgraph": []}
+    for rep in range(reps):
+        log(f"overhead: repetition {rep + 1}/{reps}")
+        runs["rewind"].append(await _rewind(client, settings, model, steps))
+        runs["bare"].append(await _bare(client, settings, model, registry, steps))
+        runs["asyncio"].append(await _asyncio(model, registry, steps))
+        if skip_lg is None:
+            runs["langgraph"].append(await _langgraph(suite, model, registry, steps))
+    suite.stop_model(model)
+    suite.stop_temporal(server)
+
+    def stats(key: str) -> dict:
+        rs = runs[key]
+        if not rs:
+            return {}
+        d = [x for r in rs for x in r["durations"]]
+        return {"median_ms": ms(median(d)), "p90_ms": ms(percentile(d, 90)),
+                "wall_ms_per_step": ms(median([r["wall_s"] / steps for r in rs])), "n": len(d)}
+
+    st = {k: stats(k) for k in runs}
+    sec.data = {"steps": steps, "reps": reps, "stats": st,
+                "profiles": {k: [r.get("profile") for r in runs[k]] for k in ("rewind", "bare")}}
+    rw = st["rewind"]["median_ms"]
+    labels = {"rewind": "**Rewind** (AgentWorkflow + bridge)", "bare": "(b) bare Temporal workflow, same activities",
+              "asyncio": "(a) plain asyncio, no persistence", "langgraph": "(c) LangGraph + SqliteSaver"}
+    rows = []
+    for key, label in labels.items():
+        s = st[key]
+        if not s:
+            rows.append([label, "skipped", "", "", "", ""])
+            continue
+        rows.append([label, s["median_ms"], s["p90_ms"], s["wall_ms_per_step"],
+                     "1.00x" if key == "rewind" else f"**{rw / s['median_ms']:.2f}x**", s["n"]])
+    sec.table("Per-step time (ms)", ["approach", "median", "p90", "wall time / step", "Rewind / this", "steps measured"], rows)
+
+    # Where Rewind's time goes, against the bare workflow (medians over the measured runs).
+    def prof(key: str, act: str, field: str) -> float | None:
+        vals = [p["activities"].get(act, {}).get(field) for p in sec.data["profiles"][key] if p]
+        vals = [v for v in vals if v is not None]
+        return median(vals)
+
+    def per_step(key: str, field: str) -> float | None:
+        vals = [p[field] / steps for p in sec.data["profiles"][key] if p]
+        return median(vals)
+
+    brk = [
+        ["model activity, start to close (ms)", prof("rewind", "call_llm", "run_ms"), prof("bare", "bare_llm", "run_ms")],
+        ["tool activity, start to close (ms)", prof("rewind", "run_tool", "run_ms"), prof("bare", "bare_tool", "run_ms")],
+        ["mirror activity, start to close (ms; off the critical path)", prof("rewind", "mirror_step", "run_ms"), None],
+        ["workflow tasks per step", per_step("rewind", "workflow_tasks"), per_step("bare", "workflow_tasks")],
+        ["workflow task, scheduled to completed (ms)", median([p["workflow_task_ms"] for p in sec.data["profiles"]["rewind"]]),
+         median([p["workflow_task_ms"] for p in sec.data["profiles"]["bare"]])],
+        ["history events per step", per_step("rewind", "events"), per_step("bare", "events")],
+        ["history bytes per step", per_step("rewind", "history_bytes"), per_step("bare", "history_bytes")],
+    ]
+    sec.table("Where the time goes: Rewind vs (b), from the runs' histories (medians)", ["", "Rewind", "(b) bare"], brk)
+
+    bare, plain = st["bare"]["median_ms"], st["asyncio"]["median_ms"]
+    r_b, r_a = rw / bare, rw / plain
+    sec.headline = [
+        ["1 overhead", "per-step median, Rewind / bare Temporal (b)", f"{rw:.1f} ms / {bare:.1f} ms", f"**{r_b:.2f}x**",
+         f"≤ {TARGET:.2f}x", "met" if r_b <= TARGET else "**not met**"],
+        ["1 overhead", "per-step median, Rewind / plain asyncio (a)", f"{rw:.1f} ms / {plain:.1f} ms", f"**{r_a:.2f}x**", "–", "–"],
+    ]
+    if st["langgraph"]:
+        lg = st["langgraph"]["median_ms"]
+        sec.headline.append(["1 overhead", "per-step median, Rewind / LangGraph + SqliteSaver (c)",
+                             f"{rw:.1f} ms / {lg:.1f} ms", f"**{rw / lg:.2f}x**", "–", "–"])
+    else:
+        sec.notes.append(f"(c) skipped: {skip_lg}")
+
+    llm_extra = (brk[0][1] or 0) - (brk[0][2] or 0)
+    wft_r, wft_b = brk[3][1] or 0, brk[3][2] or 0
+    verdict = (f"Target (Rewind ≤ {TARGET:.2f}x the bare workflow): **{'met' if r_b <= TARGET else 'not met'}** — "
+               f"{rw:.1f} ms vs {bare:.1f} ms per step ({(r_b - 1) * 100:+.0f}%). ")
+    verdict += (f"Rewind's model activity takes {llm_extra:+.1f} ms against the bare one (transcript segment read + "
+                f"fsync'd write in the payload store, and token counting of the whole conversation for the context "
+                f"window, on every call); it runs {wft_r:.2f} workflow tasks per step against {wft_b:.2f} (the "
+                f"mirror activity's completion wakes the workflow once more per step). ")
+    hb_r, hb_b = brk[6][1] or 0, brk[6][2] or 0
+    verdict += (f"The bare workflow passes the whole conversation into every model call, so its history grows "
+                f"quadratically ({hb_b:,.0f} B/step here vs Rewind's {hb_r:,.0f} B/step) and its workflow tasks "
+                f"get slower as the run grows; at {steps} steps that roughly offsets Rewind's extra work.")
+    sec.verdicts.append(verdict)
+    sec.notes.append(
+        f"Both Temporal variants pay the dev server's per-activity dispatch cost (two sequential activities and "
+        f"at least two workflow tasks per step), which is why they sit at ~{bare:.0f} ms against "
+        f"{plain:.1f} ms for the in-process loop: Rewind / (a) = {r_a:.1f}x measures Temporal itself far more "
+        "than the bridge. With a real model (hundreds of ms to seconds per call) this fixed cost shrinks to a few percent.")
+    return sec
