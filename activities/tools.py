@@ -12,11 +12,12 @@ import contextvars
 import importlib
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Annotated, Any, Awaitable, Callable
 
 import pydantic
 from temporalio import activity
 
+from activities.arg_types import max_arg_chars
 from rewind.errors import ToolRegistryError
 from workflows.contracts import ToolSpec
 
@@ -91,7 +92,11 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseModel]:
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (param.annotation, default)
     hints = {k: v for k, v in inspect.get_annotations(fn, eval_str=True).items() if k in fields}
-    fields = {k: (hints.get(k, t), d) for k, (t, d) in fields.items()}
+    # Plain `str` arguments get a length cap: a model can send megabytes.
+    cap = pydantic.Field(max_length=max_arg_chars())
+    fields = {
+        k: (Annotated[str, cap] if hints.get(k, t) is str else hints.get(k, t), d) for k, (t, d) in fields.items()
+    }
     config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=False)
     return pydantic.create_model(f"{name}_arguments", __config__=config, **fields)
 

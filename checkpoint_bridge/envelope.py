@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .canonical import canonical_json
-from .errors import CorruptCheckpointError, FutureSchemaError
+from .errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
 from .migrations import migrate, parse_json_object
 from .schema import CURRENT_SCHEMA_VERSION
 
@@ -123,14 +123,20 @@ def _expand(kind: Kind, payload: dict[str, Any], key: str) -> dict[str, Any]:
 def encode(kind: Kind, payload: dict[str, Any]) -> bytes:
     """The canonical bytes of an envelope (deterministic for equal payloads)."""
     payload = _compact(kind, payload)
-    envelope = {
-        "format": FORMAT,
-        "kind": kind,
-        "schema_version": CURRENT_SCHEMA_VERSION,
-        "sha256": _sha256(payload),
-        "payload": payload,
-    }
-    return canonical_json(envelope).encode("utf-8")
+    try:
+        envelope = {
+            "format": FORMAT,
+            "kind": kind,
+            "schema_version": CURRENT_SCHEMA_VERSION,
+            "sha256": _sha256(payload),
+            "payload": payload,
+        }
+        return canonical_json(envelope).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CheckpointError(
+            f"checkpoint {payload.get('checkpoint_id')} holds text that is not valid Unicode ({exc}); "
+            "scrub lone surrogates (rewind.text.scrub_surrogates) before storing"
+        ) from exc
 
 
 def _corrupt(key: str, problem: str) -> CorruptCheckpointError:
@@ -168,7 +174,11 @@ def decode(data: bytes, key: str) -> Envelope:
         raise _corrupt(key, f"has kind {kind!r:.60}, expected 'snapshot' or 'delta'")
     if not isinstance(payload, dict):
         raise _corrupt(key, "has no payload object")
-    if raw.get("sha256") != _sha256(payload):
+    try:
+        digest = _sha256(payload)
+    except UnicodeEncodeError:
+        raise _corrupt(key, "holds text that is not valid Unicode (a lone surrogate)") from None
+    if raw.get("sha256") != digest:
         raise _corrupt(key, "does not match its sha256 (the bytes were changed after writing)")
     if kind == "delta":
         missing = [f for f in ("parent_id", *_DELTA_FIELDS) if f not in payload]

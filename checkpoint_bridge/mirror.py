@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from checkpoint_bridge.errors import (
-    CheckpointExistsError,
+    CheckpointError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
     StoreUnavailableError,
@@ -61,7 +61,8 @@ class MirrorActivities:
             await self._store.save(checkpoint)
         except StoreUnavailableError as exc:
             raise self._failure(exc, "StoreUnavailable") from None
-        except CheckpointExistsError as exc:
+        except CheckpointError as exc:
+            # Exists with other bytes, or not storable at all: retrying cannot help.
             raise self._failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
         return MirrorAck(checkpoint_id=checkpoint.checkpoint_id, written=True)
 

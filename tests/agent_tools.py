@@ -14,6 +14,7 @@ import signal
 import time
 from pathlib import Path
 
+from activities.arg_types import NotAnOption, RelativePath
 from activities.tools import ToolError, tool, tool_context
 
 
@@ -121,3 +122,13 @@ async def gate(name: str) -> str:
     while not path.exists():
         await asyncio.sleep(0.05)
     return f"gate {name} open"
+
+
+@tool(side_effects=True)
+async def write_note(path: RelativePath, flag: NotAnOption, body: str) -> str:
+    """Write a note file under REWIND_TEST_OUTBOX/notes (validates its arguments first)."""
+    _event("write_note", path=path)
+    folder = Path(os.environ["REWIND_TEST_OUTBOX"]) / "notes"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / path.replace("/", "_")).write_text(body)
+    return f"wrote {path}"

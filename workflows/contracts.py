@@ -11,7 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from rewind.text import scrub_text
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful research agent. Use the tools you are given, cite what they "
@@ -121,6 +123,11 @@ class AgentInput(BaseModel):
     # Set when this workflow continues a logical run: after continue-as-new,
     # or as a fork / rollback seeded from a checkpoint.
     resume: "LoopState | None" = None
+
+    @field_validator("task", "system_prompt")
+    @classmethod
+    def _storable_text(cls, value: str) -> str:
+        return scrub_text(value)
 
 
 class Usage(BaseModel):

@@ -1,0 +1,214 @@
+"""Secrets never reach Temporal history, logs or the stores in clear.
+
+- Redaction: canary secrets planted in the worker's environment, in a tool's
+  output, in a ToolError, in a raised exception, in the model's own reply and
+  in a 401 body are found nowhere afterwards: not in the histories (raw
+  protobuf), the dev server's sqlite files, the worker's logs and stderr, the
+  checkpoint store or the payload store; `[REDACTED:<name>]` is there instead.
+- Encryption: with REWIND_ENCRYPTION_KEYS every payload (and failure message)
+  is ciphertext in history and in external payload storage; keys rotate;
+  plaintext and unknown key ids are refused with clear errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.api.history.v1 import History
+from temporalio.client import Client, WorkflowFailureError
+
+from activities.llm import ModelEndpoint
+from activities.tools import ToolRegistry
+from helpers import start_agent
+from rewind.client import connect
+from rewind.config import Settings
+from rewind.encryption import EncryptionCodec, PayloadEncryptionError, parse_keys
+from rewind.errors import ConfigError
+from rewind.payloads import data_converter
+from worker import build_worker
+from workflows.contracts import AgentResult
+
+
+def _script(model, turns) -> str:
+    name = f"s-{uuid.uuid4().hex[:8]}"
+    model.add_script(name, turns)
+    return f"script:{name}"
+
+
+async def _history_bytes(client: Client, workflow_id: str) -> bytes:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return History(events=history.events).SerializeToString() + history.to_json().encode()
+
+
+def _folder_bytes(url_or_path: str | Path) -> bytes:
+    root = Path(str(url_or_path).removeprefix("file://"))
+    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture
+def root_log():
+    capture, root = _Capture(), logging.getLogger()
+    level = root.level
+    root.addHandler(capture)
+    root.setLevel(logging.DEBUG)
+    yield capture
+    root.removeHandler(capture)
+    root.setLevel(level)
+
+
+async def test_secrets_are_redacted_before_anything_is_persisted(
+    client, settings, model, temporal_server, monkeypatch, root_log, capfd
+):
+    key = "sk-canary" + secrets.token_hex(16)                                          # env + model key
+    akia = "AKIA" + "".join(secrets.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") for _ in range(16))  # pattern only
+    internal = "internal-" + secrets.token_hex(16)                                     # custom pattern only
+    canaries = [key.encode(), akia.encode(), internal.encode(), key[3:].encode()]
+    monkeypatch.setenv("REWIND_TEST_API_KEY", key)
+    monkeypatch.setenv("REWIND_TEST_AKIA", akia)
+    monkeypatch.setenv("REWIND_TEST_INTERNAL", internal)
+    monkeypatch.setenv("REWIND_SECRET_ENV", "OPENAI_API_KEY,REWIND_TEST_API_KEY")
+    monkeypatch.setenv("REWIND_REDACT_PATTERNS", json.dumps([r"internal-[0-9a-f]{32}"]))
+    marker = f"task-marker-{uuid.uuid4().hex}"  # not a secret: proves the searched bytes hold the runs
+
+    leaky_model = _script(model, [
+        {"content": f"I will use the key {key} I remember", "tool_calls": [
+            {"name": "show_config", "arguments": {"section": "api"}},
+            {"name": "login", "arguments": {"user": "ada"}},
+            {"name": "connect_db", "arguments": {"name": "main"}},
+            {"name": "echo", "arguments": {"text": f"the model repeats {key}"}},
+        ]},
+        {"content": None, "echo_tool_results": True},
+    ])
+    registry = ToolRegistry.from_modules(["secret_tools"])
+    endpoint = ModelEndpoint(base_url=model.base_url, api_key=key)
+    async with build_worker(client, settings, registry, endpoint):
+        ok = await start_agent(client, settings, f"Leak everything {marker}", model=leaky_model)
+        result = await ok.result()
+        model.inject_fault(401, message=f"Incorrect API key provided: {key}. Find your key at platform.openai.com.")
+        denied = await start_agent(client, settings, f"Research these companies: Acme {marker}")
+        with pytest.raises(WorkflowFailureError) as info:
+            await denied.result()
+
+    assert result.status.state == "completed"
+    answer = result.final_answer or ""
+    for name in ("REWIND_TEST_API_KEY", "aws_access_key_id", "pattern_1"):
+        assert f"[REDACTED:{name}]" in answer
+    assert "401" in str(info.value.cause) and "[REDACTED:REWIND_TEST_API_KEY]" in str(info.value.cause)
+
+    history = await _history_bytes(client, ok.id) + await _history_bytes(client, denied.id)
+    assert marker.encode() in history and b"[REDACTED:REWIND_TEST_API_KEY]" in history
+    db = temporal_server.db_file
+    sqlite = b"".join(Path(f"{db}{suffix}").read_bytes() for suffix in ("", "-wal") if Path(f"{db}{suffix}").exists())
+    assert marker.encode() in sqlite
+    store = _folder_bytes(settings.store_url)
+    assert marker.encode() in store and b"[REDACTED:" in store
+    payloads = _folder_bytes(settings.payload_url)
+    sent = json.dumps([r["messages"] for r in model.requests()]).encode()
+    assert b"[REDACTED:REWIND_TEST_API_KEY]" in sent
+    logs = "\n".join(root_log.lines).encode()
+    assert b"[REDACTED:REWIND_TEST_API_KEY]" in logs  # the retried tool's failure was logged
+    out, err = capfd.readouterr()
+    server_log = temporal_server.log_file.read_bytes() if temporal_server.log_file.exists() else b""
+    places = {"history": history, "sqlite": sqlite, "checkpoint store": store, "payload store": payloads,
+              "model requests": sent, "logs": logs, "stdout/stderr": (out + err).encode(), "server log": server_log}
+    leaks = [(where, c.decode()[:12]) for where, data in places.items() for c in canaries if c in data]
+    assert leaks == []
+
+
+def _key() -> str:
+    return base64.b64encode(os.urandom(32)).decode()
+
+
+async def _encrypted_run(client: Client, settings: Settings, model, marker: str) -> tuple[str, AgentResult]:
+    name = _script(model, [
+        {"tool_calls": [
+            {"name": "big_text", "arguments": {"marker": marker, "size": 6000}},
+            {"name": "fail_with", "arguments": {"marker": marker}},
+        ]},
+        {"content": f"done with {marker}"},
+    ])
+    handle = await start_agent(client, settings, f"Handle {marker}", model=name)
+    return handle.id, await handle.result()
+
+
+async def test_payloads_are_encrypted_and_keys_rotate(settings, model, tmp_path):
+    k1, k2 = _key(), _key()
+    enc = dataclasses.replace(
+        settings, payload_url=f"file://{tmp_path / 'payloads'}", payload_threshold=2048,
+        encryption_keys=f"kid1:{k1}", require_encryption=True,
+    )
+    registry = ToolRegistry.from_modules(["secret_tools"])
+    endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
+    marker = f"plain-marker-{uuid.uuid4().hex}"
+
+    client1 = await connect(enc)
+    async with build_worker(client1, enc, registry, endpoint):
+        old_id, result = await _encrypted_run(client1, enc, model, marker)
+    assert result.status.state == "completed" and result.final_answer == f"done with {marker}"
+    history = await _history_bytes(client1, old_id)
+    assert marker.encode() not in history  # inputs, results and the tool's failure text
+    assert b"binary/encrypted" in history and b"kid1" in history
+    offloaded = tmp_path / "payloads" / "temporal"
+    assert any(p.is_file() for p in offloaded.rglob("*"))  # the 6 KB result went to external storage...
+    assert marker.encode() not in _folder_bytes(offloaded)  # ...encrypted
+
+    # Rotation: kid2 encrypts from now on, kid1 still decrypts the old run.
+    rotated = dataclasses.replace(enc, encryption_keys=f"kid2:{k2},kid1:{k1}")
+    client2 = await connect(rotated)
+    old = await client2.get_workflow_handle(old_id, result_type=AgentResult).result()
+    assert old.final_answer == f"done with {marker}"
+    async with build_worker(client2, rotated, registry, endpoint):
+        new_id, new = await _encrypted_run(client2, rotated, model, marker + "-2")
+    assert new.status.state == "completed"
+    new_history = await _history_bytes(client2, new_id)
+    assert b"kid2" in new_history and b"kid1" not in new_history
+
+    # A process without kid1 cannot read the old run, and says what to add.
+    client3 = await connect(dataclasses.replace(enc, encryption_keys=f"kid2:{k2}"))
+    with pytest.raises(Exception) as info:
+        await client3.get_workflow_handle(old_id, result_type=AgentResult).result()
+    chain = _messages(info.value)
+    assert "'kid1'" in chain and "REWIND_ENCRYPTION_KEYS" in chain
+
+
+def _messages(exc: BaseException | None) -> str:
+    out = []
+    while exc is not None:
+        out.append(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    return " | ".join(out)
+
+
+async def test_plaintext_is_refused_when_encryption_is_required(settings):
+    keys = parse_keys(f"kid1:{_key()}")
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'"hello"')
+    assert await EncryptionCodec(keys).decode([plain]) == [plain]  # migration: old plaintext still reads
+    with pytest.raises(PayloadEncryptionError, match="plaintext.*REWIND_REQUIRE_ENCRYPTION"):
+        await EncryptionCodec(keys, require_encryption=True).decode([plain])
+    converter = data_converter(settings.payload_url, encryption_keys=f"kid1:{_key()}", require_encryption=True)
+    with pytest.raises(PayloadEncryptionError):
+        await converter.decode([plain], [str])
+    with pytest.raises(ConfigError, match="REWIND_ENCRYPTION_KEYS is empty"):
+        await connect(dataclasses.replace(settings, require_encryption=True))
+    for bad in ("kid1", f"kid1:{base64.b64encode(b'short').decode()}", "kid1:not base64!"):
+        with pytest.raises(ConfigError, match="REWIND_ENCRYPTION_KEYS"):
+            parse_keys(bad)
