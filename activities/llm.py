@@ -29,6 +29,7 @@ from activities.context_window import compress_messages
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
 from activities.transcript import TranscriptError, TranscriptStore
+from rewind.text import scrub_surrogates
 from checkpoint_bridge.errors import StoreUnavailableError
 from rewind.redaction import NO_REDACTION, Redactor
 from workflows.contracts import LlmRequest, LlmResponse, Usage
@@ -161,6 +162,7 @@ class LlmActivities:
             message = choice["message"]
             if not isinstance(message, dict):
                 raise TypeError("choices[0].message is not an object")
+            message = scrub_surrogates(message)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, request.model, self._redact) from None
         except (ValueError, KeyError, IndexError, TypeError) as exc:

@@ -14,6 +14,7 @@ secret a tool printed or raised.
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -27,6 +28,7 @@ from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.tools import ToolContext, ToolError, ToolRegistry, reset_tool_context, set_tool_context
 from rewind.redaction import Redactor
+from rewind.text import scrub_surrogates
 from workflows.contracts import (
     CompensationOutcome,
     CompensationRequest,
@@ -47,13 +49,30 @@ def _validation_message(exc: pydantic.ValidationError) -> str:
     return "; ".join(parts)
 
 
+def max_output_bytes() -> int:
+    """The largest tool output a run accepts (REWIND_MAX_TOOL_OUTPUT_BYTES, 16 MiB).
+
+    Outputs above the payload threshold are stored by reference (never in
+    history), but each still lands in the transcript, a checkpoint and the
+    worker's memory; past this size the call is refused with a clear message.
+    """
+    return int(os.environ.get("REWIND_MAX_TOOL_OUTPUT_BYTES", str(16 * 1024 * 1024)))
+
+
 def _jsonable(value: Any, tool_name: str) -> Any:
+    """The output as storable JSON: plain types, no lone surrogates, bounded size."""
     try:
-        value = to_jsonable_python(value)
-        json.dumps(value)
-        return value
+        value = scrub_surrogates(to_jsonable_python(value))
+        size = len(json.dumps(value, ensure_ascii=False).encode())
     except (TypeError, ValueError, pydantic.PydanticSerializationError) as exc:
         raise ToolError(f"tool {tool_name!r} returned a value that is not JSON-serializable: {exc}") from exc
+    limit = max_output_bytes()
+    if size > limit:
+        raise ToolError(
+            f"output of {tool_name} is {size / 1e6:.1f} MB, over the {limit / 1e6:.1f} MB limit "
+            "(REWIND_MAX_TOOL_OUTPUT_BYTES); return less, or store the data and return a reference to it"
+        )
+    return value
 
 
 class ToolActivities:

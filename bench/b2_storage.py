@@ -52,13 +52,23 @@ async def long_run(suite, client, settings, model, steps: int) -> dict:  # type:
     wall = time.perf_counter() - t
     assert result.status.step == steps, result.status
     transcript_bytes = folder_bytes(segments) - before
+    # The run may end before its last checkpoints are mirrored (the drain is bounded): wait for them.
+    mirror_wait = time.perf_counter()
+    async with open_checkpoint_store(settings.store_url) as store:
+        while len(await store.existing_steps(handle.id, "main")) < steps + 1:
+            if time.perf_counter() - mirror_wait > 180:
+                raise TimeoutError(f"{steps}-step run: checkpoints still missing 180 s after the run ended "
+                                   f"(mirror_error: {result.status.mirror_error})")
+            await asyncio.sleep(0.05)
+    mirror_wait = time.perf_counter() - mirror_wait
     events = await history_events(client, handle.id)
     marks = step_marks(events, "call_llm")
     run = {
         "steps": steps, "run_id": handle.id, "model": name, "turns": turns, "settings": settings,
         "wall_s": wall, "step_s": [b - a for a, b in zip(marks, marks[1:])],
         "history_bytes": sum(e.ByteSize() for e in events), "transcript_bytes": transcript_bytes,
-        "continued_as_new": result.status.continued_as_new,
+        "continued_as_new": result.status.continued_as_new, "mirror_wait_s": mirror_wait,
+        "mirror_error": result.status.mirror_error,
     }
     suite.cache.setdefault("long_runs", {})[steps] = run
     return run
@@ -103,7 +113,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 db.unlink(missing_ok=True)
             entry = {"steps": n, "raw": raw, "rewind": stored, "transcript": r["transcript_bytes"],
                      "history": r["history_bytes"], "naive": naive_bytes, "langgraph": lg,
-                     "checkpoints": len(checkpoints), "continued_as_new": r["continued_as_new"]}
+                     "checkpoints": len(checkpoints), "continued_as_new": r["continued_as_new"],
+                     "wall_s": r["wall_s"], "mirror_wait_s": r["mirror_wait_s"], "mirror_error": r["mirror_error"]}
             data.append(entry)
             rows.append([n, raw, stored, f"**{stored / raw:.2f}x**", r["transcript_bytes"], r["history_bytes"],
                          f"{r['history_bytes'] / raw:.2f}x", naive_bytes, f"{naive_bytes / raw:.1f}x",

@@ -110,9 +110,10 @@ async def _failure_message(client: Client, failure: Failure) -> str:
     copy = Failure()
     copy.CopyFrom(failure)
     try:
-        return str(await client.data_converter.decode_failure(copy))
+        error = await client.data_converter.decode_failure(copy)
     except Exception:  # a key this client lacks: show what the server has
         return failure.message
+    return getattr(error, "message", None) or str(error)
 
 
 _STATUS_NAMES = {v: k.replace("WORKFLOW_EXECUTION_STATUS_", "").lower() for k, v in WorkflowExecutionStatus.items()}

@@ -132,3 +132,43 @@ async def write_note(path: RelativePath, flag: NotAnOption, body: str) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / path.replace("/", "_")).write_text(body)
     return f"wrote {path}"
+
+
+@tool
+async def big(megabytes: float) -> str:
+    """Read-only: a result of the given size (oversized-output tests)."""
+    _event("big", megabytes=megabytes)
+    return "z" * int(megabytes * 1_000_000)
+
+
+@tool
+async def odd_text() -> str:
+    """Read-only: text with a lone surrogate, as a JSON API can return it."""
+    return json.loads('"before \\ud800 after"')
+
+
+def _remote_effect(key: str, attempt: int, delay: float) -> None:
+    """A remote system applying an effect keyed by the idempotency key, after `delay` s."""
+    time.sleep(delay)
+    outbox = Path(os.environ["REWIND_TEST_OUTBOX"])
+    outbox.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(outbox / f"{key}.effect", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        os.write(fd, f"attempt {attempt}".encode())
+        os.close(fd)
+        applied = True
+    except FileExistsError:
+        applied = False
+    with open(os.environ["REWIND_TEST_EVENTS"], "a") as f:
+        f.write(json.dumps({"kind": "remote_effect", "key": key, "attempt": attempt, "applied": applied, "at": time.time()}) + "\n")
+
+
+@tool(side_effects=True, timeout_s=2, heartbeat_s=30, max_attempts=3)
+async def charge_card(cents: int) -> str:
+    """Side-effecting call to a slow remote API. Attempt 1 outlives its 2 s timeout (a zombie)."""
+    ctx = tool_context()
+    _event("charge_attempt", cents=cents)
+    delay = 4.0 if ctx.attempt == 1 else 0.1
+    # The remote side keeps going even if this attempt is cancelled.
+    await asyncio.shield(asyncio.to_thread(_remote_effect, ctx.idempotency_key or "", ctx.attempt, delay))
+    return f"charged {cents} (attempt {ctx.attempt})"

@@ -1,0 +1,107 @@
+"""Issue 7, item 4: a checkpoint store that fails 30% of its writes.
+
+An HTTP proxy (fault_helpers.FlakyS3Proxy) sits between the worker and moto's
+S3 server. Of the PUTs of checkpoint objects it fails 30% (500, 503, a
+dropped connection; half of those *after* S3 stored the object, so the
+retry finds it there) and delays another 20% by 1-2 s. The payload store
+stays a local folder, so only the checkpoint store is flaky. A 30-step run
+must complete, every step 0..30 must be stored once (one S3 version per
+key: nothing was overwritten), chained, and byte-identical to what
+`rewind mirror` rebuilds from history into a fresh store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import boto3
+
+from activities.llm import ModelEndpoint
+from activities.tools import ToolRegistry
+from checkpoint_bridge.mirror import mirror_run
+from checkpoint_bridge.objects import S3ObjectStore
+from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
+from fault_helpers import FlakyS3Proxy, add_script, assert_chain, assert_well_formed, percentile
+from helpers import start_agent
+
+STEPS = 30
+SEED = 20240607
+PREFIX = "flaky"
+
+
+async def test_store_failing_30pct_of_checkpoint_writes(client, settings, model, events_file, moto_endpoint, monkeypatch, tmp_path):
+    from worker import build_worker
+
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    bucket = f"flaky-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    # Versioning keeps every PUT that S3 accepted: an overwrite would show as a second version.
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+
+    proxy = FlakyS3Proxy(moto_endpoint, seed=SEED, fail_rate=0.3, delay_rate=0.2, delay_s=(1.0, 2.0))
+    await proxy.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)  # the worker's S3 store goes through the proxy
+    settings.store_url = f"s3://{bucket}/{PREFIX}"
+    assert settings.payload_url.startswith("file://")  # only the checkpoint store is flaky
+
+    turns = [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"term-{i}"}}]} for i in range(STEPS - 1)]
+    model_name = add_script(model, [*turns, {"content": "looked everything up"}])
+    registry = ToolRegistry.from_modules(["agent_tools"])
+    endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
+    direct = CheckpointStore(S3ObjectStore(bucket, PREFIX, endpoint_url=moto_endpoint))  # around the proxy
+    try:
+        async with build_worker(client, settings, registry, endpoint):
+            started = time.time()
+            handle = await start_agent(client, settings, "thirty lookups through a flaky store", model=model_name)
+            result = await asyncio.wait_for(handle.result(), 240)
+            took = time.time() - started
+        run_id = handle.id
+        assert result.status.state == "completed", result.status
+        assert result.status.step == STEPS
+        assert result.status.mirror_pending == 0 and result.status.mirror_error is None, result.status
+
+        checkpoints = await assert_chain(direct, run_id, STEPS)
+        assert_well_formed(checkpoints[-1].messages)
+        stored = await direct.raw_objects(run_id)
+        assert len(stored) == STEPS + 1
+
+        # One object version per checkpoint key: every retried write found the
+        # first one and left it alone.
+        versions: dict[str, int] = {}
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=f"{PREFIX}/runs/{run_id}/"):
+            for v in page.get("Versions", []):
+                versions[v["Key"]] = versions.get(v["Key"], 0) + 1
+            assert not page.get("DeleteMarkers")
+        assert len(versions) == STEPS + 1 and set(versions.values()) == {1}, versions
+
+        # The same bytes `rewind mirror` rebuilds from history into a fresh store.
+        async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
+            report = await mirror_run(client, rebuilt, run_id)
+            assert report.written == STEPS + 1
+            assert await rebuilt.raw_objects(run_id) == stored
+
+        # The faults really happened, of every kind.
+        stats = proxy.stats
+        assert stats.failed >= 0.15 * stats.writes and stats.delayed >= 3, stats
+        assert stats.dropped_after + stats.failed_after >= 1, stats  # retries of writes that had succeeded
+        refused = sum(codes.count(412) for codes in stats.upstream_status.values())
+        assert refused >= 1, "no retry ever met its own earlier write (If-None-Match refusal)"
+
+        # Mirror lag: when S3 first held each step vs the step's created_at.
+        lags = []
+        for cp in checkpoints:
+            path = f"/{bucket}/{PREFIX}/runs/{run_id}/branches/main/steps/{cp.step_index:08d}.json"
+            lags.append(stats.first_stored[path] - cp.created_at.timestamp())
+        assert min(lags) > -0.5, lags  # sanity: no object before its step existed
+        print(
+            f"\n[flaky store] {STEPS}-step run completed in {took:.1f}s; proxy saw {stats.writes} checkpoint PUTs: "
+            f"failed {stats.failed} ({stats.failed_500}x500, {stats.failed_503}x503, {stats.dropped_before} dropped before "
+            f"the write, {stats.dropped_after} dropped after it, {stats.failed_after} 500 after it), delayed {stats.delayed}, "
+            f"{refused} retries refused by If-None-Match; mirror lag p50 {percentile(lags, 50):.2f}s, "
+            f"p90 {percentile(lags, 90):.2f}s, max {max(lags):.2f}s"
+        )
+    finally:
+        await direct.aclose()
+        await proxy.stop()
