@@ -139,6 +139,13 @@ class LlmActivities:
             compress_messages, sent, model=request.model, budget_tokens=budget,
             keep_last=request.keep_last, tool_result_chars=request.tool_result_chars,
         )
+        if fitted.over_budget:
+            # The recent messages alone do not fit (a huge fresh tool result):
+            # as a last resort, recent tool results may be shortened too.
+            fitted = await asyncio.to_thread(
+                compress_messages, sent, model=request.model, budget_tokens=budget,
+                keep_last=0, tool_result_chars=request.tool_result_chars,
+            )
         if fitted.compressed:
             # The full history stays in the transcript and the checkpoints; the
             # actions say exactly what this call sent instead (rebuild_view).
