@@ -1,8 +1,8 @@
 """Tools the benchmark workers load (`--tools bench.tools`).
 
 `blob` is the test-suite's long-run tool: deterministic text of `size`
-characters. `nap` sleeps (a tool call long enough to kill a worker during
-it) and logs its start to $BENCH_EVENTS so the crash benchmark sees which
+characters. `nap` sleeps (a first attempt long enough to kill a worker during
+it, a short retry) and logs its start to $BENCH_EVENTS so the crash benchmark sees which
 attempt ran where. Both keep the defaults the project ships for @tool
 (heartbeat 5 s, timeout 60 s, 3 attempts).
 """
@@ -29,13 +29,13 @@ async def blob(index: int, size: int) -> str:
 
 
 @tool
-async def nap(label: str, seconds: float) -> str:
-    """Sleep `seconds`, logging the start (crash benchmark)."""
+async def nap(label: str, seconds: float, retry_seconds: float = 0.2) -> str:
+    """Sleep `seconds` (`retry_seconds` on a retry), logging the start (crash benchmark)."""
+    ctx = tool_context()
     path = os.environ.get("BENCH_EVENTS")
     if path:
-        ctx = tool_context()
         with open(path, "a") as f:
             f.write(json.dumps({"kind": "nap_start", "label": label, "attempt": ctx.attempt,
                                 "pid": os.getpid(), "at": time.time()}) + "\n")
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds if ctx.attempt == 1 else retry_seconds)
     return f"{label} done"

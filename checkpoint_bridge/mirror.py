@@ -45,7 +45,7 @@ class MirrorActivities:
     async def mirror_step(self, record: StepRecord) -> MirrorAck:
         try:
             parent = await self._store.load(record.parent_id) if record.parent_id else None
-        except CheckpointNotFoundError as exc:
+        except CheckpointNotFoundError:
             # Checkpoints are written in step order, so every object can be a
             # delta of its parent: wait (retry) for the parent's mirror.
             raise ApplicationError(

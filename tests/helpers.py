@@ -43,3 +43,10 @@ async def final_transcript(settings, run_id: str, branch_id: str = "main") -> li
         latest = await store.load_latest(run_id, branch_id)
     assert latest is not None, f"no checkpoints for {run_id}"
     return latest.messages
+
+
+def scripted(model, turns: list[dict]) -> str:
+    """Register a turn script on the scripted model; returns the model name to run it."""
+    name = f"s-{uuid.uuid4().hex[:8]}"
+    model.add_script(name, turns)
+    return f"script:{name}"

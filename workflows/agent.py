@@ -38,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         RunLimits,
         StepRecord,
         ToolCallLog,
-        ToolSpec,
     )
     from workflows.tool_step import ToolStep
     from workflows.tool_calls import step_label

@@ -11,7 +11,7 @@ The session S3 server fixture ``moto_endpoint`` lives in ``tests/conftest.py``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+from typing import AsyncIterator
 
 import pytest
 from store_backends import Backend, file_backend, s3_backend

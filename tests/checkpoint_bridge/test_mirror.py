@@ -6,7 +6,6 @@ import asyncio
 import os
 import time
 import uuid
-from pathlib import Path
 
 import boto3
 import pytest

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from temporalio.api.enums.v1 import EventType
 
 from checkpoint_bridge.projector import chain_events
 from checkpoint_bridge.store import open_checkpoint_store
-from helpers import read_events, start_agent
+from helpers import read_events, scripted, start_agent
 
-
-def _script(model, turns) -> str:
-    name = f"s-{uuid.uuid4().hex[:8]}"
-    model.add_script(name, turns)
-    return f"script:{name}"
 
 
 async def test_3mb_output_is_offloaded_and_60mb_output_is_refused(worker, client, settings, model, events_file):
-    name = _script(model, [
+    name = scripted(model, [
         {"tool_calls": [{"name": "big", "arguments": {"megabytes": 3}}]},
         {"tool_calls": [{"name": "big", "arguments": {"megabytes": 60}}]},
         {"content": "survived"},
@@ -40,7 +34,7 @@ async def test_3mb_output_is_offloaded_and_60mb_output_is_refused(worker, client
 
 
 async def test_lone_surrogates_are_scrubbed_not_wedging_the_mirror(worker, client, settings, model, events_file):
-    name = _script(model, [{"tool_calls": [{"name": "odd_text", "arguments": {}}]}, {"content": None, "echo_tool_results": True}])
+    name = scripted(model, [{"tool_calls": [{"name": "odd_text", "arguments": {}}]}, {"content": None, "echo_tool_results": True}])
     handle = await start_agent(client, settings, "surrogates \ud800 in the task", model=name)
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.status.state == "completed" and result.status.mirror_error is None
@@ -51,7 +45,7 @@ async def test_lone_surrogates_are_scrubbed_not_wedging_the_mirror(worker, clien
 
 
 async def test_zombie_attempt_does_not_duplicate_the_side_effect(worker, client, settings, model, events_file):
-    name = _script(model, [{"tool_calls": [{"name": "charge_card", "arguments": {"cents": 500}}]},
+    name = scripted(model, [{"tool_calls": [{"name": "charge_card", "arguments": {"cents": 500}}]},
                            {"content": None, "echo_tool_results": True}])
     handle = await start_agent(client, settings, "zombie", model=name)
     result = await asyncio.wait_for(handle.result(), 60)

@@ -81,7 +81,7 @@ async def test_secrets_are_redacted_before_anything_is_persisted(
     key = "sk-canary" + secrets.token_hex(16)                                          # env + model key
     akia = "AKIA" + "".join(secrets.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") for _ in range(16))  # pattern only
     internal = "internal-" + secrets.token_hex(16)                                     # custom pattern only
-    canaries = [key.encode(), akia.encode(), internal.encode(), key[3:].encode()]
+    canaries = [key.encode(), akia.encode(), internal.encode(), key[3:].encode()]  # key[3:]: also without "sk-"
     monkeypatch.setenv("REWIND_TEST_API_KEY", key)
     monkeypatch.setenv("REWIND_TEST_AKIA", akia)
     monkeypatch.setenv("REWIND_TEST_INTERNAL", internal)
@@ -133,6 +133,7 @@ async def test_secrets_are_redacted_before_anything_is_persisted(
     assert "401" in str(info.value.cause) and "[REDACTED:REWIND_TEST_API_KEY]" in str(info.value.cause)
     for data in (history, store, sent, logs):  # logs: the retried tool's failure
         assert b"[REDACTED:REWIND_TEST_API_KEY]" in data
+
 
 def _key() -> str:
     return base64.b64encode(os.urandom(32)).decode()
@@ -213,3 +214,23 @@ async def test_plaintext_is_refused_when_encryption_is_required(settings):
     for bad in ("kid1", f"kid1:{base64.b64encode(b'short').decode()}", "kid1:not base64!"):
         with pytest.raises(ConfigError, match="REWIND_ENCRYPTION_KEYS"):
             parse_keys(bad)
+
+
+def test_redactor_rules():
+    from rewind.redaction import Redactor
+
+    env = {"OPENAI_API_KEY": "abcdefgh12345678", "AWS_SECRET_ACCESS_KEY": "testing",
+           "REWIND_REDACT_PATTERNS": "token-\\d{6}\nx-[a-z]{10}"}
+    r = Redactor.from_env(env)
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----"
+    text = f"k=abcdefgh12345678 t=testing sk-{'a' * 20} AKIAABCDEFGHIJKLMNOP Bearer eyJhbGciOi.x {pem} token-123456"
+    assert r.redact_text(text) == (
+        "k=[REDACTED:OPENAI_API_KEY] t=testing [REDACTED:openai_key] [REDACTED:aws_access_key_id] "
+        "[REDACTED:bearer_token] [REDACTED:private_key] [REDACTED:pattern_1]"
+    )  # "testing" is shorter than 8 characters: not treated as a secret
+    value = {"abcdefgh12345678": ["abcdefgh12345678", 3, None, {"k": "x-abcdefghij"}]}
+    assert r.redact_json(value) == {"abcdefgh12345678": ["[REDACTED:OPENAI_API_KEY]", 3, None, {"k": "[REDACTED:pattern_2]"}]}
+    assert r.redact_text(r.redact_text(text)) == r.redact_text(text)  # idempotent
+    assert Redactor.from_env({"REWIND_SECRET_ENV": "MINE", "MINE": "my-secret-value",
+                              "OPENAI_API_KEY": "not-listed-anymore"}).redact_text(
+        "my-secret-value not-listed-anymore") == "[REDACTED:MINE] not-listed-anymore"

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
+
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 
-from helpers import final_transcript, read_events, start_agent, turns_seen
+from helpers import final_transcript, read_events, scripted, start_agent
 from rewind.client import run_view
 from workflows.contracts import RunLimits
 
-
-def _script(model, turns) -> str:
-    name = f"s-{uuid.uuid4().hex[:8]}"
-    model.add_script(name, turns)
-    return f"script:{name}"
 
 
 async def test_research_agent_end_to_end(worker, client, settings, model, events_file, tmp_path):
@@ -45,7 +40,7 @@ async def test_research_agent_end_to_end(worker, client, settings, model, events
 
 
 async def test_bad_model_output_becomes_tool_messages(worker, client, settings, model, events_file):
-    model_name = _script(model, [
+    model_name = scripted(model, [
         {"tool_calls": [
             {"name": "lookup", "arguments": '{"term": '},
             {"name": "no_such_tool", "arguments": {}},
@@ -104,7 +99,7 @@ async def test_unauthorized_ends_the_run_with_a_clear_reason(worker, client, set
 
 
 async def test_parallel_tool_calls_overlap(worker, client, settings, model, events_file):
-    model_name = _script(model, [
+    model_name = scripted(model, [
         {"tool_calls": [{"name": "slow", "arguments": {"label": f"t{i}", "seconds": 1.0}} for i in range(3)]},
         {"content": "done"},
     ])
@@ -118,7 +113,7 @@ async def test_parallel_tool_calls_overlap(worker, client, settings, model, even
 
 
 async def test_read_only_calls_are_served_from_the_run_cache(worker, client, settings, model, events_file):
-    model_name = _script(model, [
+    model_name = scripted(model, [
         {"tool_calls": [
             {"name": "lookup", "arguments": {"term": "x"}},
             {"name": "lookup", "arguments": {"term": "x"}},
@@ -147,7 +142,7 @@ async def test_read_only_calls_are_served_from_the_run_cache(worker, client, set
 
 
 async def test_side_effect_tools_get_distinct_stable_keys(worker, client, settings, model, events_file):
-    model_name = _script(model, [
+    model_name = scripted(model, [
         {"tool_calls": [
             {"name": "send_email", "arguments": {"to": "a@x", "body": "1"}},
             {"name": "send_email", "arguments": {"to": "a@x", "body": "1"}},
@@ -170,7 +165,7 @@ async def test_tools_missing_on_worker_fail_the_run(worker, client, settings, mo
 
 
 async def test_budgets_stop_the_run_before_the_step_that_would_exceed_them(worker, client, settings, model, events_file):
-    loop_name = _script(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i}"}}]} for i in range(10)])
+    loop_name = scripted(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i}"}}]} for i in range(10)])
     result = await (await start_agent(
         client, settings, "loop", model=loop_name, limits=RunLimits(max_steps=2, budget_pause_s=0)
     )).result()
@@ -185,7 +180,7 @@ async def test_budgets_stop_the_run_before_the_step_that_would_exceed_them(worke
 
 
 async def test_budget_pause_then_continue_with_a_raised_budget(worker, client, settings, model, events_file):
-    name = _script(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i}"}}]} for i in range(4)] + [{"content": "done"}])
+    name = scripted(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i}"}}]} for i in range(4)] + [{"content": "done"}])
     handle = await start_agent(client, settings, "budgeted", model=name, limits=RunLimits(max_tokens=150))
     view = None
     for _ in range(200):

@@ -8,7 +8,7 @@ import uuid
 
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
-from helpers import final_transcript, read_events, start_agent, turns_seen
+from helpers import final_transcript, read_events, scripted, start_agent, turns_seen
 
 
 async def _wait_for_event(path, kind: str, timeout_s: float = 60.0) -> dict:
@@ -21,14 +21,9 @@ async def _wait_for_event(path, kind: str, timeout_s: float = 60.0) -> dict:
     raise AssertionError(f"no {kind!r} event within {timeout_s}s")
 
 
-def _script(model, turns) -> str:
-    name = f"s-{uuid.uuid4().hex[:8]}"
-    model.add_script(name, turns)
-    return f"script:{name}"
-
 
 async def test_sigkill_mid_run_resumes_on_another_worker(client, settings, model, events_file, spawn_worker):
-    model_name = _script(model, [
+    model_name = scripted(model, [
         {"tool_calls": [{"name": "lookup", "arguments": {"term": "alpha"}}]},
         {"tool_calls": [{"name": "slow", "arguments": {"label": "long", "seconds": 4}}]},
         {"content": None, "echo_tool_results": True},
@@ -69,7 +64,7 @@ async def test_sigkill_mid_run_resumes_on_another_worker(client, settings, model
 
 
 async def test_sigkill_after_side_effect_records_it_once(client, settings, model, events_file, spawn_worker, tmp_path):
-    model_name = _script(model, [
+    model_name = scripted(model, [
         {"tool_calls": [{"name": "send_email", "arguments": {"to": "ceo@example.com", "body": "report"}}]},
         {"content": None, "echo_tool_results": True},
     ])

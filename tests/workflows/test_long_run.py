@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 
-from temporalio.api.enums.v1 import EventType
 
 from checkpoint_bridge.store import open_checkpoint_store
 from helpers import start_agent
