@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -54,6 +55,21 @@ def model_endpoint() -> tuple[ModelEndpoint, object | None]:
     return ModelEndpoint(base_url=base_url, api_key="offline"), server
 
 
+class _ClosingWorker(Worker):
+    """A Worker that closes the stores its activities use when it shuts down."""
+
+    def __init__(self, stores: list[object], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stores = stores
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            await super().__aexit__(*exc_info)
+        finally:
+            for store in self._stores:
+                await store.aclose()  # type: ignore[attr-defined]
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -76,7 +92,8 @@ def build_worker(
     tools = ToolActivities(registry, IdempotencyLedger(objects), redactor)
     mirror = MirrorActivities(CheckpointStore(objects), redactor)
     options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
-    return Worker(
+    return _ClosingWorker(
+        [objects, payloads],
         client,
         task_queue=settings.task_queue,
         workflows=workflows or [AgentWorkflow, CompensationWorkflow],

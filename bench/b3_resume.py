@@ -6,8 +6,8 @@ starts a run and is in the middle of a call when standby worker B joins the
 task queue; then A is SIGKILLed. Two kinds of call:
   tool   `nap` (heartbeat 5 s, the @tool default): its first attempt sleeps
          60 s, a retry 0.2 s
-  model  `call_llm` (heartbeat 5 s, LlmTuning's default) against the scripted
-         model with 60 s latency, set to 0 right after the kill
+  model  `call_llm` (heartbeat 5 s, LlmTuning's default): the scripted model
+         holds the first request until the kill, then answers at once
 Measured from the kill: (1) the interrupted call starts again (on B), read
 from the tool's own log / the model server's request arrivals; (2) the run
 makes progress past the interrupted step: the next step's model request
@@ -72,12 +72,11 @@ async def _trial(suite, client, settings, model, kind: str, index: int) -> dict:
     label = f"{kind}-{index}-{uuid.uuid4().hex[:4]}"
     name = f"resume-{label}"
     if kind == "tool":
-        model.latency_ms = 0
         turns = [{"tool_calls": [{"name": "nap", "arguments": {"label": label, "seconds": 60, "retry_seconds": 0.2}}]},
                  {"tool_calls": [{"name": "blob", "arguments": {"index": 1, "size": 256}}]}, {"content": "done"}]
     else:
-        model.latency_ms = 60_000
         turns = [{"tool_calls": [{"name": "blob", "arguments": {"index": 1, "size": 256}}]}, {"content": "done"}]
+        model.hold_first(f"script:{name}", 0)
     model.add_script(name, turns)
     logs = suite.tmp / "resume-logs"
     a = WorkerProcess(settings, model, logs / f"{label}-A.log", extra)
@@ -102,7 +101,7 @@ async def _trial(suite, client, settings, model, kind: str, index: int) -> dict:
                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED]
         killed_at = time.time()
         a.kill()
-        model.latency_ms = 0
+        model.release()
         if kind == "tool":
             retry = await _until("the tool's retry", lambda: [e for e in _events(events, label) if e["attempt"] > 1])
             retry_at, retry_pid = retry[0]["at"], retry[0]["pid"]
@@ -142,8 +141,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                   f"SIGKILL of the worker process in the middle of a call, a standby worker already polling; "
                   f"{trials} trial(s) per kind of call. Shipped settings: tool heartbeat {HEARTBEAT_S:g} s, model-call "
                   f"heartbeat {HEARTBEAT_S:g} s, sticky schedule-to-start timeout {STICKY_S:g} s, retry after 1 s. "
-                  "The killed call's first attempt is long (60 s) so the kill lands inside it; its retry is short "
-                  "(tool: 0.2 s, model: the latency drops to 0 at the kill) so the times below are Temporal's, not the call's.")
+                  "The killed call's first attempt lasts until the kill (tool: a 60 s sleep; model: the scripted server holds "
+                  "the request); its retry is short (tool: 0.2 s; model: answered at once), so the times below are "
+                  "Temporal's, not the call's.")
     server = suite.start_temporal("resume")
     client = await suite.client(server)
     model = suite.model(0)

@@ -168,15 +168,39 @@ def machine_info() -> dict[str, Any]:
 
 
 class TimedModelServer(ScriptedModelServer):
-    """The scripted model, also noting when each request *arrives* (before its latency)."""
+    """The scripted model, also noting when each request *arrives* (before its latency).
+
+    `hold_first(model, turn)` makes the first request for that turn wait until
+    `release()`: a model call that is in flight for as long as a test needs.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.arrivals: list[tuple[float, dict[str, Any]]] = []
+        self._holds: dict[tuple[str, int], asyncio.Event | None] = {}
+
+    def hold_first(self, model: str, turn: int) -> None:
+        with self._lock:
+            self._holds[(model, turn)] = None
+
+    def release(self) -> None:
+        with self._lock:
+            events = [e for e in self._holds.values() if e is not None]
+            self._holds.clear()
+        for e in events:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(e.set)
 
     async def _answer(self, body: Any) -> tuple[int, dict, dict[str, str]]:  # type: ignore[override]
+        body = body if isinstance(body, dict) else {}
+        gate = None
         with self._lock:
-            self.arrivals.append((time.time(), body if isinstance(body, dict) else {}))
+            self.arrivals.append((time.time(), body))
+            key = (str(body.get("model")), turn_of(body))
+            if key in self._holds and self._holds[key] is None:
+                gate = self._holds[key] = asyncio.Event()
+        if gate is not None:
+            await gate.wait()
         return await super()._answer(body)
 
 
