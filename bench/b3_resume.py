@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 
 from bench.common import Section, WorkerProcess, history_events, log, median, pollers, turn_of
 
@@ -126,7 +126,7 @@ async def _trial(suite, client, settings, model, kind: str, index: int) -> dict:
             "kind": kind, "retry_s": retry_at - killed_at, "progress_s": progress_at - killed_at,
             "retry_on_standby": retry_pid == b.pid if retry_pid is not None else None,
             "workflow_was_on_killed_worker": bool(wft) and wft[-1].startswith(f"{a.pid}@"),
-            "heartbeat_timeouts": sum(1 for t in timeouts if t == 3),  # TIMEOUT_TYPE_HEARTBEAT
+            "heartbeat_timeouts": sum(1 for t in timeouts if t == TimeoutType.TIMEOUT_TYPE_HEARTBEAT),
             "sticky_wait_s": sticky_wait,
         }
     finally:
@@ -181,7 +181,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             f"{kind} call: the interrupted call ran again {retry:.1f} s after the kill ({retry / HEARTBEAT_S:.2f}x the "
             f"{HEARTBEAT_S:g} s heartbeat timeout): the server notices the missing heartbeat up to {HEARTBEAT_S:g} s "
             "after the last one it received (the SDK sends them at most every 0.8 × the timeout, so the last one "
-            f"is 0–4 s old at the kill), then waits the 1 s retry interval. The run moved on {prog:.1f} s after the "
+            f"is 0–4 s old at the kill) and schedules the retry after the 1 s initial retry interval, which the "
+            f"standby picks up at once. The run moved on {prog:.1f} s after the "
             f"kill: {prog - retry:.1f} s after the retry started, of which {sticky:.1f} s is the workflow task waiting "
             f"on the dead worker's sticky queue (REWIND_STICKY_TIMEOUT_S={STICKY_S:g}) before the standby took the run "
             "over and replayed its history.")

@@ -17,6 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from checkpoint_bridge.ids import validate_id
 from rewind.config import Settings
 from rewind.payloads import data_converter
+from rewind.redaction import Redactor
 from rewind.errors import ConfigError, RunExistsError, RunNotFoundError
 from workflows.contracts import AgentInput, AgentResult, AgentStatus
 
@@ -76,6 +77,12 @@ async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple
 async def start_run(client: Client, settings: Settings, agent_input: AgentInput) -> WorkflowHandle[Any, AgentResult]:
     validate_id("run", agent_input.run_id)
     validate_id("branch", agent_input.branch_id)
+    # A secret pasted into the task or the system prompt must not reach history.
+    redactor = Redactor.from_env()
+    agent_input = agent_input.model_copy(update={
+        "task": redactor.redact_text(agent_input.task),
+        "system_prompt": redactor.redact_text(agent_input.system_prompt),
+    })
     try:
         return await client.start_workflow(
             WORKFLOW_NAME,

@@ -106,7 +106,21 @@ class DevServer:
                 server.stop()
                 raise ConfigError(f"the Temporal dev server did not open port {port} in {timeout_s:.0f}s; see {log_file}")
             time.sleep(0.05)
+        # An open port is not a ready frontend: clients that connect too early
+        # get "Frontend is not healthy yet".
+        while not server.healthy():
+            if process.poll() is not None or time.monotonic() > deadline:
+                server.stop()
+                raise ConfigError(f"the Temporal dev server on port {port} did not become healthy; see {log_file}")
+            time.sleep(0.1)
         return server
+
+    def healthy(self) -> bool:
+        check = subprocess.run(
+            [str(temporal_binary()), "operator", "cluster", "health", "--address", self.address],
+            capture_output=True, text=True, timeout=10,
+        )
+        return check.returncode == 0 and "SERVING" in check.stdout
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.process.poll() is not None:

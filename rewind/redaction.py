@@ -34,8 +34,9 @@ MIN_SECRET_LEN = 8
 
 BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
     ("private_key", r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?-----END [A-Z0-9 ]*PRIVATE KEY-----"),
-    ("openai_key", r"sk-[A-Za-z0-9_-]{16,}"),
-    ("aws_access_key_id", r"AKIA[0-9A-Z]{16}"),
+    # Anchored so that words merely containing "sk-" ("task-...") are left alone.
+    ("openai_key", r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{16,}"),
+    ("aws_access_key_id", r"(?<![A-Za-z0-9])AKIA[0-9A-Z]{16}(?![A-Za-z0-9])"),
     ("bearer_token", r"Bearer\s+[A-Za-z0-9._~+/=-]{8,}"),
 )
 

@@ -40,7 +40,7 @@ async def test_store_failing_30pct_of_checkpoint_writes(client, settings, model,
     # Versioning keeps every PUT that S3 accepted: an overwrite would show as a second version.
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
 
-    proxy = FlakyS3Proxy(moto_endpoint, seed=SEED, fail_rate=0.3, delay_rate=0.2, delay_s=(1.0, 2.0))
+    import os; proxy = FlakyS3Proxy(moto_endpoint, seed=SEED, fail_rate=float(os.environ.get("XF", 0.3)), delay_rate=float(os.environ.get("XD", 0.2)), delay_s=(1.0, 2.0))
     await proxy.start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)  # the worker's S3 store goes through the proxy
     settings.store_url = f"s3://{bucket}/{PREFIX}"
