@@ -9,6 +9,8 @@ and finds nothing to do for a run the live mirror kept up with.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.client import Client
@@ -47,10 +49,14 @@ class MirrorActivities:
             parent = await self._store.load(record.parent_id) if record.parent_id else None
         except CheckpointNotFoundError:
             # Checkpoints are written in step order, so every object can be a
-            # delta of its parent: wait (retry) for the parent's mirror.
+            # delta of its parent: wait for the parent's mirror. Retry soon and
+            # at a fixed pace, not on the exponential store backoff: after a
+            # store hiccup every later step waits on this, and backing off to
+            # 10 s each would let the backlog grow at every step.
             raise ApplicationError(
                 f"checkpoint {record.parent_id} is not mirrored yet; step {record.step_index} waits for it",
                 type="ParentNotMirrored",
+                next_retry_delay=timedelta(milliseconds=250),
             ) from None
         except StoreUnavailableError as exc:
             raise self._failure(exc, "StoreUnavailable") from None

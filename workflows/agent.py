@@ -294,15 +294,18 @@ class AgentWorkflow:
                 # A store that is down is retried for as long as it takes; the
                 # agent loop does not wait for it. `rewind status` shows the lag
                 # and the last store error from the pending activity.
+                # Every later step's checkpoint waits on this one (deltas are
+                # written in order), so keep the backoff short.
                 retry_policy=RetryPolicy(
-                    initial_interval=timedelta(milliseconds=500),
-                    maximum_interval=timedelta(seconds=10),
+                    initial_interval=timedelta(milliseconds=250),
+                    maximum_interval=timedelta(seconds=3),
                     non_retryable_error_types=[MIRROR_CONFLICT],
                 ),
             )
         except ActivityError as err:
+            # Permanent (a conflicting or unstorable checkpoint): say why, and do
+            # not make the run's end wait for a write that cannot happen.
             status.mirror_error = f"checkpoint of step {record.step_index}: {failure_text(err)}"
-            return
         self._pending.pop(record.step_index, None)
         status.mirror_pending = len(self._pending)
 
@@ -329,7 +332,7 @@ class AgentWorkflow:
         status, inp = self._status, self._input
         assert status is not None and inp is not None
         await self._drain_mirror(inp.mirror_drain_s)
-        if self._pending:
+        if self._pending and status.mirror_error is None:
             status.mirror_error = (
                 f"{len(self._pending)} checkpoint(s) not mirrored when the run ended; "
                 f"run `rewind mirror {inp.run_id}` once the store is reachable"

@@ -190,7 +190,6 @@ class FlakyS3Proxy:
         self.rng = random.Random(seed)
         self.fail_rate, self.delay_rate, self.delay_s, self.match = fail_rate, delay_rate, delay_s, match
         self.stats = ProxyStats()
-        self.enabled = True
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -246,7 +245,7 @@ class FlakyS3Proxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        faultable = self.enabled and request.method == "PUT" and self.match in request.path
+        faultable = request.method == "PUT" and self.match in request.path
         decision, delay = self._decide() if faultable else ("pass", 0.0)
         stats = self.stats
         if faultable:

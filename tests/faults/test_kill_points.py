@@ -63,9 +63,13 @@ async def _kill_during_model_call(handle, events_file, model, run_id) -> str:
 
 async def _kill_during_tool(handle, events_file, model, run_id) -> str:
     await wait_for_event(events_file, "slow_start", run=run_id)
-    # The fast sibling of the same step has finished; let its completion reach the server.
+    # The fast sibling of the same step has finished, and the server has its
+    # completion: only the slow tool is still running.
     await wait_for_event(events_file, "lookup", run=run_id, term="beta")
-    await asyncio.sleep(0.5)
+    await wait_until(
+        lambda: _only_tool_running(handle), "the sibling lookup's completion to reach the server", 10,
+    )
+    await asyncio.sleep(0.3)
     return "slow tool of step 2 running"
 
 
@@ -85,6 +89,10 @@ async def _has(handle, activity: str, state: int) -> bool:
     return any(a == activity and s == state for a, s, _ in await pending_activities(handle))
 
 
+async def _only_tool_running(handle) -> bool:
+    return [a for a, _, _ in await pending_activities(handle) if a == "run_tool"] == ["run_tool"]
+
+
 async def _tool_done(handle):
     pending = await pending_activities(handle)
     if any(a == "run_tool" for a, _, _ in pending):
@@ -92,6 +100,7 @@ async def _tool_done(handle):
     return True, [a for a, _, _ in pending]
 
 
+RESUME_BOUND_S = {"tool": 10.0, "model_call": 15.0, "after_tool_before_model": 20.0}
 KILLERS = {"model_call": _kill_during_model_call, "tool": _kill_during_tool, "after_tool_before_model": _kill_after_tool}
 
 
@@ -106,7 +115,7 @@ async def _standby_resume(handle, dead_identity: str, killed_at: float) -> tuple
             attrs, what = event.workflow_task_started_event_attributes, "workflow task"
         if attrs is None or attrs.identity == dead_identity or not attrs.identity:
             continue
-        at = event.event_time.ToDatetime().timestamp()
+        at = event.event_time.seconds + event.event_time.nanos / 1e9
         if at >= killed_at - 0.5:
             return at - killed_at, what
     raise AssertionError("the standby worker never started a task of the run")
@@ -173,6 +182,9 @@ async def test_sigkill_at_point_of_step_resumes_with_same_transcript(
         assert turns in ([0, 1, 2, 3], [0, 1, 2, 2, 3]), turns
 
     resume_s, what = await _standby_resume(handle, dead_identity, killed_at)
+    # Heartbeats, not the calls' whole timeouts (120 s), let the standby take over:
+    # tool heartbeat 2 s, model-call heartbeat 5 s, a workflow task 10 s (+1 s retry backoff).
+    assert resume_s < RESUME_BOUND_S[point], f"standby took over only after {resume_s:.1f}s"
     print(f"\n[kill point {point}] killed with {where}; standby's first task ({what}) "
           f"{resume_s:.2f}s after SIGKILL; run finished {finished_at - killed_at:.2f}s after SIGKILL; "
           f"model turns asked: {turns}")

@@ -36,6 +36,7 @@ async def test_server_killed_for_30s_mid_run_then_restarted_on_same_db(
     port, ui_port = free_port(), free_port()
     db = tmp_path / "outage-server" / "temporal.db"
     server = DevServer.start(db, port=port, ui_port=ui_port, headless=True)
+    worker = None
     try:
         settings.temporal_address = server.address  # the worker below connects to our server
         client = await connect(Settings(temporal_address=server.address, payload_url=payload_url))
@@ -50,6 +51,7 @@ async def test_server_killed_for_30s_mid_run_then_restarted_on_same_db(
 
             await wait_until(all_past_step_2, "every run to mirror step 2", 60, poll_s=0.05)
             before = {r: max(await store.existing_steps(r, "main")) for r in run_ids}
+        assert max(before.values()) < LAST_STEP - 1, f"runs nearly done before the outage: {before}"
 
         server.kill()
         down_at = time.time()
@@ -92,4 +94,6 @@ async def test_server_killed_for_30s_mid_run_then_restarted_on_same_db(
             f"{len(retried)} tool attempts retried after the outage; same worker pid {worker.process.pid} throughout"
         )
     finally:
+        if worker is not None:
+            worker.stop()  # while its server is still up, so it shuts down at once
         server.kill()
