@@ -17,7 +17,6 @@ import time
 import uuid
 
 import boto3
-import pytest
 from temporalio.api.enums.v1 import EventType
 
 from activities.llm import ModelEndpoint
