@@ -79,7 +79,7 @@ async def _langgraph(suite, model, registry: ToolRegistry, steps: int) -> dict: 
 
 
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
-    steps, reps = (30, 2) if suite.quick else (100, 3)
+    steps, reps = (30, 3) if suite.quick else (100, 3)
     sec = Section("overhead", "1. Durability overhead per agent step",
                   f"{steps}-step runs (model call + one {TOOL_BYTES} B `blob` tool call per step), scripted model at "
                   f"0 ms latency, {reps} runs per approach, interleaved; per-step medians over all steps of all runs. "
@@ -118,6 +118,11 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 "wall_ms_per_step": ms(median([r["wall_s"] / steps for r in rs])), "n": len(d)}
 
     st = {k: stats(k) for k in runs}
+    cut = 0.75 * st["bare"]["median_ms"] / 1000
+    for k in runs:
+        if st[k]:
+            d = [x for r in runs[k] for x in r["durations"]]
+            st[k]["fast_share"] = sum(1 for x in d if x < cut) / len(d)
     sec.data = {"steps": steps, "reps": reps, "stats": st,
                 "profiles": {k: [r.get("profile") for r in runs[k]] for k in ("rewind", "bare")}}
     rw = st["rewind"]["median_ms"]
@@ -130,8 +135,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             rows.append([label, "skipped", "", "", "", ""])
             continue
         rows.append([label, s["median_ms"], s["p90_ms"], s["wall_ms_per_step"],
-                     "1.00x" if key == "rewind" else f"**{rw / s['median_ms']:.2f}x**", s["n"]])
-    sec.table("Per-step time (ms)", ["approach", "median", "p90", "wall time / step", "Rewind / this", "steps measured"], rows)
+                     "1.00x" if key == "rewind" else f"**{rw / s['median_ms']:.2f}x**", s["n"], f"{s['fast_share']:.0%}"])
+    sec.table("Per-step time (ms)", ["approach", "median", "p90", "wall time / step", "Rewind / this", "steps measured",
+                                     f"steps under {cut * 1000:.0f} ms (¾ of (b)'s median)"], rows)
 
     # Where Rewind's time goes, against the bare workflow (medians over the measured runs).
     def prof(key: str, act: str, field: str) -> float | None:
@@ -150,6 +156,10 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         ["workflow tasks per step", per_step("rewind", "workflow_tasks"), per_step("bare", "workflow_tasks")],
         ["workflow task, scheduled to completed (ms)", median([p["workflow_task_ms"] for p in sec.data["profiles"]["rewind"]]),
          median([p["workflow_task_ms"] for p in sec.data["profiles"]["bare"]])],
+        ["  of which waiting for a worker to start it (ms)", median([p["workflow_task_wait_ms"] for p in sec.data["profiles"]["rewind"]]),
+         median([p["workflow_task_wait_ms"] for p in sec.data["profiles"]["bare"]])],
+        ["  of which the worker running it (ms)", median([p["workflow_task_run_ms"] for p in sec.data["profiles"]["rewind"]]),
+         median([p["workflow_task_run_ms"] for p in sec.data["profiles"]["bare"]])],
         ["history events per step", per_step("rewind", "events"), per_step("bare", "events")],
         ["history bytes per step", per_step("rewind", "history_bytes"), per_step("bare", "history_bytes")],
     ]
@@ -157,6 +167,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
 
     bare, plain = st["bare"]["median_ms"], st["asyncio"]["median_ms"]
     r_b, r_a = rw / bare, rw / plain
+    per_rep = [median(r["durations"]) / median(b["durations"]) for r, b in zip(runs["rewind"], runs["bare"])]
+    sec.data["per_repetition_ratio"] = per_rep
     sec.headline = [
         ["1 overhead", "per-step median, Rewind / bare Temporal (b)", f"{rw:.1f} ms / {bare:.1f} ms", f"**{r_b:.2f}x**",
          f"≤ {TARGET:.2f}x", "met" if r_b <= TARGET else "**not met**"],
@@ -169,22 +181,40 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     else:
         sec.notes.append(f"(c) skipped: {skip_lg}")
 
-    llm_extra = (brk[0][1] or 0) - (brk[0][2] or 0)
+    llm_r, llm_b = brk[0][1] or 0, brk[0][2] or 0
+    tool_r, tool_b = brk[1][1] or 0, brk[1][2] or 0
     wft_r, wft_b = brk[3][1] or 0, brk[3][2] or 0
+    wait_r, wait_b = brk[5][1] or 0, brk[5][2] or 0
+    run_r, run_b = brk[6][1] or 0, brk[6][2] or 0
+    hb_r, hb_b = brk[8][1] or 0, brk[8][2] or 0
+    rest_r, rest_b = rw - llm_r - tool_r, bare - llm_b - tool_b
     verdict = (f"Target (Rewind ≤ {TARGET:.2f}x the bare workflow): **{'met' if r_b <= TARGET else 'not met'}** — "
-               f"{rw:.1f} ms vs {bare:.1f} ms per step ({(r_b - 1) * 100:+.0f}%). ")
-    verdict += (f"Rewind's model activity takes {llm_extra:+.1f} ms against the bare one (transcript segment read + "
-                f"fsync'd write in the payload store, and token counting of the whole conversation for the context "
-                f"window, on every call); it runs {wft_r:.2f} workflow tasks per step against {wft_b:.2f} (the "
-                f"mirror activity's completion wakes the workflow once more per step). ")
-    hb_r, hb_b = brk[6][1] or 0, brk[6][2] or 0
-    verdict += (f"The bare workflow passes the whole conversation into every model call, so its history grows "
-                f"quadratically ({hb_b:,.0f} B/step here vs Rewind's {hb_r:,.0f} B/step) and its workflow tasks "
-                f"get slower as the run grows; at {steps} steps that roughly offsets Rewind's extra work.")
+               f"{rw:.1f} ms vs {bare:.1f} ms per step ({(r_b - 1) * 100:+.0f}%; per repetition "
+               f"{min(per_rep):.2f}x–{max(per_rep):.2f}x). ")
+    verdict += (f"From the histories: Rewind's model activity takes {llm_r - llm_b:.1f} ms longer than the bare one "
+                f"({llm_r:.1f} vs {llm_b:.1f} ms: it reads and appends the transcript in the payload store, an fsync'd "
+                f"file write, and counts the tokens of the whole conversation for the context window, on every call); "
+                f"the tool activity differs by {tool_r - tool_b:+.1f} ms. The rest of a step is workflow tasks and "
+                f"dispatch: {rest_r:.1f} ms for Rewind against {rest_b:.1f} ms for (b). Rewind runs {wft_r:.2f} workflow "
+                f"tasks per step against {wft_b:.2f} (a mirror completion wakes the workflow once more); a workflow task "
+                f"takes {run_r:.1f} ms of worker time in Rewind against {run_b:.1f} ms in (b), and waits "
+                f"{wait_r:.1f} ms against {wait_b:.1f} ms to be handed to the worker (dispatch by the dev server, not "
+                f"work in either workflow): {st['rewind']['fast_share']:.0%} of Rewind's steps finish under "
+                f"{cut * 1000:.0f} ms against {st['bare']['fast_share']:.0%} of (b)'s, a dev-server scheduling effect "
+                "this suite does not trace further. (b) also carries the whole conversation in every model call's input: "
+                f"{hb_b:,.0f} history bytes per step against Rewind's {hb_r:,.0f}. ")
+    if r_b <= TARGET:
+        verdict += (f"Net: what the bridge adds ({llm_r - llm_b + tool_r - tool_b:.0f} ms of activity time per step"
+                    + (f", {wft_r - wft_b:.2f} extra workflow tasks" if wft_r > wft_b else "")
+                    + ") fits within the target even without that effect: added to (b)'s step it makes "
+                    f"{(bare + llm_r - llm_b + tool_r - tool_b) / bare:.2f}x.")
+    else:
+        verdict += ("The gap is mostly the model activity's extra work, which does not depend on Temporal: caching "
+                    "per-message token counts across calls and keeping the transcript in memory would remove most of it.")
     sec.verdicts.append(verdict)
     sec.notes.append(
-        f"Both Temporal variants pay the dev server's per-activity dispatch cost (two sequential activities and "
-        f"at least two workflow tasks per step), which is why they sit at ~{bare:.0f} ms against "
-        f"{plain:.1f} ms for the in-process loop: Rewind / (a) = {r_a:.1f}x measures Temporal itself far more "
-        "than the bridge. With a real model (hundreds of ms to seconds per call) this fixed cost shrinks to a few percent.")
+        f"Both Temporal variants pay two activity dispatches and at least two workflow tasks per step through the "
+        f"dev server (sqlite), which is why they sit at ~{bare:.0f} ms against {plain:.1f} ms for the in-process "
+        f"loop: Rewind / (a) = {r_a:.1f}x measures Temporal far more than the bridge. With a real model (hundreds of "
+        "ms to seconds per call) this fixed cost is a few percent of a step.")
     return sec

@@ -16,10 +16,11 @@ import asyncio
 import os
 import time
 
-from bench.b3_resume import _polling
+from temporalio.api.enums.v1 import TimeoutType
+
 from bench.common import (
     ProcSampler, Section, WorkerProcess, activity_profile, blob_script, file_store_root, history_events, log,
-    percentile, start_agent, step_marks,
+    percentile, start_agent, step_marks, wait_polling,
 )
 from checkpoint_bridge.store import open_checkpoint_store
 
@@ -50,7 +51,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     settings = suite.settings(server, "concurrency")
     worker = WorkerProcess(settings, model, suite.tmp / "concurrency-worker.log")
     try:
-        await _polling(client, settings.task_queue, worker)
+        await wait_polling(client, settings.task_queue, worker)
         warm, _ = blob_script(model, 2, TOOL_BYTES)
         await (await start_agent(client, settings, warm, 2)).result()  # imports, tokenizer, connections
         name, _ = blob_script(model, steps, TOOL_BYTES)
@@ -68,6 +69,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     bad = [r.status for r in results if r.status.state != "completed" or r.status.step != steps]
     assert not bad, bad[:3]
     durations, lags, retries, errors = [], [], 0, []
+    retry_kinds: dict[str, int] = {}
     activities = wfts = 0
     for h, r in zip(handles, results):
         events = await history_events(client, h.id)
@@ -76,8 +78,19 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         prof = activity_profile(events)
         activities += sum(a["count"] for a in prof["activities"].values())
         wfts += prof["workflow_tasks"]
-        retries += sum(1 for e in events if e.HasField("activity_task_started_event_attributes")
-                       and e.activity_task_started_event_attributes.attempt > 1)
+        names: dict[int, str] = {}
+        for e in events:
+            if e.HasField("activity_task_scheduled_event_attributes"):
+                names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+            elif e.HasField("activity_task_started_event_attributes") and e.activity_task_started_event_attributes.attempt > 1:
+                attrs = e.activity_task_started_event_attributes
+                failure = attrs.last_failure
+                cause = (failure.application_failure_info.type if failure.HasField("application_failure_info")
+                         else TimeoutType.Name(failure.timeout_failure_info.timeout_type).replace("TIMEOUT_TYPE_", "").lower()
+                         + " timeout" if failure.HasField("timeout_failure_info") else failure.message[:40])
+                key = f"{names.get(attrs.scheduled_event_id, '?')}: {cause}"
+                retry_kinds[key] = retry_kinds.get(key, 0) + attrs.attempt - 1
+                retries += attrs.attempt - 1
         lags += await _mirror_lags(settings, h.id)
         if r.status.mirror_error:
             errors.append(r.status.mirror_error)
@@ -92,6 +105,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     sec.data = {"runs": runs, "steps": steps, "wall_s": wall, "steps_per_s": sps, "step_p50_s": p50, "step_p99_s": p99,
                 "mirror_lag_p50_s": lag50, "mirror_lag_p99_s": lag99, "mirror_lag_max_s": lagmax,
                 "activities_per_s": activities / wall, "workflow_tasks_per_s": wfts / wall, "retried_attempts": retries,
+                "retry_kinds": retry_kinds,
                 "mirror_errors": errors, "usage": usage}
     ideal = 1000 / LATENCY_MS * runs  # steps/s if every step took exactly the model latency
     sec.table("Throughput and latency", ["figure", "value", "ratio to baseline"], [
@@ -108,7 +122,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     ])
     sec.table("Resources, averaged over the batch (CPU % of one core; 100% = one core busy)",
               ["process", "CPU avg %", "CPU peak % (1 s windows)", "RSS peak (MB)", "RSS high-water mark (MB)"],
-              [[k, u["cpu_avg_pct"], u["cpu_peak_pct"], u["rss_peak_mb"], u["rss_hwm_mb"]] for k, u in usage.items()])
+              [[k, u["cpu_avg_pct"], u["cpu_peak_pct"], u["rss_peak_mb"], u["rss_hwm_mb"]] if not k.startswith("bench")
+               # This process's memory holds earlier benchmarks' data: only its CPU is meaningful here.
+               else [k, u["cpu_avg_pct"], u["cpu_peak_pct"], "–", "–"] for k, u in usage.items()])
     w = usage["worker"]
     sec.headline = [
         ["5 concurrency", f"step latency p50 / model latency ({runs} runs × {steps} steps)",
@@ -130,19 +146,35 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         f"The worker averaged {w['cpu_avg_pct']:.0f}% of one core (peak {w['cpu_peak_pct']:.0f}%), the dev server "
         f"{srv['cpu_avg_pct']:.0f}%, and all processes together {busy:.0f}% of the {os.cpu_count()} cores' "
         f"{os.cpu_count() * 100}%. "
-        + (f"The worker is the bottleneck: it is one Python process (one event loop, one GIL), so it can use one "
-           f"core at most, and it ran at {w['cpu_avg_pct']:.0f}% of one on average ({w['cpu_peak_pct']:.0f}% peak); "
-           "the rest of each step is waiting for its turn on that loop. More worker processes on the same task "
-           "queue would scale this out." if (w["cpu_avg_pct"] or 0) > 70 else
+        + (f"The worker is the bottleneck: its Python code runs on one event loop under one GIL, so it gets about "
+           f"one core (the SDK's Rust core and the I/O threads add a little: {w['cpu_peak_pct']:.0f}% peak), and it "
+           f"averaged {w['cpu_avg_pct']:.0f}%; most of each step above the model latency is waiting for a turn on "
+           f"that loop. More worker processes would add throughput as far as idle CPU allows (here "
+           f"{max(os.cpu_count() * 100 - busy, 0):.0f}% of a core)." if (w["cpu_avg_pct"] or 0) > 70 else
            "The machine's cores are saturated, so the per-step overhead is queueing for a core."
            if busy > 0.8 * os.cpu_count() * 100 else
            "Neither the worker nor the machine is CPU-bound, so the per-step overhead is latency: task dispatch "
            "round trips through the dev server."))
+    kinds = ", ".join(f"{v} × {k}" for k, v in sorted(retry_kinds.items(), key=lambda kv: -kv[1])) or "none"
+    parent_waits = sum(v for k, v in retry_kinds.items() if "ParentNotMirrored" in k)
     sec.verdicts.append(
         f"Mirror lag (step end to checkpoint file) p50 {lag50 * 1000:.0f} ms, p99 {lag99 * 1000:.0f} ms, max "
-        f"{lagmax * 1000:.0f} ms; {retries} activity attempts were retries"
-        + (f" (mirror errors: {'; '.join(errors[:2])})" if errors else "")
-        + ". A step's mirror activity is scheduled as soon as the step ends, concurrently with the previous "
-          "step's; when it runs first it fails with ParentNotMirrored and is retried after 0.5 s+ (backoff), "
-          "which is what the lag's tail is made of when retries are non-zero.")
+        f"{lagmax * 1000:.0f} ms: the mirror activities queue on the same worker as everything else, so the lag "
+        f"follows the worker's backlog (step latency p50 {p50 * 1000:.0f} ms). Retried activity attempts: {retries} "
+        f"({kinds})"
+        + (f"; {parent_waits} of them are a step's mirror running before its parent's was stored "
+           "(ParentNotMirrored), retried after 0.5 s or more, which stretches the lag's tail."
+           if parent_waits else ".")
+        + (f" Mirror errors at the end of runs: {'; '.join(errors[:2])}." if errors else ""))
+    timed_out = {k: v for k, v in retry_kinds.items() if "timeout" in k and not k.startswith("mirror_step")}
+    if timed_out:
+        model_calls = sum(v for k, v in timed_out.items() if k.startswith("call_llm"))
+        sec.verdicts.append(
+            f"Under this load some calls ran twice: {', '.join(f'{v} × {k}' for k, v in timed_out.items())}. The "
+            f"worker's event loop was busy enough ({w['cpu_avg_pct']:.0f}% of a core on average) that an activity it "
+            + ("had accepted did not heartbeat within the 5 s heartbeat timeout"
+               if any("heartbeat" in k for k in timed_out) else "had accepted did not finish within its timeout")
+            + f", so Temporal declared it lost and scheduled it again: {model_calls} model call(s) ran (and would be "
+            "paid) twice. The heartbeat timeout assumes a responsive worker; capping the worker's concurrent activities to what its CPU can serve would keep "
+            "overload from turning into duplicate calls.")
     return sec

@@ -125,7 +125,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             await long_run(suite, client, settings, model, n)
     run = runs[n]
     async with open_checkpoint_store(run["settings"].store_url) as source:
-        checkpoints = [await source.load(s.checkpoint_id) for s in await source.list_checkpoints(run["run_id"])]
+        # Main branch only: the fork benchmark may have added a branch to this run.
+        checkpoints = [await source.load(s.checkpoint_id) for s in await source.list_checkpoints(run["run_id"])
+                       if s.branch_id == "main"]
     results = {}
     for label, new_objects in _backends(suite):
         log(f"checkpoint_io: {label}")

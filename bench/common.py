@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 from temporalio.client import Client
 
@@ -38,6 +38,7 @@ from rewind.scripted_model import ScriptedModelServer
 from workflows.contracts import AgentInput
 
 REPO = Path(__file__).resolve().parent.parent
+MAX_REQUEST_BYTES = 64 * 2**20
 RESULTS = REPO / "bench" / "results"
 TOOLS_MODULE = "bench.tools"
 
@@ -91,12 +92,6 @@ def fmt(value: Any, digits: int = 3) -> str:
             return f"{value:,.0f}"
         return f"{value:.{digits}g}" if magnitude < 1 else f"{value:.{max(digits - 1, 1)}f}".rstrip("0").rstrip(".")
     return str(value)
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None or b == 0:
-        return "–"
-    return f"**{a / b:.2f}x**"
 
 
 def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -178,6 +173,15 @@ class TimedModelServer(ScriptedModelServer):
         super().__init__(**kwargs)
         self.arrivals: list[tuple[float, dict[str, Any]]] = []
         self._holds: dict[tuple[str, int], asyncio.Event | None] = {}
+
+    async def start(self) -> str:
+        url = await super().start()
+        # aiohttp refuses request bodies over 1 MiB by default (413). Rewind compresses long
+        # conversations for the model's context window, but the LangGraph baseline sends the
+        # whole conversation every step: ~1.2 MB at 500 steps of 2 KB.
+        assert self._runner is not None
+        self._runner.app._client_max_size = MAX_REQUEST_BYTES
+        return url
 
     def hold_first(self, model: str, turn: int) -> None:
         with self._lock:
@@ -457,43 +461,40 @@ class WorkerProcess:
         self._log.close()
 
 
-async def wait_for_worker(client: Client, task_queue: str, timeout_s: float = 60.0) -> None:
-    """Until a worker polls `task_queue` (describe_task_queue shows a poller)."""
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
-            resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-                namespace=client.namespace, task_queue=TaskQueue(name=task_queue), task_queue_type=kind))
-            if not resp.pollers:
-                break
-        else:
-            return
-        await asyncio.sleep(0.1)
-    raise TimeoutError(f"no worker polled {task_queue} within {timeout_s:.0f}s")
-
-
 async def pollers(client: Client, task_queue: str) -> set[str]:
-    from temporalio.api.enums.v1 import TaskQueueType
+    """Identities polling the activity side of `task_queue`.
+
+    The legacy describe call answers for the root partition only (a poller on
+    another partition can stay invisible for a whole 60 s long poll); the
+    enhanced one covers every partition but may lag a few seconds. Union of both.
+    """
+    from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueType
     from temporalio.api.taskqueue.v1 import TaskQueue
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-    resp = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
-    return {p.identity for p in resp.pollers}
+    queue = TaskQueue(name=task_queue)
+    legacy = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=queue, task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
+    found = {p.identity for p in legacy.pollers}
+    enhanced = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=queue, report_pollers=True,
+        api_mode=DescribeTaskQueueMode.DESCRIBE_TASK_QUEUE_MODE_ENHANCED,
+        task_queue_types=[TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY]))
+    for version in enhanced.versions_info.values():
+        for info in version.types_info.values():
+            found |= {p.identity for p in info.pollers}
+    return found
 
 
-@contextlib.asynccontextmanager
-async def timed(label: str, sink: dict[str, float]) -> AsyncIterator[None]:
-    t = time.perf_counter()
-    try:
-        yield
-    finally:
-        sink[label] = time.perf_counter() - t
+async def wait_polling(client, queue: str, worker: WorkerProcess) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(i.startswith(f"{worker.pid}@") for i in await pollers(client, queue)):
+            return
+        if worker.process.poll() is not None:
+            raise RuntimeError(f"worker exited with {worker.process.returncode}; see {worker.log_path}")
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"worker {worker.pid} did not poll {queue} within 60 s; see {worker.log_path}")
 
 
 def log(msg: str) -> None:
@@ -503,20 +504,6 @@ def log(msg: str) -> None:
 def dump_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-
-
-@contextlib.contextmanager
-def env(**values: str) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # ---------------------------------------------------------------- history profiles
@@ -551,6 +538,8 @@ def activity_profile(events: list[Any]) -> dict[str, Any]:
     wft_sched: dict[int, float] = {}
     wft_start: dict[int, float] = {}
     wft_total: list[float] = []
+    wft_wait: list[float] = []
+    wft_run: list[float] = []
     for e in events:
         t = e.event_time.ToDatetime().timestamp()
         et = e.event_type
@@ -578,12 +567,63 @@ def activity_profile(events: list[Any]) -> dict[str, Any]:
             wft += 1
             sid = e.workflow_task_completed_event_attributes.scheduled_event_id
             wft_total.append((t - wft_sched.get(sid, t)) * 1000)
+            wft_wait.append((wft_start.get(sid, t) - wft_sched.get(sid, t)) * 1000)
+            wft_run.append((t - wft_start.get(sid, t)) * 1000)
             wft_ms += int((t - wft_start.get(sid, t)) * 1000)
     return {
         "activities": {k: {"count": len(v["run"]), "queue_ms": median(v["queue"]), "run_ms": median(v["run"]),
                            "total_ms": median(v["total"])} for k, v in out.items()},
         "workflow_tasks": wft,
         "workflow_task_ms": median(wft_total),
+        "workflow_task_wait_ms": median(wft_wait),
+        "workflow_task_run_ms": median(wft_run),
         "events": len(events),
         "history_bytes": sum(e.ByteSize() for e in events),
     }
+
+
+def history_breakdown(events: list[Any]) -> dict[str, int]:
+    """Bytes of history by what they carry: each activity type's inputs and results, and the rest."""
+    from temporalio.api.enums.v1 import EventType
+
+    names: dict[int, str] = {}
+    out: dict[str, int] = {}
+    for e in events:
+        size = e.ByteSize()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = e.activity_task_scheduled_event_attributes.activity_type.name
+            names[e.event_id] = name
+            key = f"{name} input"
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            key = f"{names.get(e.activity_task_completed_event_attributes.scheduled_event_id, '?')} result"
+        elif e.event_type in (EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+                              EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+                              EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW):
+            key = "workflow start / end (inputs, continue-as-new state, result)"
+        else:
+            key = "other events (tasks, timers, markers)"
+        out[key] = out.get(key, 0) + size
+    return out
+
+
+def activity_times_by_step(events: list[Any], name: str) -> list[float]:
+    """Start-to-close ms of each completed `name` activity, in scheduling order."""
+    from temporalio.api.enums.v1 import EventType
+
+    # Event ids restart in each run of a continue-as-new chain: key them by (run, id).
+    order: list[tuple[int, int]] = []
+    started: dict[tuple[int, int], float] = {}
+    closed: dict[tuple[int, int], float] = {}
+    run = 0
+    for e in events:
+        t = e.event_time.ToDatetime().timestamp()
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            run += 1
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if e.activity_task_scheduled_event_attributes.activity_type.name == name:
+                order.append((run, e.event_id))
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started[(run, e.activity_task_started_event_attributes.scheduled_event_id)] = t
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            closed[(run, e.activity_task_completed_event_attributes.scheduled_event_id)] = t
+    return [(closed[i] - started[i]) * 1000 for i in order if i in closed and i in started]
