@@ -143,11 +143,45 @@ def rebuild_view(messages: list[Message], actions: list[dict[str, Any]]) -> list
             view[i] = {**messages[i], "content": _truncate(text, act["to_chars"])}
         elif kind == "dropped_turn":
             view[i:i + act["messages"]] = [None] * act["messages"]
+        elif kind == "truncated_tool_results":  # compact form, see compact_actions
+            for j in range(act["from_index"], act["to_index"] + 1):
+                text = content_text(messages[j].get("content"))
+                if messages[j].get("role") == "tool" and len(text) > act["to_chars"]:
+                    view[j] = {**messages[j], "content": _truncate(text, act["to_chars"])}
+        elif kind == "dropped_messages":  # compact form
+            view[act["from_index"]:act["to_index"] + 1] = [None] * (act["to_index"] + 1 - act["from_index"])
     out = [m for m in view if m is not None]
     for act in actions:
         if act["action"] == "inserted_note":
             _insert_note(out, act["omitted"])
     return out
+
+
+def compact_actions(messages: list[Message], actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same actions in O(1) entries per kind, when that rebuilds the same view.
+
+    Compression touches more old messages as a run grows; recording every
+    touched index at every step would make history and checkpoints grow with
+    the square of the run's length. Runs of truncations become one range
+    ("every tool result in it longer than N"), runs of dropped turns one slice.
+    """
+    truncated = [a for a in actions if a["action"] == "truncated_tool_result"]
+    dropped = [a for a in actions if a["action"] == "dropped_turn"]
+    compact = [a for a in actions if a["action"] not in ("truncated_tool_result", "dropped_turn")]
+    if truncated and len({a["to_chars"] for a in truncated}) == 1:
+        compact.insert(0, {"action": "truncated_tool_results", "from_index": min(a["index"] for a in truncated),
+                           "to_index": max(a["index"] for a in truncated), "to_chars": truncated[0]["to_chars"],
+                           "count": len(truncated)})
+    elif truncated:
+        compact[:0] = truncated
+    if dropped:
+        first, last = min(a["index"] for a in dropped), max(a["index"] + a["messages"] - 1 for a in dropped)
+        if sum(a["messages"] for a in dropped) == last - first + 1:
+            compact.insert(len(compact) - sum(1 for a in compact if a["action"] == "inserted_note"),
+                           {"action": "dropped_messages", "from_index": first, "to_index": last, "turns": len(dropped)})
+        else:
+            compact[:0] = dropped
+    return compact if rebuild_view(messages, compact) == rebuild_view(messages, actions) else actions
 
 
 def turn_boundary(messages: list[Message], index: int) -> int:

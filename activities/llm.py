@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context_budget import message_budget
-from activities.context_window import compress_messages
+from activities.context_window import compact_actions, compress_messages
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
 from activities.transcript import TranscriptError, TranscriptStore
@@ -153,7 +153,7 @@ class LlmActivities:
             model_view = {
                 "budget_tokens": budget, "tokens_before": fitted.tokens_before,
                 "tokens_after": fitted.tokens_after, "over_budget": fitted.over_budget,
-                "actions": fitted.actions,
+                "actions": compact_actions(messages, fitted.actions),
             }
         kwargs: dict[str, Any] = {
             "model": request.model,
