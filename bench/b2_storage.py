@@ -51,7 +51,9 @@ async def long_run(suite, client, settings, model, steps: int) -> dict:  # type:
     segments = suite.tmp / "payloads" / "segments"
     before = folder_bytes(segments)
     t = time.perf_counter()
-    handle = await start_agent(client, settings, name, steps)
+    # A task unique to the run: transcript segments are content-addressed, so runs that
+    # start alike would otherwise share (and not count) their first segments.
+    handle = await start_agent(client, settings, name, steps, task=f"benchmark run {uuid.uuid4().hex[:8]}")
     result = await handle.result()
     wall = time.perf_counter() - t
     assert result.status.step == steps, result.status
@@ -265,6 +267,7 @@ def _plot(data: list[dict]) -> str | None:
         return None
     steps = [d["steps"] for d in data]
     series = [("raw content", "raw", "k--"), ("Rewind checkpoint store", "rewind", "C0-o"),
+              ("Rewind store without model_view", "rewind_no_view", "C0:."),
               ("transcript segments", "transcript", "C2-^"), ("Temporal history", "history", "C1-s"),
               ("naive snapshot per step", "naive", "C3-x"), ("LangGraph SqliteSaver", "langgraph", "C4-d")]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -163,7 +163,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         f"follows the worker's backlog (step latency p50 {p50 * 1000:.0f} ms). Retried activity attempts: {retries} "
         f"({kinds})"
         + (f"; {parent_waits} of them are a step's mirror running before its parent's was stored "
-           "(ParentNotMirrored), retried after 0.5 s or more, which stretches the lag's tail."
+           "(ParentNotMirrored) and retried by the mirror's retry policy, which stretches the lag's tail."
            if parent_waits else ".")
         + (f" Mirror errors at the end of runs: {'; '.join(errors[:2])}." if errors else ""))
     timed_out = {k: v for k, v in retry_kinds.items() if "timeout" in k and not k.startswith("mirror_step")}
