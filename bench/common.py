@@ -16,7 +16,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +32,7 @@ from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
 from rewind.client import connect, start_run
 from rewind.config import Settings
+from rewind.testing import WorkerProcess as _SharedWorkerProcess
 from rewind.embedded import DevServer
 from rewind.scripted_model import ScriptedModelServer
 from workflows.contracts import AgentInput
@@ -413,52 +413,16 @@ class ProcSampler:
         }
 
 
-class WorkerProcess:
+class WorkerProcess(_SharedWorkerProcess):
     """`python worker.py --tools bench.tools` in a subprocess, configured by environment only."""
 
     def __init__(self, settings: Settings, model: ScriptedModelServer, log: Path, extra_env: dict[str, str] | None = None):
-        env = dict(os.environ)
-        env.update({
-            "TEMPORAL_ADDRESS": settings.temporal_address,
-            "REWIND_TASK_QUEUE": settings.task_queue,
-            "REWIND_STORE": settings.store_url,
-            "REWIND_PAYLOADS": settings.payload_url,
-            "REWIND_STICKY_TIMEOUT_S": f"{settings.sticky_timeout_s:g}",
-            "OPENAI_BASE_URL": model.base_url,
-            "OPENAI_API_KEY": "x",
-            "REWIND_LOG_LEVEL": "WARNING",
-            "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-            **(extra_env or {}),
-        })
-        log.parent.mkdir(parents=True, exist_ok=True)
         settings.home.mkdir(parents=True, exist_ok=True)
-        env["REWIND_HOME"] = str(settings.home)
-        self.log_path = log
-        self._log = open(log, "ab")
-        self.started_at = time.monotonic()
-        self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "worker.py"), "--tools", TOOLS_MODULE],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(settings.home),
+        super().__init__(
+            settings, model.base_url, TOOLS_MODULE, log,
+            extra_env={"REWIND_LOG_LEVEL": "WARNING", "REWIND_HOME": str(settings.home), **(extra_env or {})},
+            cwd=settings.home,
         )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
 
 
 async def pollers(client: Client, task_queue: str) -> set[str]:

@@ -8,7 +8,6 @@ client talks to.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -24,6 +23,7 @@ from rewind.client import connect
 from rewind.config import Settings
 from rewind.embedded import DevServer
 from rewind.scripted_model import ScriptedModelServer
+from rewind.testing import WorkerProcess
 
 TESTS_DIR = Path(__file__).parent
 REPO = TESTS_DIR.parent
@@ -124,50 +124,13 @@ async def worker(client: Client, settings: Settings, model: ScriptedModelServer,
         yield
 
 
-class WorkerProcess:
-    """A worker in a subprocess, so a test can SIGKILL it like a crashed machine."""
-
-    def __init__(self, settings: Settings, model: ScriptedModelServer, log: Path, extra_env: dict[str, str] | None = None):
-        env = dict(os.environ)
-        env.update({
-            "TEMPORAL_ADDRESS": settings.temporal_address,
-            "REWIND_TASK_QUEUE": settings.task_queue,
-            "REWIND_STORE": settings.store_url,
-            "REWIND_PAYLOADS": settings.payload_url,
-            "REWIND_STICKY_TIMEOUT_S": str(settings.sticky_timeout_s),
-            "OPENAI_BASE_URL": model.base_url,
-            "OPENAI_API_KEY": "test-key",
-            "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(REPO), env.get("PYTHONPATH", "")]),
-            **(extra_env or {}),
-        })
-        self._log = open(log, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "worker.py"), "--tools", "examples.research_agent,agent_tools"],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT,
-        )
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-
-
 @pytest.fixture
 def spawn_worker(settings: Settings, model: ScriptedModelServer, tmp_path: Path, events_file: Path) -> Iterator:
     started: list[WorkerProcess] = []
 
     def spawn(extra_env: dict[str, str] | None = None) -> WorkerProcess:
-        proc = WorkerProcess(settings, model, tmp_path / f"worker-{len(started)}.log", extra_env)
+        proc = WorkerProcess(settings, model.base_url, "examples.research_agent,agent_tools",
+                             tmp_path / f"worker-{len(started)}.log", extra_env=extra_env, pythonpath=[TESTS_DIR])
         started.append(proc)
         return proc
 
