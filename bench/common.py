@@ -156,6 +156,8 @@ def machine_info() -> dict[str, Any]:
         "langgraph": version("langgraph"),
         "langgraph-checkpoint-sqlite": version("langgraph-checkpoint-sqlite"),
         "moto": version("moto"),
+        # Other work on the machine skews timings: say how busy it was.
+        "load average (1/5/15 min, at the end)": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
 

@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     with open(args.out, "w") as f:
         f.write(render(sections, machine, args.quick, total))
-    dump_json(RESULTS / f"results-{'quick' if args.quick else 'full'}.json", {
+    # A partial run (--only) or one written elsewhere (--out) must not replace the suite's results file.
+    partial = "" if not only and args.out == str(REPO / "BENCHMARKS.md") else "-partial"
+    dump_json(RESULTS / f"results-{'quick' if args.quick else 'full'}{partial}.json", {
         "mode": "quick" if args.quick else "full", "machine": machine, "seconds": total,
         "sections": {s.key: {"data": s.data, "headline": s.headline, "verdicts": s.verdicts, "error": s.error,
                              "seconds": s.seconds} for s in sections},
