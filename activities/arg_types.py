@@ -8,12 +8,12 @@ runs (and its rejection goes back to the model) before the tool is called:
     async def write_note(path: RelativePath, flag: NotAnOption, body: str) -> str: ...
 
 Every plain `str` argument is also capped at REWIND_MAX_ARG_CHARS characters
-(100,000 by default) unless its annotation sets its own `max_length`.
+(100,000 by default; the worker's registry applies it) unless its annotation
+sets its own `max_length`.
 """
 
 from __future__ import annotations
 
-import os
 import posixpath
 from typing import Annotated
 
@@ -45,6 +45,3 @@ RelativePath = Annotated[str, Field(max_length=1024), AfterValidator(_relative_p
 NotAnOption = Annotated[str, Field(max_length=4096), AfterValidator(_not_an_option)]
 """A value passed to a command line that must not be taken for an option."""
 
-
-def max_arg_chars() -> int:
-    return int(os.environ.get("REWIND_MAX_ARG_CHARS", "100000"))

@@ -5,6 +5,22 @@ idempotency key. A retry of that call (a worker crash after the effect, a
 timeout, a zombie attempt) finds the record and returns the recorded result
 without running the tool again.
 
+Where the records live: in the payload store (`REWIND_PAYLOADS`), beside the
+transcript segments, not in the checkpoint store. A run cannot take a step
+without the payload store anyway, while the checkpoint store is an archive
+the run may outpace (the mirror catches up); so a side-effecting tool adds no
+dependency on a store the run could otherwise do without.
+
+What the record is for: Temporal's history already holds the result of every
+completed call, and a completed call is never run again. The record only
+closes the window between the effect and the completion reaching Temporal (a
+worker killed in between). So writing it is best effort: if the store refuses
+the write, the effect still happened and the call is reported as it went (the
+tool runner logs the failed write), and only that call's crash window stays
+open. Reading it before a retry is not best effort: if the store cannot say
+whether an earlier attempt ran, the attempt fails before running the tool
+and Temporal retries it.
+
 What this cannot close alone: a crash after the tool's effect but before the
 record is written. The retry then runs the tool again with the SAME key, so a
 tool that makes its effect conditional on the key (an outbox file named by
@@ -23,6 +39,8 @@ from checkpoint_bridge.objects import ObjectStore
 
 
 class IdempotencyLedger:
+    """Records in `objects`: the payload store (see the module docstring)."""
+
     def __init__(self, objects: ObjectStore) -> None:
         self._objects = objects
 

@@ -15,7 +15,6 @@ they leave the activity (rewind/redaction.py).
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -29,13 +28,15 @@ from activities.context_window import compact_actions, compress_messages
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
 from activities.transcript import TranscriptError, TranscriptStore
+from activities.wire_format import outgoing_messages
 from rewind.text import scrub_surrogates
 from checkpoint_bridge.errors import StoreUnavailableError
 from rewind.redaction import NO_REDACTION, Redactor
 from workflows.contracts import LlmRequest, LlmResponse, Usage
+from workflows.wire import CALL_LLM, LLM_REJECTED
 
 RETRYABLE_STATUS = {408, 409, 429}
-REJECTED_ERROR_TYPE = "LlmRequestRejected"
+REJECTED_ERROR_TYPE = LLM_REJECTED
 
 _HINTS = {
     400: "the request was malformed; the run cannot continue as it is",
@@ -49,27 +50,14 @@ _HINTS = {
 # messages: Temporal keeps at most ~2 KB of a retrying activity's last failure
 # and replaces a larger one with "Failure exceeds size limit", hiding the reason.
 
-# Keys the chat completions API accepts back in an assistant message. The
-# transcript keeps the message verbatim; only what is sent is projected.
-_ASSISTANT_KEYS = ("role", "content", "tool_calls", "name", "refusal")
-
-
 @dataclass(frozen=True)
 class ModelEndpoint:
-    base_url: str | None
+    """Where model calls go. `base_url` is always explicit: the openai client
+    would otherwise read OPENAI_BASE_URL itself, and an empty one (as compose
+    passes an unset variable) makes every call fail with "Connection error."."""
+
+    base_url: str
     api_key: str
-
-    @classmethod
-    def from_env(cls) -> "ModelEndpoint":
-        return cls(base_url=os.environ.get("OPENAI_BASE_URL") or None, api_key=os.environ.get("OPENAI_API_KEY", ""))
-
-
-def _outgoing(message: dict[str, Any]) -> dict[str, Any]:
-    if message.get("role") != "assistant":
-        return message
-    out = {k: message[k] for k in _ASSISTANT_KEYS if message.get(k) is not None}
-    out.setdefault("content", None)
-    return out
 
 
 def _retry_after(response: Any) -> timedelta | None:
@@ -87,30 +75,39 @@ def _retry_after(response: Any) -> timedelta | None:
     return None
 
 
-def map_openai_error(exc: Exception, model: str, redactor: Redactor = NO_REDACTION) -> ApplicationError:
-    """Turn an openai exception into a retryable or non-retryable ApplicationError."""
+def map_openai_error(
+    exc: Exception, model: str, redactor: Redactor = NO_REDACTION, base_url: str = "the model API",
+) -> ApplicationError:
+    """Turn an openai exception into a retryable or non-retryable ApplicationError
+    whose message names the endpoint (what a user must check first)."""
     redact = redactor.redact_text
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        detail = redact(f"model API answered {status} for model {model!r}: {exc.message}")[:1000]
+        detail = redact(f"model API at {base_url} answered {status} for model {model!r}: {exc.message}")[:1000]
         if status in RETRYABLE_STATUS or status >= 500:
             return ApplicationError(detail, type=f"LlmHttp{status}", next_retry_delay=_retry_after(exc.response))
         hint = _HINTS.get(status, "retrying cannot fix this")
         return ApplicationError(f"{detail} ({hint})", type=REJECTED_ERROR_TYPE, non_retryable=True)
     if isinstance(exc, openai.APIConnectionError):
-        return ApplicationError(redact(f"model API unreachable for model {model!r}: {exc}")[:1000], type="LlmUnavailable")
+        cause = exc.__cause__ or exc.__context__
+        reason = f"{exc}" + (f" ({type(cause).__name__}: {cause})" if cause is not None and str(cause) else "")
+        return ApplicationError(
+            redact(f"model API at {base_url} is unreachable for model {model!r}: {reason}; check OPENAI_BASE_URL "
+                   "and that the server is running")[:1000],
+            type="LlmUnavailable",
+        )
     return ApplicationError(redact(f"model call failed: {type(exc).__name__}: {exc}")[:1000], type="LlmCallFailed")
 
 
 class LlmActivities:
     def __init__(
-        self, endpoint: ModelEndpoint, prices: PriceTable, transcripts: TranscriptStore, redactor: Redactor | None = None,
+        self, endpoint: ModelEndpoint, prices: PriceTable, transcripts: TranscriptStore, redactor: Redactor,
     ) -> None:
         self._endpoint = endpoint
         self._prices = prices
         self._transcripts = transcripts
-        # The key in use is always a secret, whether or not it came from the environment.
-        self._redact = redactor if redactor is not None else Redactor.from_env(secrets={"model_api_key": endpoint.api_key})
+        # Built by the worker with the key in use among its secrets.
+        self._redact = redactor
         self._client: openai.AsyncOpenAI | None = None
 
     def _get_client(self) -> openai.AsyncOpenAI:
@@ -122,7 +119,7 @@ class LlmActivities:
             )
         return self._client
 
-    @activity.defn(name="call_llm")
+    @activity.defn(name=CALL_LLM)
     async def call_llm(self, request: LlmRequest) -> LlmResponse:
         try:
             base = await self._transcripts.load(request.transcript_head, request.transcript_len)
@@ -157,7 +154,9 @@ class LlmActivities:
             }
         kwargs: dict[str, Any] = {
             "model": request.model,
-            "messages": [_outgoing(m) for m in sent],
+            # One request shape every common OpenAI-compatible server accepts
+            # (OpenAI, vLLM, Ollama, llama.cpp): see activities/wire_format.py.
+            "messages": outgoing_messages(sent),
         }
         if request.tools:
             kwargs["tools"] = request.tools
@@ -171,7 +170,7 @@ class LlmActivities:
                 raise TypeError("choices[0].message is not an object")
             message = scrub_surrogates(message)
         except openai.OpenAIError as exc:
-            raise map_openai_error(exc, request.model, self._redact) from None
+            raise map_openai_error(exc, request.model, self._redact, self._endpoint.base_url) from None
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             # A garbled body is usually a proxy or provider hiccup: retry it.
             raise ApplicationError(

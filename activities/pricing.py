@@ -9,7 +9,6 @@ defaults. A model is matched by its longest known prefix, so dated snapshots
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +48,10 @@ class PriceTable:
         return (usage.prompt_tokens * per_in + usage.completion_tokens * per_out) / 1_000_000, True
 
     @classmethod
-    def from_env(cls) -> "PriceTable":
+    def parse(cls, raw: str = "") -> "PriceTable":
+        """The built-in table, overridden by `raw` (REWIND_PRICES: inline JSON or a path)."""
         prices = dict(DEFAULT_PRICES)
-        raw = os.environ.get("REWIND_PRICES", "").strip()
+        raw = raw.strip()
         if raw:
             text = raw if raw.startswith("{") else _read(raw)
             try:

@@ -14,7 +14,6 @@ secret a tool printed or raised.
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -26,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
+from checkpoint_bridge.errors import CheckpointError
 from activities.tools import ToolContext, ToolError, ToolRegistry, reset_tool_context, set_tool_context
 from rewind.redaction import Redactor
 from rewind.text import scrub_surrogates
@@ -37,8 +37,8 @@ from workflows.contracts import (
     ToolOutcome,
     ToolRequest,
 )
+from workflows.wire import COMPENSATE_TOOL, DESCRIBE_TOOLS, RUN_TOOL, TOOL_NOT_REGISTERED
 
-TOOL_NOT_REGISTERED = "ToolNotRegistered"
 
 
 def _validation_message(exc: pydantic.ValidationError) -> str:
@@ -49,24 +49,20 @@ def _validation_message(exc: pydantic.ValidationError) -> str:
     return "; ".join(parts)
 
 
-def max_output_bytes() -> int:
-    """The largest tool output a run accepts (REWIND_MAX_TOOL_OUTPUT_BYTES, 16 MiB).
-
-    Outputs above the payload threshold are stored by reference (never in
-    history), but each still lands in the transcript, a checkpoint and the
-    worker's memory; past this size the call is refused with a clear message.
-    """
-    return int(os.environ.get("REWIND_MAX_TOOL_OUTPUT_BYTES", str(16 * 1024 * 1024)))
+# The largest tool output a run accepts (REWIND_MAX_TOOL_OUTPUT_BYTES). Outputs
+# above the payload threshold are stored by reference (never in history), but
+# each still lands in the transcript, a checkpoint and the worker's memory;
+# past this size the call is refused with a clear message.
+DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 
 
-def _jsonable(value: Any, tool_name: str) -> Any:
+def _jsonable(value: Any, tool_name: str, limit: int) -> Any:
     """The output as storable JSON: plain types, no lone surrogates, bounded size."""
     try:
         value = scrub_surrogates(to_jsonable_python(value))
         size = len(json.dumps(value, ensure_ascii=False).encode())
     except (TypeError, ValueError, pydantic.PydanticSerializationError) as exc:
         raise ToolError(f"tool {tool_name!r} returned a value that is not JSON-serializable: {exc}") from exc
-    limit = max_output_bytes()
     if size > limit:
         raise ToolError(
             f"output of {tool_name} is {size / 1e6:.1f} MB, over the {limit / 1e6:.1f} MB limit "
@@ -76,19 +72,45 @@ def _jsonable(value: Any, tool_name: str) -> Any:
 
 
 class ToolActivities:
-    def __init__(self, registry: ToolRegistry, ledger: IdempotencyLedger, redactor: Redactor | None = None) -> None:
+    def __init__(
+        self, registry: ToolRegistry, ledger: IdempotencyLedger, redactor: Redactor,
+        *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> None:
         self._registry = registry
         self._ledger = ledger
-        self._redact = redactor if redactor is not None else Redactor.from_env()
+        self._redact = redactor
+        self._max_output = max_output_bytes
 
-    @activity.defn(name="describe_tools")
+    async def _recorded(self, key: str) -> dict[str, Any] | None:
+        """The record of an earlier attempt; a store that cannot say fails the
+        attempt before the tool runs (Temporal retries it)."""
+        try:
+            return await self._ledger.recorded(key)
+        except CheckpointError as exc:
+            raise ApplicationError(
+                self._redact.redact_text(f"cannot read the idempotency record {key} (the tool did not run): {exc}")[:1000],
+                type="IdempotencyStoreUnavailable",
+            ) from None
+
+    async def _record(self, key: str, tool_name: str, output: Any) -> None:
+        """Best effort: the effect happened whatever the store says (see activities/idempotency.py)."""
+        try:
+            await self._ledger.record(key, tool_name, output)
+        except Exception as exc:  # noqa: BLE001 - the store's failure must not turn a done effect into a failure
+            activity.logger.warning(
+                "%s ran (idempotency key %s) but its record could not be written: %s; the call is reported "
+                "as done, and a crash before Temporal records its completion would run it again with the same key",
+                tool_name, key, self._redact.redact_text(str(exc))[:500],
+            )
+
+    @activity.defn(name=DESCRIBE_TOOLS)
     async def describe_tools(self, request: DescribeToolsRequest) -> DescribeToolsResponse:
         names = request.names or self._registry.names()
         specs = [self._registry.get(n).spec for n in names if self._registry.get(n) is not None]
         missing = [n for n in names if self._registry.get(n) is None]
         return DescribeToolsResponse(tools=specs, missing=missing)
 
-    @activity.defn(name="run_tool")
+    @activity.defn(name=RUN_TOOL)
     async def run_tool(self, request: ToolRequest) -> ToolOutcome:
         registered = self._registry.get(request.tool_name)
         if registered is None:
@@ -112,7 +134,7 @@ class ToolActivities:
 
         key = request.idempotency_key if registered.spec.side_effects else None
         if key is not None:
-            record = await self._ledger.recorded(key)
+            record = await self._recorded(key)
             if record is not None:
                 return outcome(output=record["output"], replayed_from_record=True)
 
@@ -129,7 +151,7 @@ class ToolActivities:
         try:
             async with heartbeating():
                 result = await registered.fn(**kwargs)
-            output = self._redact.redact_json(_jsonable(result, request.tool_name))
+            output = self._redact.redact_json(_jsonable(result, request.tool_name, self._max_output))
         except ToolError as exc:
             return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {exc}"), error_kind="tool_error")
         except Exception as exc:
@@ -141,10 +163,10 @@ class ToolActivities:
         finally:
             reset_tool_context(token)
         if key is not None:
-            await self._ledger.record(key, request.tool_name, output)
+            await self._record(key, request.tool_name, output)
         return outcome(output=output)
 
-    @activity.defn(name="compensate_tool")
+    @activity.defn(name=COMPENSATE_TOOL)
     async def compensate_tool(self, request: CompensationRequest) -> CompensationOutcome:
         def outcome(status: str, **fields: Any) -> CompensationOutcome:
             return CompensationOutcome(
@@ -160,7 +182,7 @@ class ToolActivities:
             )
         if registered.compensate is None:
             return outcome("no_compensation", error=f"tool {request.tool_name!r} declares no compensation")
-        record = await self._ledger.recorded(request.compensation_key)
+        record = await self._recorded(request.compensation_key)
         if record is not None:
             return outcome("already_compensated", output=record["output"])
         token = set_tool_context(ToolContext(
@@ -171,7 +193,7 @@ class ToolActivities:
         try:
             async with heartbeating():
                 result = await registered.compensate(request.arguments, request.output)
-            output = self._redact.redact_json(_jsonable(result, request.tool_name))
+            output = self._redact.redact_json(_jsonable(result, request.tool_name, self._max_output))
         except ToolError as exc:
             return outcome("failed", error=self._redact.redact_text(str(exc)))
         except Exception as exc:
@@ -179,5 +201,5 @@ class ToolActivities:
             raise ApplicationError(message[:1000], type="CompensationRaised") from None
         finally:
             reset_tool_context(token)
-        await self._ledger.record(request.compensation_key, request.tool_name, output)
+        await self._record(request.compensation_key, request.tool_name, output)
         return outcome("compensated", output=output)

@@ -9,20 +9,26 @@ function runs. Unknown arguments are rejected (`additionalProperties: false`).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import importlib
 import inspect
+import traceback
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Awaitable, Callable
 
 import pydantic
 from temporalio import activity
 
-from activities.arg_types import max_arg_chars
-from rewind.errors import ToolRegistryError
+from rewind.errors import RewindError, ToolRegistryError
 from workflows.contracts import ToolSpec
 
 
-class ToolError(Exception):
+# Every plain `str` argument is capped (a model can send megabytes); the
+# worker's registry re-applies its own cap (REWIND_MAX_ARG_CHARS).
+DEFAULT_MAX_ARG_CHARS = 100_000
+
+
+class ToolError(RewindError):
     """Raise from a tool to report a failure the model should see, without retries."""
 
 
@@ -67,6 +73,15 @@ class RegisteredTool:
     spec: ToolSpec
     args_model: type[pydantic.BaseModel]
     compensate: Callable[..., Awaitable[Any]] | None = field(default=None)
+    arg_cap: int = DEFAULT_MAX_ARG_CHARS
+
+    def with_arg_cap(self, cap: int) -> "RegisteredTool":
+        """The same tool with plain `str` arguments capped at `cap` characters."""
+        if cap == self.arg_cap:
+            return self
+        model = _args_model(self.fn, self.spec.name, cap)
+        spec = self.spec.model_copy(update={"parameters": _json_schema(model)})
+        return dataclasses.replace(self, args_model=model, spec=spec, arg_cap=cap)
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return await self.fn(*args, **kwargs)
@@ -82,7 +97,7 @@ class RegisteredTool:
         return fn
 
 
-def _args_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseModel]:
+def _args_model(fn: Callable[..., Any], name: str, cap_chars: int = DEFAULT_MAX_ARG_CHARS) -> type[pydantic.BaseModel]:
     fields: dict[str, Any] = {}
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
@@ -93,7 +108,7 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[pydantic.BaseModel]:
         fields[param.name] = (param.annotation, default)
     hints = {k: v for k, v in inspect.get_annotations(fn, eval_str=True).items() if k in fields}
     # Plain `str` arguments get a length cap: a model can send megabytes.
-    cap = pydantic.Field(max_length=max_arg_chars())
+    cap = pydantic.Field(max_length=cap_chars)
     fields = {
         k: (Annotated[str, cap] if hints.get(k, t) is str else hints.get(k, t), d) for k, (t, d) in fields.items()
     }
@@ -167,21 +182,17 @@ class ToolRegistry:
         self._tools[t.spec.name] = t
 
     @classmethod
-    def from_modules(cls, module_names: list[str]) -> "ToolRegistry":
+    def from_modules(cls, module_names: list[str], *, max_arg_chars: int = DEFAULT_MAX_ARG_CHARS) -> "ToolRegistry":
         registry = cls()
         for module_name in module_names:
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError as exc:
-                raise ToolRegistryError(
-                    f"cannot import tool module {module_name!r}: {exc}; "
-                    "check REWIND_TOOLS / --tools and that the module is on PYTHONPATH"
-                ) from exc
+            module = import_tool_module(module_name)
             found = [v for v in vars(module).values() if isinstance(v, RegisteredTool)]
             if not found:
-                raise ToolRegistryError(f"tool module {module_name!r} defines no @tool functions")
+                raise ToolRegistryError(
+                    f"tool module {module_name!r} ({getattr(module, '__file__', '?')}) defines no @tool functions"
+                )
             for t in found:
-                registry.add(t)
+                registry.add(t.with_arg_cap(max_arg_chars))
         return registry
 
     def get(self, name: str) -> RegisteredTool | None:
@@ -192,6 +203,33 @@ class ToolRegistry:
 
     def specs(self) -> list[ToolSpec]:
         return [self._tools[n].spec for n in self.names()]
+
+
+def import_tool_module(module_name: str) -> Any:
+    """Import a tool module; any failure is one line: the module, the file, the line, the error."""
+    try:
+        return importlib.import_module(module_name)
+    except SyntaxError as exc:
+        raise ToolRegistryError(
+            f"tool module {module_name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
+        ) from None
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ToolRegistryError(
+                f"cannot import tool module {module_name!r}: no {module_name.replace('.', '/')}.py in the current "
+                "directory or on PYTHONPATH; check --tool-modules / REWIND_TOOL_MODULES"
+            ) from None
+        raise ToolRegistryError(_import_failure(module_name, exc)) from None
+    except Exception as exc:  # noqa: BLE001 - user code may raise anything at import
+        raise ToolRegistryError(_import_failure(module_name, exc)) from None
+
+
+def _import_failure(module_name: str, exc: BaseException) -> str:
+    # The innermost frame outside the import machinery is where the user's code failed.
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"tool module {module_name!r} failed to import{where}: {type(exc).__name__}" + (f": {text}" if text else "")
 
 
 def set_tool_context(ctx: ToolContext) -> contextvars.Token[ToolContext]:

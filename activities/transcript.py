@@ -19,6 +19,7 @@ import json
 from collections import OrderedDict
 from typing import Any
 
+from rewind.errors import RewindError
 from checkpoint_bridge.canonical import canonical_json
 from checkpoint_bridge.errors import CheckpointNotFoundError
 from checkpoint_bridge.objects import ObjectStore
@@ -26,7 +27,7 @@ from checkpoint_bridge.objects import ObjectStore
 SEGMENT_FORMAT = "rewind.transcript-segment/v1"
 
 
-class TranscriptError(RuntimeError):
+class TranscriptError(RewindError):
     """A transcript segment is missing, corrupt, or not the length the workflow expects."""
 
 

@@ -40,10 +40,11 @@ from checkpoint_bridge.objects import open_object_store
 from checkpoint_bridge.projector import chain_events
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
-from rewind.client import branch_workflows, start_run, workflow_id_for
+from rewind.client import branch_workflows, check_limits, check_tools, start_run, workflow_id_for
 from rewind.config import Settings
 from rewind.errors import RewindError, RunExistsError
-from workflows.contracts import AgentInput, AgentResult, Ledger, LoopState, RunLimits
+from workflows.contracts import DEFAULT_MODEL, AgentInput, AgentResult, Ledger, LoopState, RunLimits
+from workflows.wire import RUN_TOOL
 
 STOP_TIMEOUT_S = 30.0
 
@@ -155,7 +156,7 @@ def _input_for(cp: AgentCheckpoint, source: AgentInput | None) -> AgentInput:
         return source
     task = next((m.get("content") for m in cp.messages if m.get("role") == "user"), "")
     system = next((m.get("content") for m in cp.messages if m.get("role") == "system"), None)
-    fields: dict[str, Any] = {"run_id": cp.run_id, "task": str(task or ""), "model": cp.model or "gpt-4o-mini"}
+    fields: dict[str, Any] = {"run_id": cp.run_id, "task": str(task or ""), "model": cp.model or DEFAULT_MODEL}
     if system:
         fields["system_prompt"] = system
     return AgentInput(**fields)
@@ -176,10 +177,15 @@ async def fork(
     validate_id("run", run_id)
     validate_branch_name(branch)
     validate_id("branch", from_branch)
+    if limits is not None:
+        check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
     point = await resolve_step(store, run_id, from_branch, step)
     cp = usable(await store.load(point.checkpoint_id))
     if await _branch_taken(client, store, run_id, branch):
         raise RunExistsError(f"run {run_id!r} already has a branch {branch!r}; choose another --branch")
+    if tools:
+        # Before anything is written or started: the branch name stays free.
+        await check_tools(client, settings.task_queue, tools)
     source = await source_input(client, workflow_id_for(run_id, point.branch_id))
     return await _start_from(client, settings, cp, _input_for(cp, source), branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits)
@@ -190,7 +196,7 @@ async def _start_from(
     system_prompt: str | None = None, model: str | None = None, tools: list[str] | None = None,
     variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
 ) -> ForkResult:
-    objects = open_object_store(settings.payload_url)
+    objects = open_object_store(settings.payload_url, endpoint_url=settings.s3_endpoint_url, region_name=settings.aws_region)
     try:
         seed = await seed_from(cp, TranscriptStore(objects), system_prompt)
     finally:
@@ -205,7 +211,7 @@ async def _start_from(
         "limits": limits or base.limits,
         "resume": seed,
     })
-    handle = await start_run(client, settings, inp)
+    handle = await start_run(client, settings, inp, verify_tools=False)
     return ForkResult(cp.run_id, name, storage, handle.id, cp.checkpoint_id, handle)
 
 
@@ -237,7 +243,7 @@ async def side_effects_after(client: Client, workflow_ids: list[str], step: int)
         for event in events:
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 attrs = event.activity_task_scheduled_event_attributes
-                if attrs.activity_type.name == "run_tool":
+                if attrs.activity_type.name == RUN_TOOL:
                     (request,) = await client.data_converter.decode(attrs.input.payloads, [ToolRequest])
                     if request.idempotency_key and request.step > step:
                         scheduled[event.event_id] = request

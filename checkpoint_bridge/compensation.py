@@ -12,6 +12,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from rewind.config import Settings
 from workflows.contracts import CompensationOutcome, CompensationRequest
+from workflows.wire import COMPENSATION_WORKFLOW
 
 if TYPE_CHECKING:
     from checkpoint_bridge.branching import SideEffect
@@ -36,7 +37,7 @@ async def run_compensations(
     workflow_id = f"{run_id}--{branch}--compensate-{step}-{digest}"
     try:
         outcomes: list[CompensationOutcome] = await client.execute_workflow(
-            "CompensationWorkflow", requests, id=workflow_id,
+            COMPENSATION_WORKFLOW, requests, id=workflow_id,
             task_queue=settings.task_queue, result_type=list[CompensationOutcome],
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )

@@ -6,7 +6,8 @@
         ├── CorruptCheckpointError      bad JSON, hash mismatch, wrong shape, failed validation
         ├── FutureSchemaError           written by a newer Rewind than the one reading it
         ├── CheckpointExistsError       an immutable checkpoint would be replaced by other bytes
-        └── StoreUnavailableError       the backend is down, unreachable or refusing requests
+        ├── StoreUnavailableError       the backend is down, unreachable or refusing requests
+        └── UnsafeStoreError            the backend does not keep written objects immutable
 
 Library exceptions (botocore, aiohttp, OSError, pydantic) never cross the store
 boundary: they are mapped to these types, kept as ``__cause__`` (``raise ... from
@@ -47,3 +48,8 @@ class StoreUnavailableError(CheckpointError):
     """The store cannot be reached or refused the request; retrying may help."""
 
     retryable = True
+
+
+class UnsafeStoreError(CheckpointError):
+    """The backend accepted a second conditional write of one key: it ignores
+    ``If-None-Match``, so stored checkpoints could be silently replaced."""

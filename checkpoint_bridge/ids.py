@@ -25,6 +25,7 @@ __all__ = [
     "checkpoint_id",
     "parse_checkpoint_id",
     "short_id",
+    "echo",
 ]
 
 MAX_ID_LENGTH = 128
@@ -38,6 +39,12 @@ _ID_RULE = (
 )
 # Canonical decimal only: "007" and "7" must not name two different checkpoints.
 _STEP_TEXT = re.compile(r"0|[1-9][0-9]{0,7}")
+
+
+def echo(value: object, limit: int = 60) -> str:
+    """`value` as it may be quoted back in a message: repr, at most `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
 
 
 def _problem(value: str) -> str | None:
@@ -62,11 +69,11 @@ def validate_id(kind: str, value: object) -> str:
     """
     if not isinstance(value, str):
         raise InvalidIdError(
-            f"{kind} id {value!r} is a {type(value).__name__}, not a string; use {_ID_RULE}"
+            f"{kind} id {echo(value)} is a {type(value).__name__}, not a string; use {_ID_RULE}"
         )
     problem = _problem(value)
     if problem is not None:
-        raise InvalidIdError(f"{kind} id {value!r:.160} is not allowed ({problem}); use {_ID_RULE}")
+        raise InvalidIdError(f"{kind} id {echo(value)} is not allowed ({problem}); use {_ID_RULE}")
     return value
 
 
@@ -90,18 +97,18 @@ def checkpoint_id(run_id: str, branch_id: str, step_index: int) -> str:
 def parse_checkpoint_id(cid: object) -> tuple[str, str, int]:
     """Split a checkpoint id into ``(run_id, branch_id, step_index)``, validating each part."""
     if not isinstance(cid, str):
-        raise InvalidIdError(f"checkpoint id {cid!r} is not a string; expected RUN:BRANCH:STEP")
+        raise InvalidIdError(f"checkpoint id {echo(cid)} is not a string; expected RUN:BRANCH:STEP")
     parts = cid.split(":")
     if len(parts) != 3:
         raise InvalidIdError(
-            f"checkpoint id {cid!r:.160} is malformed; expected RUN:BRANCH:STEP, e.g. 'run-1:main:4'"
+            f"checkpoint id {echo(cid)} is malformed; expected RUN:BRANCH:STEP, e.g. 'run-1:main:4'"
         )
     run_id, branch_id, step_text = parts
     validate_id("run", run_id)
     validate_id("branch", branch_id)
     if not _STEP_TEXT.fullmatch(step_text):
         raise InvalidIdError(
-            f"checkpoint id {cid!r:.160} has step {step_text!r}; "
+            f"checkpoint id {echo(cid)} has step {echo(step_text, 20)}; "
             f"expected a decimal number 0..{MAX_STEP_INDEX} without leading zeros"
         )
     return run_id, branch_id, int(step_text)

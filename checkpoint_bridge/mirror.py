@@ -26,24 +26,25 @@ from checkpoint_bridge.projector import apply_record, project_workflow
 from checkpoint_bridge.store import CheckpointStore
 from rewind.redaction import Redactor
 from workflows.contracts import MirrorAck, StepRecord
+from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP
 
-CONFLICT_ERROR_TYPE = "CheckpointConflict"
+CONFLICT_ERROR_TYPE = CHECKPOINT_CONFLICT
 
 
 class MirrorActivities:
-    def __init__(self, store: CheckpointStore, redactor: Redactor | None = None) -> None:
+    def __init__(self, store: CheckpointStore, redactor: Redactor) -> None:
         self._store = store
         # Step records arrive redacted (the model and tool activities redact);
         # what is left to redact is the store's own error text (an S3 error
         # can quote a signed URL or a credential).
-        self._redact = redactor if redactor is not None else Redactor.from_env()
+        self._redact = redactor
 
     def _failure(self, exc: Exception, kind: str, *, retry: bool = True) -> ApplicationError:
         # Without the cause chain: Temporal keeps only ~2 KB of a retrying
         # activity's last failure, and that text is what `rewind status` shows.
         return ApplicationError(self._redact.redact_text(str(exc))[:1500], type=kind, non_retryable=not retry)
 
-    @activity.defn(name="mirror_step")
+    @activity.defn(name=MIRROR_STEP)
     async def mirror_step(self, record: StepRecord) -> MirrorAck:
         try:
             parent = await self._store.load(record.parent_id) if record.parent_id else None

@@ -52,6 +52,11 @@ class FileObjectStore:
 
     # -- public API ---------------------------------------------------------
 
+    async def check_access(self) -> None:
+        """The root is a folder, or can become one (it is created on first write)."""
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreUnavailableError(f"store folder {self.root} exists but is not a folder; point the store elsewhere")
+
     async def get(self, key: str) -> bytes:
         return await self._run("read", key, self._get, key)
 

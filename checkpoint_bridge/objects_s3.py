@@ -13,7 +13,6 @@ Temporal activity, owns retrying, and two stacked retry layers multiply delays.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from contextlib import AsyncExitStack
 from typing import Any
@@ -45,6 +44,7 @@ class S3ObjectStore:
         prefix: str = "",
         endpoint_url: str | None = None,
         *,
+        region_name: str | None = None,
         max_attempts: int = 2,
         connect_timeout: float = 5.0,
         read_timeout: float = 30.0,
@@ -64,9 +64,10 @@ class S3ObjectStore:
                 ) from exc
         self.bucket = bucket
         self.prefix = prefix
-        self.endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+        # Given explicitly (Settings reads AWS_ENDPOINT_URL): None is AWS itself.
+        self.endpoint_url = endpoint_url or None
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-        self._session = session or aioboto3.Session()
+        self._session = session or aioboto3.Session(region_name=region_name or None)
         self._config = Config(
             # botocore's "max_attempts" key counts retries; "total_max_attempts" counts tries.
             retries={"mode": "standard", "total_max_attempts": max_attempts},
@@ -180,6 +181,22 @@ class S3ObjectStore:
                     "check the credentials allow s3:DeleteObject and retry"
                 )
 
+    async def check_access(self) -> None:
+        """One request that fails the way every later one would: unreachable
+        endpoint, missing bucket, refused credentials."""
+        s3 = await self._s3()
+        try:
+            await s3.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if _code(exc) in _NOT_FOUND | {"NoSuchBucket"}:
+                raise StoreUnavailableError(
+                    f"S3 bucket {self.bucket!r} does not exist at {self._where()}; "
+                    "create it (aws s3 mb / mc mb) or point the store at an existing bucket"
+                ) from exc
+            raise self._map("access", "", exc) from exc
+        except _LIBRARY_ERRORS as exc:
+            raise self._map("reach", "", exc) from exc
+
     # -- helpers --------------------------------------------------------------
 
     def _key(self, key: str) -> str:
@@ -210,9 +227,10 @@ class S3ObjectStore:
                     "create it or point REWIND_STORE at an existing bucket"
                 )
             if code in _DENIED:
+                what = f"{op} {key!r}" if key else op
                 return StoreUnavailableError(
-                    f"S3 store {self._where()} refused to {op} {key!r} ({code}); check the AWS "
-                    "credentials (AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket policy"
+                    f"S3 store {self._where()} refused to {what} ({code}); check the AWS "
+                    "credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE) and the bucket policy"
                 )
             return StoreUnavailableError(
                 f"S3 store {self._where()} failed to {op} {key!r} ({code}: "
@@ -223,8 +241,9 @@ class S3ObjectStore:
                 f"no AWS credentials found for S3 store {self._where()}; set AWS_ACCESS_KEY_ID and "
                 "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
             )
+        what = f" to {op} {key!r}" if key else ""
         return StoreUnavailableError(
-            f"cannot reach S3 store {self._where()} to {op} {key!r} ({type(exc).__name__}: {exc}); "
+            f"cannot reach S3 store {self._where()}{what} ({type(exc).__name__}: {exc}); "
             "check that the S3 service is running and that AWS_ENDPOINT_URL and the network are right"
         )
 

@@ -18,7 +18,6 @@ invalidation marker makes every later step of that branch read as
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -257,10 +256,13 @@ def _branch_order(parsed: list[ParsedKey]) -> list[str]:
     return sorted(first, key=lambda b: (first[b], b != "main", b))
 
 
-def open_checkpoint_store(url: str | None = None, **options: Any) -> CheckpointStore:
-    """A ``CheckpointStore`` on ``url``, else ``$REWIND_STORE``, else ``file://.rewind/checkpoints``.
+def open_checkpoint_store(
+    url: str = DEFAULT_STORE_URL, *, endpoint_url: str | None = None, region_name: str | None = None, **options: Any,
+) -> CheckpointStore:
+    """A ``CheckpointStore`` on ``url`` (a local folder or ``s3://bucket/prefix``; S3
+    through ``endpoint_url`` when it is not AWS itself).
 
-    Use as ``async with open_checkpoint_store() as store: ...`` to close connections.
+    Use as ``async with open_checkpoint_store(url) as store: ...`` to close connections.
     """
-    return CheckpointStore(open_object_store(url or os.environ.get("REWIND_STORE") or DEFAULT_STORE_URL), **options)
+    return CheckpointStore(open_object_store(url, endpoint_url=endpoint_url, region_name=region_name), **options)
 

@@ -1,7 +1,9 @@
 """The `rewind` command line: a thin shell over the Python API.
 
-Errors: non-zero exit and one clear line on stderr, never a traceback.
-`--json` prints one JSON document on stdout.
+Errors: non-zero exit and one clear line on stderr, never a traceback (any
+exception, ours or a library's, ends as one line; REWIND_DEBUG=1 adds the
+traceback). Every command takes `--json` and then prints one JSON document on
+stdout. Every id a command takes is validated before it is used.
 """
 
 from __future__ import annotations
@@ -11,96 +13,180 @@ import asyncio
 import json
 import os
 import sys
-from typing import Any, Awaitable, Callable
+import traceback
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
-from rewind.config import Settings
-from rewind.errors import RewindError
+from checkpoint_bridge.ids import echo, parse_checkpoint_id, validate_id
+from checkpoint_bridge.store import CheckpointStore
+from rewind.config import Settings, drop_empty_library_variables
+from rewind.errors import RewindError, UsageError
 
 
 def _emit(doc: Any, as_json: bool, text: str) -> None:
     if as_json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
-    else:
+    elif text:
         print(text)
 
 
+def _names(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+@asynccontextmanager
+async def _checkpoints(settings: Settings) -> AsyncIterator[CheckpointStore]:
+    """The checkpoint store, checked first: a store that cannot work is one line naming REWIND_STORE."""
+    from rewind.stores import check_store, checkpoint_store
+
+    store = checkpoint_store(settings)
+    try:
+        await check_store(store.objects, "REWIND_STORE")
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def _client(settings: Settings) -> Any:
+    from rewind.client import connect
+
+    return await connect(settings)
+
+
+def _interactive(args: argparse.Namespace) -> bool:
+    """Live progress only for a person watching: a terminal, and not --json."""
+    return not args.json and sys.stdout.isatty()
+
+
+# -- running ------------------------------------------------------------------
+
 async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
-    from rewind.client import connect, new_run_id, start_run
+    from rewind.client import new_run_id, start_run
     from workflows.contracts import AgentInput, RunLimits
 
+    if args.run_id:
+        validate_id("run", args.run_id)
     agent_input = AgentInput(
         run_id=args.run_id or new_run_id(),
         task=args.task,
-        tools=[t.strip() for t in (args.tools or "").split(",") if t.strip()],
-        model=args.model or settings.model or "gpt-4o-mini",
+        tools=_names(args.tools) or [],
+        model=args.model or settings.model,
         limits=RunLimits(max_steps=args.max_steps, max_cost_usd=args.max_cost, max_tokens=args.max_tokens),
         **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
     )
-    client = await connect(settings)
+    client = await _client(settings)
     handle = await start_run(client, settings, agent_input)
+    info = {"run_id": agent_input.run_id, "workflow_id": handle.id}
     if not args.wait:
-        _emit({"run_id": agent_input.run_id, "workflow_id": handle.id}, args.json, agent_input.run_id)
+        _emit(info, args.json, agent_input.run_id)
         return 0
-    return await _wait_and_report(handle, agent_input.run_id, args.json)
+    if _interactive(args):
+        print(f"run {agent_input.run_id} started; progress:", flush=True)
+    return await _wait_and_report(args, client, handle, agent_input.run_id, "main", info)
 
 
-async def _wait_and_report(handle: Any, run_id: str, as_json: bool, extra: dict[str, Any] | None = None) -> int:
+async def _wait_and_report(
+    args: argparse.Namespace, client: Any, handle: Any, run_id: str, branch: str, extra: dict[str, Any],
+) -> int:
     from rewind.client import wait_for_outcome
+    from rewind.progress import follow
 
     try:
-        result = await wait_for_outcome(handle)
+        if _interactive(args):
+            result = await follow(client, run_id, handle, sys.stdout, branch)
+        else:
+            result = await wait_for_outcome(handle)
     except WorkflowFailureError as exc:
         reason = str(exc.cause or exc)
-        _emit({"run_id": run_id, **(extra or {}), "state": "failed", "error": reason}, as_json, f"run {run_id} failed: {reason}")
+        _emit({**extra, "state": "failed", "error": reason}, args.json, f"run {run_id} ({branch}) failed: {reason}")
         return 1
-    doc = {"run_id": run_id, **(extra or {}), **result.model_dump(mode="json")}
+    doc = {**extra, **result.model_dump(mode="json")}
     text = f"run {run_id} ({result.status.branch_id}): {result.status.state}"
     if result.status.budget_reason:
         text += f" ({result.status.budget_reason}; raise it with `rewind continue {run_id}`)"
-    _emit(doc, as_json, text + (f"\n{result.final_answer}" if result.final_answer else ""))
+    _emit(doc, args.json, text + (f"\n{result.final_answer}" if result.final_answer else ""))
     return 0 if result.status.state == "completed" else 2
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from rewind.client import connect, run_view
+    from rewind.client import run_view
 
-    client = await connect(settings)
-    view = await run_view(client, args.run, args.branch)
+    validate_id("run", args.run)
+    validate_id("branch", args.branch)
+    client = await _client(settings)
+    async with _checkpoints(settings) as store:
+        view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue)
     if args.json:
         _emit(view.model_dump(mode="json"), True, "")
         return 0
-    lines = [f"run {view.run_id}: workflow {view.workflow_status}"]
+    lines = [f"run {view.run_id} (branch {view.branch_id}): {view.state}"]
     s = view.status
     if s is not None:
         lines += [
-            f"  state        {s.state} (step {s.step}, model {s.model})",
+            f"  step         {s.step} (model {s.model or '-'})",
             f"  tokens       {s.total_tokens} ({s.prompt_tokens} in / {s.completion_tokens} out)",
             f"  cost         ${s.cost_usd:.6f}" + (f" ({s.unpriced_calls} calls of an unpriced model)" if s.unpriced_calls else ""),
             f"  model calls  {s.llm_calls}",
             f"  tool calls   {s.tool_calls_done} executed, {s.tool_cache_hits} served from cache",
         ]
+        if s.budget_reason:
+            lines.append(f"  paused       {s.budget_reason}; raise it with `rewind continue {view.run_id}`")
         if s.last_error:
             lines.append(f"  last error   {s.last_error}")
         if s.mirror_pending or s.mirror_error:
             lines.append(f"  mirror       {s.mirror_pending} step(s) behind" + (f"; {s.mirror_error}" if s.mirror_error else ""))
         if s.final_answer:
             lines.append(f"  final answer {s.final_answer}")
+        if view.source == "checkpoint":
+            lines.append("  (from the newest checkpoint in the store)")
+    if view.no_worker:
+        lines.append(f"  waiting      {view.no_worker}")
     for p in view.pending:
-        lines.append(f"  pending      {p['activity']} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
+        lines.append(f"  running      {p['activity']} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
     if view.failure:
         lines.append(f"  failure      {view.failure}")
     print("\n".join(lines))
     return 0
 
 
+async def cmd_continue(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.client import branch_workflows
+    from workflows.contracts import AgentStatus
+    from workflows.wire import RAISE_LIMITS_SIGNAL, STATUS_QUERY
+
+    validate_id("run", args.run)
+    validate_id("branch", args.branch)
+    updates = {k: v for k, v in {"max_steps": args.max_steps, "max_cost_usd": args.max_cost, "max_tokens": args.max_tokens}.items() if v is not None}
+    if not updates:
+        raise UsageError("say which budget to raise: --max-steps, --max-cost or --max-tokens")
+    client = await _client(settings)
+    workflows = await branch_workflows(client, args.run, args.branch)
+    if not workflows:
+        raise RewindError(f"no run {args.run!r} (branch {args.branch!r}) in Temporal")
+    handle = workflows[-1][1]
+    status = await handle.query(STATUS_QUERY, result_type=AgentStatus)
+    if status.state != "budget_exceeded":
+        raise RewindError(f"run {args.run!r} is {status.state}, not paused by its budget; nothing to continue")
+    limits = status.limits.model_copy(update=updates)
+    await handle.signal(RAISE_LIMITS_SIGNAL, limits)
+    info = {"run_id": args.run, "branch": args.branch, "limits": limits.model_dump()}
+    if args.wait:
+        return await _wait_and_report(args, client, handle, args.run, args.branch, info)
+    _emit(info, args.json, f"run {args.run} continues with {updates}")
+    return 0
+
+
+# -- checkpoints ----------------------------------------------------------------
+
 async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.inspect import tree, tree_json, tree_text
-    from checkpoint_bridge.store import open_checkpoint_store
 
-    async with open_checkpoint_store(settings.store_url) as store:
+    validate_id("run", args.run)
+    async with _checkpoints(settings) as store:
         summaries = await tree(store, args.run)
     _emit(tree_json(summaries), args.json, tree_text(summaries) if not args.json else "")
     return 0
@@ -108,39 +194,37 @@ async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.inspect import checkpoint_text
-    from checkpoint_bridge.store import open_checkpoint_store
 
-    async with open_checkpoint_store(settings.store_url) as store:
+    parse_checkpoint_id(args.checkpoint)
+    async with _checkpoints(settings) as store:
         cp = await store.load(args.checkpoint)
     _emit(cp.model_dump(mode="json"), args.json, checkpoint_text(cp) if not args.json else "")
     return 0
 
 
 async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
-    from pathlib import Path
-
-    from checkpoint_bridge.store import open_checkpoint_store
-
-    async with open_checkpoint_store(settings.store_url) as store:
+    parse_checkpoint_id(args.checkpoint)
+    async with _checkpoints(settings) as store:
         data = await store.export(args.checkpoint)
     try:
         Path(args.out).write_bytes(data)
     except OSError as exc:
-        raise RewindError(f"cannot write {args.out}: {exc}") from exc
-    print(f"wrote {args.checkpoint} to {args.out} ({len(data)} bytes)")
+        raise RewindError(f"cannot write {args.out}: {exc.strerror or exc}") from exc
+    _emit({"checkpoint": args.checkpoint, "out": str(Path(args.out).resolve()), "bytes": len(data)}, args.json,
+          f"wrote {args.checkpoint} to {args.out} ({len(data)} bytes)")
     return 0
 
 
 async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.ids import validate_id
     from checkpoint_bridge.mirror import mirror_run
-    from checkpoint_bridge.store import open_checkpoint_store
-    from rewind.client import connect, workflow_id_for
+    from rewind.client import workflow_id_for
 
     validate_id("run", args.run)
-    client = await connect(settings)
+    if args.branch:
+        validate_id("branch", args.branch)
+    client = await _client(settings)
     reports = []
-    async with open_checkpoint_store(settings.store_url) as store:
+    async with _checkpoints(settings) as store:
         branches = [args.branch] if args.branch else sorted({"main", *await store.branches(args.run)})
         for branch in branches:
             reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch)))
@@ -158,7 +242,7 @@ def _parse_set(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise RewindError(f"--set {pair!r} is not key=value")
+            raise UsageError(f"--set {echo(pair)} is not key=value")
         try:
             out[key] = json.loads(value)
         except ValueError:
@@ -168,22 +252,23 @@ def _parse_set(pairs: list[str]) -> dict[str, Any]:
 
 async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.branching import fork
-    from checkpoint_bridge.store import open_checkpoint_store
-    from rewind.client import connect
     from workflows.contracts import RunLimits
 
-    client = await connect(settings)
-    async with open_checkpoint_store(settings.store_url) as store:
+    validate_id("run", args.run)
+    validate_id("branch", args.from_branch)
+    client = await _client(settings)
+    async with _checkpoints(settings) as store:
         limits = RunLimits(max_steps=args.max_steps) if args.max_steps else None
         result = await fork(
             client, settings, store, args.run, args.step, branch=args.branch, from_branch=args.from_branch,
             system_prompt=args.system_prompt, model=args.model, limits=limits,
-            tools=[t.strip() for t in args.tools.split(",") if t.strip()] if args.tools else None,
-            variables=_parse_set(args.set),
+            tools=_names(args.tools), variables=_parse_set(args.set),
         )
     info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id, "fork_point": result.fork_point}
     if args.wait:
-        return await _wait_and_report(result.handle, result.run_id, args.json, info)
+        if _interactive(args):
+            print(f"forked {result.fork_point} into branch {result.branch}; progress:", flush=True)
+        return await _wait_and_report(args, client, result.handle, result.run_id, result.branch, info)
     _emit(info, args.json, f"forked {result.fork_point} into branch {result.branch} of run {result.run_id} (workflow {result.workflow_id})")
     return 0
 
@@ -192,11 +277,11 @@ async def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
     from checkpoint_bridge.branching import rollback
-    from checkpoint_bridge.store import open_checkpoint_store
-    from rewind.client import connect
 
-    client = await connect(settings)
-    async with open_checkpoint_store(settings.store_url) as store:
+    validate_id("run", args.run)
+    validate_id("branch", args.branch)
+    client = await _client(settings)
+    async with _checkpoints(settings) as store:
         result = await rollback(client, settings, store, args.run, args.step, branch=args.branch, compensate=args.compensate)
     info = {
         "run_id": result.run_id, "branch": result.branch, "step": result.step,
@@ -216,49 +301,33 @@ async def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
         lines.append(f"  compensation of {c['tool_name']} ({c['original_key']}): {c['status']}" + (f" - {c['error']}" if c.get("error") else ""))
     lines.append(f"  continuing from step {result.step} in workflow {result.continued.workflow_id}")
     if args.wait:
-        print("\n".join(lines)) if not args.json else None
-        return await _wait_and_report(result.continued.handle, result.run_id, args.json, info)
+        if not args.json:
+            print("\n".join(lines), flush=True)
+        return await _wait_and_report(args, client, result.continued.handle, result.run_id, result.branch, info)
     _emit(info, args.json, "\n".join(lines))
     return 0
 
 
 async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.diff import diff, diff_json, diff_text
-    from checkpoint_bridge.store import open_checkpoint_store
 
-    async with open_checkpoint_store(settings.store_url) as store:
+    validate_id("run", args.run)
+    validate_id("branch", args.branch_a)
+    validate_id("branch", args.branch_b)
+    async with _checkpoints(settings) as store:
         result = await diff(store, args.run, args.branch_a, args.branch_b)
     _emit(diff_json(result), args.json, "" if args.json else diff_text(result))
     return 0
 
 
-async def cmd_continue(args: argparse.Namespace, settings: Settings) -> int:
-    from rewind.client import branch_workflows, connect
-    from workflows.contracts import AgentStatus
-
-    client = await connect(settings)
-    workflows = await branch_workflows(client, args.run, args.branch)
-    if not workflows:
-        raise RewindError(f"no run {args.run!r} (branch {args.branch!r}) in Temporal")
-    handle = workflows[-1][1]
-    status = await handle.query("status", result_type=AgentStatus)
-    if status.state != "budget_exceeded":
-        raise RewindError(f"run {args.run!r} is {status.state}, not paused by its budget; nothing to continue")
-    updates = {k: v for k, v in {"max_steps": args.max_steps, "max_cost_usd": args.max_cost, "max_tokens": args.max_tokens}.items() if v is not None}
-    if not updates:
-        raise RewindError("say which budget to raise: --max-steps, --max-cost or --max-tokens")
-    limits = status.limits.model_copy(update=updates)
-    await handle.signal("raise_limits", limits)
-    if args.wait:
-        return await _wait_and_report(handle, args.run, args.json)
-    _emit({"run_id": args.run, "limits": limits.model_dump()}, args.json, f"run {args.run} continues with {updates}")
-    return 0
-
+# -- processes ------------------------------------------------------------------
 
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.demo import run_demo
 
-    result = await run_demo(settings)
+    result = await run_demo(settings, quiet=args.json)
+    if args.json:
+        _emit(result.model_dump(mode="json"), True, "")
     return 0 if result.status.state == "completed" else 2
 
 
@@ -271,8 +340,11 @@ def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
     port = args.port or int(settings.temporal_address.rsplit(":", 1)[-1])
     server = DevServer.start(settings.home / "temporal.db", port=port, ui_port=args.ui_port,
                              log_file=settings.home / "temporal.log")
-    print(f"Temporal dev server on 127.0.0.1:{server.port}, UI http://127.0.0.1:{server.ui_port}, "
-          f"state in {server.db_file} (Ctrl-C stops it)", flush=True)
+    _emit({"address": server.address, "ui": f"http://127.0.0.1:{server.ui_port}", "db_file": str(server.db_file),
+           "pid": server.process.pid}, args.json,
+          f"Temporal dev server on {server.address}, UI http://127.0.0.1:{server.ui_port}, "
+          f"state in {server.db_file} (Ctrl-C stops it)")
+    sys.stdout.flush()
     stopping = False
 
     def stop(*_: Any) -> None:
@@ -288,128 +360,180 @@ def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    import worker
+    from rewind.worker import run_from_command_line
 
-    worker.main((["--tools", args.tools] if args.tools else []))
-    return 0
+    return run_from_command_line(args)
+
+
+def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.health import worker_health
+
+    report = worker_health(settings.worker_health_file, max_age_s=args.max_age)
+    _emit(report, args.json, f"worker {'healthy' if report['healthy'] else 'unhealthy'}: {report['reason']}")
+    return 0 if report["healthy"] else 1
+
+
+# -- argument types ------------------------------------------------------------
+
+def _at_least(minimum: float, kind: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{echo(text, 30)} is not {what}") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {minimum:g}")
+        return value
+    return parse
+
+
+_STEPS = _at_least(1, int, "a whole number")
+_COUNT = _at_least(0, int, "a whole number")
+_USD = _at_least(0, float, "a number of USD")
+
+
+def _task(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; say what the agent should do")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rewind.worker import add_worker_arguments
+
     parser = argparse.ArgumentParser(prog="rewind", description="Durable, forkable LLM agent runs on Temporal")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("server", help="run the embedded Temporal dev server (state under .rewind/)")
+    def command(name: str, help: str, **handler: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        p.set_defaults(**handler)
+        return p
+
+    p = command("server", "run the embedded Temporal dev server (state under REWIND_HOME, .rewind/)", sync=cmd_server)
     p.add_argument("--port", type=int, help="gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
     p.add_argument("--ui-port", type=int, default=8233)
-    p.set_defaults(sync=cmd_server)
 
-    p = sub.add_parser("worker", help="run a worker (same as python worker.py)")
-    p.add_argument("--tools", help="comma-separated tool modules (default: REWIND_TOOLS)")
-    p.set_defaults(sync=cmd_worker)
+    p = command("worker", "run a worker (same as python worker.py)", sync=cmd_worker)
+    add_worker_arguments(p)
 
-    p = sub.add_parser("demo", help="whole embedded stack + the research agent, with live progress")
-    p.set_defaults(handler=cmd_demo)
+    command("health", "exit 0 if the worker on this machine polls Temporal (container health check)",
+            sync=cmd_health).add_argument("--max-age", type=float, default=30.0, help="seconds (default 30)")
 
-    p = sub.add_parser("start", help="start an agent run; prints its run id")
-    p.add_argument("--task", required=True)
+    command("demo", "whole embedded stack + the research agent, with live progress", handler=cmd_demo)
+
+    p = command("start", "start an agent run; prints its run id", handler=cmd_start)
+    p.add_argument("--task", required=True, type=_task)
     p.add_argument("--system-prompt")
-    p.add_argument("--tools", help="comma-separated tool names (default: all the worker has)")
+    p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names (default: all the worker has)")
     p.add_argument("--model")
     p.add_argument("--run-id")
-    p.add_argument("--max-steps", type=int, default=50)
-    p.add_argument("--max-cost", type=float, help="pause before a step that would pass this many USD")
-    p.add_argument("--max-tokens", type=int, help="pause before a step that would pass this many tokens")
-    p.add_argument("--wait", action="store_true", help="wait for the run to finish")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_start)
+    p.add_argument("--max-steps", type=_STEPS, default=50)
+    p.add_argument("--max-cost", type=_USD, help="pause before a step that would pass this many USD")
+    p.add_argument("--max-tokens", type=_COUNT, help="pause before a step that would pass this many tokens")
+    p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")
 
-    p = sub.add_parser("tree", help="every checkpoint of a run, all branches")
+    p = command("tree", "every checkpoint of a run, all branches", handler=cmd_tree)
     p.add_argument("run")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_tree)
 
-    p = sub.add_parser("show", help="one full AgentCheckpoint (id RUN:BRANCH:STEP)")
+    p = command("show", "one full AgentCheckpoint (id RUN:BRANCH:STEP)", handler=cmd_show)
     p.add_argument("checkpoint")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_show)
 
-    p = sub.add_parser("export", help="write one checkpoint as a standalone JSON document")
+    p = command("export", "write one checkpoint as a standalone JSON document", handler=cmd_export)
     p.add_argument("checkpoint")
     p.add_argument("--out", required=True)
-    p.set_defaults(handler=cmd_export)
 
-    p = sub.add_parser("mirror", help="rebuild a run's checkpoints from its Temporal history (idempotent)")
+    p = command("mirror", "rebuild a run's checkpoints from its Temporal history (idempotent)", handler=cmd_mirror)
     p.add_argument("run")
     p.add_argument("--branch", help="only this branch (default: main and every branch in the store)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_mirror)
 
-    p = sub.add_parser("fork", help="start a new branch of a run from one of its checkpoints")
+    p = command("fork", "start a new branch of a run from one of its checkpoints", handler=cmd_fork)
     p.add_argument("run")
-    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--step", type=_COUNT, required=True)
     p.add_argument("--from-branch", default="main")
     p.add_argument("--branch", required=True, help="name of the new branch")
     p.add_argument("--system-prompt")
     p.add_argument("--model")
-    p.add_argument("--tools", help="comma-separated tool names for the new branch")
+    p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names for the new branch")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set an agent variable (JSON or text)")
-    p.add_argument("--max-steps", type=int)
+    p.add_argument("--max-steps", type=_STEPS)
     p.add_argument("--wait", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_fork)
 
-    p = sub.add_parser("rollback", help="roll a branch back to a step in place and continue from there")
+    p = command("rollback", "roll a branch back to a step in place and continue from there", handler=cmd_rollback)
     p.add_argument("run")
-    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--step", type=_COUNT, required=True)
     p.add_argument("--branch", default="main")
     p.add_argument("--compensate", action="store_true", help="run the compensations of side effects after that step")
     p.add_argument("--wait", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_rollback)
 
-    p = sub.add_parser("diff", help="compare two branches of a run side by side")
+    p = command("diff", "compare two branches of a run side by side", handler=cmd_diff)
     p.add_argument("run")
     p.add_argument("branch_a")
     p.add_argument("branch_b")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_diff)
 
-    p = sub.add_parser("continue", help="continue a run paused by its budget, with a raised budget")
+    p = command("continue", "continue a run paused by its budget, with a raised budget", handler=cmd_continue)
     p.add_argument("run")
     p.add_argument("--branch", default="main")
-    p.add_argument("--max-steps", type=int)
-    p.add_argument("--max-cost", type=float)
-    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--max-steps", type=_STEPS)
+    p.add_argument("--max-cost", type=_USD)
+    p.add_argument("--max-tokens", type=_COUNT)
     p.add_argument("--wait", action="store_true")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_continue)
 
-    p = sub.add_parser("status", help="live status of a run")
+    p = command("status", "state of a run: live while it runs, from its result or checkpoints after", handler=cmd_status)
     p.add_argument("run")
     p.add_argument("--branch", default="main")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_status)
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def _one_line(text: str, limit: int = 2000) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code. Nothing but one line reaches stderr on failure."""
+    drop_empty_library_variables()
     args = build_parser().parse_args(argv)
-    settings = Settings.from_env()
+    debug = False
     try:
+        settings = Settings.from_env()
+        debug = settings.debug
         if hasattr(args, "sync"):
-            code = args.sync(args, settings)
-        else:
-            handler: Callable[[argparse.Namespace, Settings], Awaitable[int]] = args.handler
-            code = asyncio.run(handler(args, settings))
+            return args.sync(args, settings)
+        handler: Callable[[argparse.Namespace, Settings], Awaitable[int]] = args.handler
+        return asyncio.run(handler(args, settings))
     except RewindError as exc:
-        print(f"rewind: {exc}", file=sys.stderr)
-        code = 1
+        print(f"rewind: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
     except RPCError as exc:
-        print(f"rewind: Temporal refused the request: {exc}", file=sys.stderr)
-        code = 1
+        print(f"rewind: Temporal refused the request: {_one_line(str(exc))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        code = 130
-    sys.stdout.flush()
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`rewind show ... --json | head -1`): not an error.
+        _silence_stdout()
+        return 0
+    except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
+        if debug:
+            traceback.print_exc()
+        print(f"rewind: unexpected {type(exc).__name__}: {_one_line(str(exc), 500)} "
+              "(this is a bug; REWIND_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _silence_stdout() -> None:
+    # Further writes (the final flush) to the closed pipe must not raise again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: list[str] | None = None) -> None:
+    code = run(argv)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
     sys.stderr.flush()
     # os._exit, not sys.exit: the Temporal client's native runtime threads can
     # call into Python while the interpreter finalizes and abort the process

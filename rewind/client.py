@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -14,29 +15,30 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from checkpoint_bridge.ids import validate_id
+from checkpoint_bridge.ids import echo, validate_id
+from checkpoint_bridge.schema import AgentCheckpoint
+from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
 from rewind.payloads import data_converter
-from rewind.redaction import Redactor
-from rewind.errors import ConfigError, RunExistsError, RunNotFoundError
-from workflows.contracts import AgentInput, AgentResult, AgentStatus
+from rewind.errors import ConfigError, RunExistsError, RunNotFoundError, UsageError
+from workflows.contracts import AgentInput, AgentResult, AgentStatus, Ledger, RunState
+from workflows.wire import AGENT_WORKFLOW, STATUS_QUERY, tool_task_queue
 
-WORKFLOW_NAME = "AgentWorkflow"
+WORKFLOW_NAME = AGENT_WORKFLOW
 
 
 async def connect(settings: Settings) -> Client:
+    converter = data_converter(
+        settings.payload_url, settings.payload_threshold,
+        encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
+        s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
+    )
     try:
-        return await Client.connect(
-            settings.temporal_address,
-            namespace=settings.namespace,
-            data_converter=data_converter(
-                settings.payload_url, settings.payload_threshold,
-                encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
-            ),
-        )
+        return await Client.connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
     except RuntimeError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(
-            f"cannot reach Temporal at {settings.temporal_address} ({exc}); start one with "
+            f"cannot reach Temporal at {settings.temporal_address} ({first[:300]}); start one with "
             "`rewind server` or set TEMPORAL_ADDRESS"
         ) from exc
 
@@ -59,6 +61,8 @@ async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple
     """
     from checkpoint_bridge.lineage import revision_branch
 
+    validate_id("run", run_id)
+    validate_id("branch", name)
     found = []
     revision = 0
     while True:
@@ -74,11 +78,74 @@ async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple
         revision += 1
 
 
-async def start_run(client: Client, settings: Settings, agent_input: AgentInput) -> WorkflowHandle[Any, AgentResult]:
+def check_limits(max_steps: int | None = None, max_cost: float | None = None, max_tokens: int | None = None) -> None:
+    """Refuse budgets no run could work with (one line each, naming the option)."""
+    if max_steps is not None and max_steps < 1:
+        raise UsageError(f"--max-steps {max_steps} must be at least 1")
+    if max_cost is not None and not max_cost >= 0:
+        raise UsageError(f"--max-cost {max_cost} must be a number of USD, 0 or more")
+    if max_tokens is not None and max_tokens < 0:
+        raise UsageError(f"--max-tokens {max_tokens} must be 0 or more")
+
+
+def check_input(agent_input: AgentInput) -> None:
     validate_id("run", agent_input.run_id)
     validate_id("branch", agent_input.branch_id)
+    if not agent_input.task.strip() and agent_input.resume is None:
+        raise UsageError("the task is empty; say what the agent should do with --task")
+    limits = agent_input.limits
+    check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
+
+
+async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> list[str]:
+    """Identities of the workers polling `task_queue` lately (activity pollers, or workflow pollers)."""
+    from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    kind = TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW if workflows else TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
+    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+        task_queue_type=kind,
+    ))
+    return [p.identity for p in response.pollers]
+
+
+async def missing_tools(client: Client, task_queue: str, names: list[str]) -> list[str] | None:
+    """The named tools no worker on `task_queue` offers; None when no worker polls the
+    queue at all (nothing can be said: the run waits for workers to start)."""
+    if not names or not await pollers(client, task_queue, workflows=True):
+        return None
+    return [name for name in dict.fromkeys(names) if not await pollers(client, tool_task_queue(task_queue, name))]
+
+
+async def check_tools(client: Client, task_queue: str, names: list[str]) -> None:
+    """Refuse, before anything is created, tools that no running worker has."""
+    if not names:
+        return
+    missing = await missing_tools(client, task_queue, names)
+    for _ in range(8):  # a worker that has just started may not have polled every queue yet
+        if missing == []:
+            return
+        await asyncio.sleep(0.25)
+        missing = await missing_tools(client, task_queue, missing or names)
+    if missing:
+        raise UsageError(
+            f"no worker on task queue {task_queue!r} has the tool(s) {', '.join(echo(m, 40) for m in missing)}; "
+            "check the names (a worker logs its tools at start) or start a worker with --tool-modules "
+            "naming the module that defines them"
+        )
+
+
+async def start_run(
+    client: Client, settings: Settings, agent_input: AgentInput, *, verify_tools: bool = True,
+) -> WorkflowHandle[Any, AgentResult]:
+    check_input(agent_input)
+    if verify_tools:
+        await check_tools(client, settings.task_queue, agent_input.tools)
     # A secret pasted into the task or the system prompt must not reach history.
-    redactor = Redactor.from_env()
+    redactor = settings.redactor()
     agent_input = agent_input.model_copy(update={
         "task": redactor.redact_text(agent_input.task),
         "system_prompt": redactor.redact_text(agent_input.system_prompt),
@@ -104,12 +171,22 @@ class RunView(BaseModel):
     """Everything `rewind status` shows: the live query plus what Temporal knows."""
 
     run_id: str
+    branch_id: str = "main"
+    # The one state to show: the run's own (running, completed, failed,
+    # budget_exceeded, cancelled), or Temporal's for an ending the run did not
+    # choose (terminated, timed_out).
+    state: str = "unknown"
     workflow_status: str
     status: AgentStatus | None = None
+    # Where `status` comes from: the live query, the finished run's result, or
+    # the newest checkpoint in the store (no worker to answer, or history gone).
+    source: str = "query"
     failure: str | None = None
     # A retrying activity (rate limit, flaky tool, dead worker) shows up here
     # before the workflow itself sees anything.
     pending: list[dict[str, Any]] = []
+    # Set while the run is running and no worker polls its task queue.
+    no_worker: str | None = None
 
 
 async def _failure_message(client: Client, failure: Failure) -> str:
@@ -126,37 +203,112 @@ async def _failure_message(client: Client, failure: Failure) -> str:
 _STATUS_NAMES = {v: k.replace("WORKFLOW_EXECUTION_STATUS_", "").lower() for k, v in WorkflowExecutionStatus.items()}
 
 
-async def run_view(client: Client, run_id: str, branch_id: str = "main", *, query_timeout_s: float = 5.0) -> RunView:
+def status_from_checkpoint(cp: AgentCheckpoint, state: RunState | None = None) -> AgentStatus:
+    """What a checkpoint says about its run, in the shape of the live status."""
+    totals = Ledger.model_validate(cp.ledger["total"]) if cp.ledger and isinstance(cp.ledger.get("total"), dict) else Ledger(
+        prompt_tokens=cp.prompt_tokens, completion_tokens=cp.completion_tokens,
+        total_tokens=cp.llm_tokens_used, cost_usd=cp.llm_cost_usd,
+    )
+    final = None
+    if cp.step_label == "final answer" and cp.messages and cp.messages[-1].get("role") == "assistant":
+        final = cp.messages[-1].get("content") or ""
+    default_state: RunState = "failed" if cp.status == "failed" else ("completed" if final is not None else "running")
+    return AgentStatus(
+        run_id=cp.run_id, branch_id=cp.branch_id, state=state or default_state, step=cp.step_index,
+        model=cp.model or "", ledger=totals,
+        prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,
+        total_tokens=totals.total_tokens, cost_usd=totals.cost_usd, unpriced_calls=totals.unpriced_calls,
+        llm_calls=totals.model_calls, tool_calls_done=totals.tool_calls, tool_cache_hits=totals.cache_hits,
+        last_error=(cp.error_info or {}).get("reason") if cp.error_info else None, final_answer=final,
+    )
+
+
+_ENDED_BY_TEMPORAL = {"terminated", "timed_out", "canceled"}
+
+
+async def run_view(
+    client: Client, run_id: str, branch_id: str = "main", *, query_timeout_s: float = 5.0,
+    store: CheckpointStore | None = None, task_queue: str | None = None,
+) -> RunView:
+    """The run's state, from the live query while it runs, from its result once it
+    has finished (no worker needed), and from the newest checkpoint in `store`
+    when neither can answer (no worker polls, or Temporal no longer has it)."""
     validate_id("run", run_id)
     validate_id("branch", branch_id)
     workflows = await branch_workflows(client, run_id, branch_id)
     if not workflows:
-        raise RunNotFoundError(f"no run {run_id!r} (branch {branch_id!r}) in Temporal; check the id and --branch")
-    handle = workflows[-1][1]
+        view = await _view_from_store(store, run_id, branch_id)
+        if view is None:
+            raise RunNotFoundError(f"no run {run_id!r} (branch {branch_id!r}) in Temporal; check the id and --branch")
+        return view
+    storage_branch, handle = workflows[-1]
     desc = await handle.describe()
-    view = RunView(run_id=run_id, workflow_status=_STATUS_NAMES.get(int(desc.raw_description.workflow_execution_info.status), "unknown"))
-    for pa in desc.raw_description.pending_activities:
-        entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt}
-        if pa.HasField("last_failure"):
-            entry["last_failure"] = await _failure_message(client, pa.last_failure)
-        view.pending.append(entry)
-    try:
-        view.status = await handle.query("status", result_type=AgentStatus, rpc_timeout=timedelta(seconds=query_timeout_s))
-    except Exception as exc:  # no worker to answer, or the run failed before its first task
-        view.failure = f"live status unavailable: {exc}"
-    if view.workflow_status in {"failed", "terminated", "timed_out", "canceled"}:
+    workflow_status = _STATUS_NAMES.get(int(desc.raw_description.workflow_execution_info.status), "unknown")
+    view = RunView(run_id=run_id, branch_id=branch_id, workflow_status=workflow_status)
+    queue = desc.raw_description.execution_config.task_queue.name or task_queue
+    polled = bool(queue) and bool(await pollers(client, queue, workflows=True))
+
+    async def query() -> None:
+        try:
+            view.status = await handle.query(STATUS_QUERY, result_type=AgentStatus,
+                                             rpc_timeout=timedelta(seconds=query_timeout_s))
+        except Exception as exc:  # the run has not run its first task yet, or the worker is busy
+            if workflow_status == "running":
+                view.failure = f"live status unavailable: {exc}"
+
+    if workflow_status == "running":
+        for pa in desc.raw_description.pending_activities:
+            entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt}
+            if pa.HasField("last_failure"):
+                entry["last_failure"] = await _failure_message(client, pa.last_failure)
+            view.pending.append(entry)
+        if polled:
+            await query()
+        else:
+            view.no_worker = f"no worker is polling task queue {queue!r}; start one (`rewind worker`) and the run goes on"
+    elif workflow_status == "completed":
+        try:
+            result = await handle.result()
+            view.status, view.source = result.status, "result"
+        except Exception as exc:  # a result this client cannot decode (another key)
+            view.failure = f"result unavailable: {exc}"
+    else:
         try:
             await handle.result()
         except Exception as exc:
             cause = getattr(exc, "cause", None)
             view.failure = str(cause or exc)
+        if polled:  # a worker can still answer for a closed run; else the store below
+            await query()
+    if view.status is None and store is not None:
+        latest = await store.load_latest(run_id, storage_branch)
+        if latest is not None:
+            ended = {"failed": "failed", "canceled": "cancelled"}.get(workflow_status)
+            view.status, view.source = status_from_checkpoint(latest, ended), "checkpoint"  # type: ignore[arg-type]
+    if view.status is not None and workflow_status not in _ENDED_BY_TEMPORAL:
+        view.state = view.status.state
+    else:
+        view.state = {"canceled": "cancelled"}.get(workflow_status, workflow_status)
     return view
+
+
+async def _view_from_store(store: CheckpointStore | None, run_id: str, branch_id: str) -> RunView | None:
+    """A run Temporal no longer knows (past the namespace's retention): its newest checkpoint."""
+    if store is None:
+        return None
+    from checkpoint_bridge.lineage import revisions
+
+    for storage in reversed(await revisions(store, run_id, branch_id)):
+        latest = await store.load_latest(run_id, storage)
+        if latest is not None:
+            status = status_from_checkpoint(latest)
+            return RunView(run_id=run_id, branch_id=branch_id, state=status.state, workflow_status="archived",
+                           status=status, source="checkpoint")
+    return None
 
 
 async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: float = 0.3) -> AgentResult:
     """The run's result, or its live status once it pauses for its budget."""
-    import asyncio
-
     from temporalio.client import WorkflowExecutionStatus
 
     while True:
@@ -164,7 +316,7 @@ async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: flo
         if desc.status != WorkflowExecutionStatus.RUNNING:
             return await handle.result()
         try:
-            status = await handle.query("status", result_type=AgentStatus, rpc_timeout=timedelta(seconds=5))
+            status = await handle.query(STATUS_QUERY, result_type=AgentStatus, rpc_timeout=timedelta(seconds=5))
         except Exception:
             status = None
         if status is not None and status.state == "budget_exceeded":
@@ -172,4 +324,7 @@ async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: flo
         await asyncio.sleep(poll_s)
 
 
-__all__ = ["connect", "start_run", "run_view", "new_run_id", "workflow_id_for", "branch_workflows", "wait_for_outcome", "RunView"]
+__all__ = [
+    "connect", "start_run", "run_view", "new_run_id", "workflow_id_for", "branch_workflows", "wait_for_outcome",
+    "RunView", "check_tools", "missing_tools", "pollers", "status_from_checkpoint", "check_input", "check_limits",
+]

@@ -1,6 +1,17 @@
-"""Settings from the environment (see DESIGN.md's configuration table).
+"""Settings: the one place that reads the environment.
 
-CLI flags override these; nothing here is read inside workflow code.
+Every other module takes its settings as arguments (from a `Settings`), so a
+test or a library user can configure Rewind in code and the CLI and the
+worker configure it the same way, from the variables below. CLI flags
+override them.
+
+An empty variable means unset, everywhere: `OPENAI_BASE_URL=` (as
+docker-compose passes a variable the shell does not set) is the same as no
+`OPENAI_BASE_URL`. Libraries that read the environment themselves (the
+openai client, botocore) are handed explicit values, and the entry points
+call `drop_empty_library_variables()` so that they never see an empty one
+either (botocore reads `AWS_PROFILE=` as a profile named "" and
+`AWS_DEFAULT_REGION=` as a region named "").
 """
 
 from __future__ import annotations
@@ -8,10 +19,78 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from rewind.errors import ConfigError
+from workflows.contracts import DEFAULT_MODEL
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_SECRET_ENV = ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ANTHROPIC_API_KEY")
+
+# Variables that libraries read on their own; an empty one must look unset to them too.
+_LIBRARY_VARIABLES_PREFIXES = ("AWS_", "OPENAI_")
+
+
+def drop_empty_library_variables(environ: Any = None) -> list[str]:
+    """Remove empty AWS_* / OPENAI_* variables from the process environment (entry points only)."""
+    environ = os.environ if environ is None else environ
+    dropped = [k for k, v in environ.items() if k.startswith(_LIBRARY_VARIABLES_PREFIXES) and not v.strip()]
+    for name in dropped:
+        del environ[name]
+    return dropped
 
 
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+class _Env:
+    """Typed reads of one environment mapping; an empty or blank value is unset."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+
+    def str(self, name: str, default: str | None = None) -> str | None:
+        value = self._env.get(name)
+        return value.strip() if value is not None and value.strip() else default
+
+    def raw(self, name: str) -> str | None:
+        """The value as given (secrets, patterns: no stripping), None when empty."""
+        value = self._env.get(name)
+        return value if value else None
+
+    def _number(self, name: str, default: Any, kind: Callable[[str], Any], what: str, minimum: float) -> Any:
+        text = self.str(name)
+        if text is None:
+            return default
+        try:
+            value = kind(text)
+        except ValueError:
+            raise ConfigError(f"{name}={text!r} is not {what}") from None
+        if value < minimum:
+            raise ConfigError(f"{name}={text!r} must be at least {minimum:g}")
+        return value
+
+    def int(self, name: str, default: int, minimum: int = 0) -> int:
+        return self._number(name, default, int, "a whole number", minimum)
+
+    def float(self, name: str, default: float, minimum: float = 0.0) -> float:
+        return self._number(name, default, float, "a number", minimum)
+
+    def flag(self, name: str) -> bool:
+        text = (self.str(name) or "").lower()
+        if text in {"", "0", "false", "no", "off"}:
+            return False
+        if text in {"1", "true", "yes", "on"}:
+            return True
+        raise ConfigError(f"{name}={text!r} is not a yes/no value; use 1 or 0")
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+        raise ConfigError(f"REWIND_LOG_LEVEL={text!r} is not a log level; use DEBUG, INFO, WARNING or ERROR")
+    return level
 
 
 @dataclass
@@ -20,14 +99,23 @@ class Settings:
     namespace: str = "default"
     task_queue: str = "rewind"
     store_url: str = "file://.rewind/checkpoints"
-    # Where the run's own data lives while it is live: the conversation's
-    # transcript segments and Temporal payloads too large for history. Unlike
-    # the checkpoint store, a run cannot progress while this store is down.
+    # Where the run's own live data is: the conversation's transcript segments,
+    # the idempotency records of side-effecting tools and Temporal payloads too
+    # large for history. Unlike the checkpoint store, a run cannot progress
+    # while this store is down, so it is the one thing tools may rely on.
     payload_url: str = "file://.rewind/payloads"
     payload_threshold: int = 64 * 1024
     home: Path = field(default_factory=lambda: Path(".rewind"))
     tool_modules: list[str] = field(default_factory=list)
-    model: str | None = None
+    # Which variable named the tool modules (for the deprecation note of REWIND_TOOLS).
+    tool_modules_source: str | None = None
+    model: str = DEFAULT_MODEL
+    model_api_key: str = field(default="", repr=False)
+    model_base_url: str | None = None
+    # S3 (REWIND_STORE / REWIND_PAYLOADS on s3://): the endpoint of a
+    # non-AWS server, and the region; credentials come from botocore's chain.
+    s3_endpoint_url: str | None = None
+    aws_region: str | None = None
     # How long Temporal waits for a crashed worker's sticky queue before
     # handing the run's next workflow task to another worker.
     sticky_timeout_s: float = 5.0
@@ -35,26 +123,90 @@ class Settings:
     # the first encrypts; and whether plaintext payloads are refused.
     encryption_keys: str = field(default="", repr=False)
     require_encryption: bool = False
+    # Price table over the built-in one: inline JSON or a path (activities/pricing.py).
+    prices: str = ""
+    # Secrets to redact: name -> value (values of the REWIND_SECRET_ENV variables).
+    secret_values: dict[str, str] = field(default_factory=dict, repr=False)
+    redact_patterns: str = ""
+    max_tool_output_bytes: int = 16 * 1024 * 1024
+    max_arg_chars: int = 100_000
+    log_level: str = "INFO"
+    # The offline model (no OPENAI_API_KEY): scripts file and latency.
+    scripts_file: str | None = None
+    scripted_latency_ms: float = 0.0
+    # Where a worker reports that it is polling (`rewind health` reads it).
+    health_file: Path | None = None
+    # Print tracebacks of unexpected errors (the CLI prints one line otherwise).
+    debug: bool = False
 
     @classmethod
-    def from_env(cls) -> "Settings":
-        env = os.environ
-        home = Path(env.get("REWIND_HOME", ".rewind"))
-        store_url = env.get("REWIND_STORE", f"file://{home / 'checkpoints'}")
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        read = _Env(os.environ if env is None else env)
+        home = Path(read.str("REWIND_HOME", ".rewind"))  # type: ignore[arg-type]
+        store_url = read.str("REWIND_STORE", f"file://{home / 'checkpoints'}")
+        assert store_url is not None
         default_payloads = f"file://{home / 'payloads'}"
         if store_url.startswith("s3://"):
+            # Workers on several machines share nothing but Temporal and S3:
+            # with an S3 checkpoint store, the live data goes to S3 too.
             default_payloads = "s3://" + store_url[len("s3://"):].split("/", 1)[0] + "/rewind-payloads"
+        modules_text, modules_source = read.str("REWIND_TOOL_MODULES"), "REWIND_TOOL_MODULES"
+        if modules_text is None:
+            modules_text, modules_source = read.str("REWIND_TOOLS"), "REWIND_TOOLS"
+        secret_names = read.str("REWIND_SECRET_ENV")
+        names = _split(secret_names) if secret_names is not None else list(DEFAULT_SECRET_ENV)
         return cls(
-            temporal_address=env.get("TEMPORAL_ADDRESS", "localhost:7233"),
-            namespace=env.get("TEMPORAL_NAMESPACE", "default"),
-            task_queue=env.get("REWIND_TASK_QUEUE", "rewind"),
+            temporal_address=read.str("TEMPORAL_ADDRESS", "localhost:7233"),  # type: ignore[arg-type]
+            namespace=read.str("TEMPORAL_NAMESPACE", "default"),  # type: ignore[arg-type]
+            task_queue=read.str("REWIND_TASK_QUEUE", "rewind"),  # type: ignore[arg-type]
             store_url=store_url,
-            payload_url=env.get("REWIND_PAYLOADS", default_payloads),
-            payload_threshold=int(env.get("REWIND_PAYLOAD_THRESHOLD", str(64 * 1024))),
+            payload_url=read.str("REWIND_PAYLOADS", default_payloads),  # type: ignore[arg-type]
+            payload_threshold=read.int("REWIND_PAYLOAD_THRESHOLD", 64 * 1024, minimum=1024),
             home=home,
-            tool_modules=_split(env.get("REWIND_TOOLS", "")),
-            model=env.get("REWIND_MODEL") or None,
-            sticky_timeout_s=float(env.get("REWIND_STICKY_TIMEOUT_S", "5")),
-            encryption_keys=env.get("REWIND_ENCRYPTION_KEYS", ""),
-            require_encryption=env.get("REWIND_REQUIRE_ENCRYPTION", "").strip().lower() in {"1", "true", "yes"},
+            tool_modules=_split(modules_text or ""),
+            tool_modules_source=modules_source if modules_text else None,
+            model=read.str("REWIND_MODEL", DEFAULT_MODEL),  # type: ignore[arg-type]
+            model_api_key=read.raw("OPENAI_API_KEY") or "",
+            model_base_url=read.str("OPENAI_BASE_URL"),
+            s3_endpoint_url=read.str("AWS_ENDPOINT_URL_S3") or read.str("AWS_ENDPOINT_URL"),
+            aws_region=read.str("AWS_REGION") or read.str("AWS_DEFAULT_REGION"),
+            sticky_timeout_s=read.float("REWIND_STICKY_TIMEOUT_S", 5.0, minimum=0.1),
+            encryption_keys=read.str("REWIND_ENCRYPTION_KEYS", ""),  # type: ignore[arg-type]
+            require_encryption=read.flag("REWIND_REQUIRE_ENCRYPTION"),
+            prices=read.str("REWIND_PRICES", ""),  # type: ignore[arg-type]
+            secret_values={name: value for name in names if (value := read.raw(name))},
+            redact_patterns=read.raw("REWIND_REDACT_PATTERNS") or "",
+            max_tool_output_bytes=read.int("REWIND_MAX_TOOL_OUTPUT_BYTES", 16 * 1024 * 1024, minimum=1),
+            max_arg_chars=read.int("REWIND_MAX_ARG_CHARS", 100_000, minimum=1),
+            log_level=_log_level(read.str("REWIND_LOG_LEVEL", "INFO") or "INFO"),
+            scripts_file=read.str("REWIND_SCRIPTS"),
+            scripted_latency_ms=read.float("REWIND_SCRIPTED_LATENCY_MS", 0.0),
+            health_file=Path(p) if (p := read.str("REWIND_HEALTH_FILE")) else None,
+            debug=read.flag("REWIND_DEBUG"),
         )
+
+    @property
+    def offline_model(self) -> bool:
+        """No OPENAI_API_KEY: the worker answers model calls from the scripted offline model."""
+        return not self.model_api_key
+
+    @property
+    def model_endpoint_url(self) -> str:
+        """The base URL model calls go to (given explicitly to the openai client)."""
+        return self.model_base_url or OPENAI_DEFAULT_BASE_URL
+
+    @property
+    def worker_health_file(self) -> Path:
+        return self.health_file or self.home / "worker-health.json"
+
+    def redactor(self, extra_secrets: Mapping[str, str] | None = None) -> Any:
+        """The Redactor for these settings: the REWIND_SECRET_ENV values, `extra_secrets`
+        (the worker adds the model key in use), built-in and configured patterns."""
+        from rewind.redaction import Redactor, parse_patterns
+
+        found = dict(self.secret_values)
+        found.update({k: v for k, v in (extra_secrets or {}).items() if v and v not in found.values()})
+        return Redactor.build(found, parse_patterns(self.redact_patterns))
+
+
+__all__ = ["Settings", "drop_empty_library_variables", "OPENAI_DEFAULT_BASE_URL", "DEFAULT_SECRET_ENV"]

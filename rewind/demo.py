@@ -10,49 +10,30 @@ state on disk.
 
 from __future__ import annotations
 
-import asyncio
+import io
 import sys
 from typing import TextIO
 
 from examples.research_agent import DEFAULT_TASK, outbox_dir
-from rewind.client import new_run_id, run_view, start_run
+from rewind.client import new_run_id, start_run
 from rewind.config import Settings
+from rewind.progress import follow
 from rewind.stack import embedded_stack
 from rewind.timing import median_or_none, retried_attempts, step_durations
 from workflows.contracts import AgentInput, AgentResult
 
 
-async def follow(client, run_id: str, handle, out: TextIO) -> AgentResult:  # type: ignore[no-untyped-def]
-    """Print a line whenever the run's live status changes, until it ends."""
-    result_task = asyncio.ensure_future(handle.result())
-    last = ""
-    while not result_task.done():
-        view = await run_view(client, run_id)
-        if view.status is not None:
-            s = view.status
-            retries = "; ".join(
-                f"retrying {p['activity']} (attempt {p['attempt']}: {p.get('last_failure', '')})"
-                for p in view.pending if p["attempt"] > 1
-            )
-            line = (
-                f"  step {s.step:>2} | {s.state:<9} | {s.total_tokens:>6} tokens | ${s.cost_usd:.5f} | "
-                f"tool calls {s.tool_calls_done} (cache hits {s.tool_cache_hits})" + (f" | {retries}" if retries else "")
-            )
-            if line != last:
-                print(line, file=out, flush=True)
-                last = line
-        await asyncio.wait([result_task], timeout=0.25)
-    return result_task.result()
-
-
-async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = sys.stdout) -> AgentResult:
+async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = sys.stdout, *, quiet: bool = False) -> AgentResult:
+    """`quiet` (rewind demo --json): nothing on `out`; the caller prints the result."""
+    if quiet:
+        out = io.StringIO()
     home = settings.home
     async with embedded_stack(settings, ["examples.research_agent"], out) as stack:
         client = stack.client
         run_id = new_run_id()
         handle = await start_run(
             client, settings,
-            AgentInput(run_id=run_id, task=task, model=settings.model or "gpt-4o-mini"),
+            AgentInput(run_id=run_id, task=task, model=settings.model),
         )
         print(f"run {run_id} started; progress:", file=out)
         result = await follow(client, run_id, handle, out)

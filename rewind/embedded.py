@@ -7,6 +7,8 @@ so runs survive a restart of the server.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import signal
@@ -43,6 +45,41 @@ def port_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def _lock_path(db_file: Path) -> Path:
+    return db_file.with_name(db_file.name + ".lock")
+
+
+def lock_db(db_file: Path) -> int:
+    """An exclusive lock on `db_file` (two dev servers on one sqlite file corrupt it).
+
+    Returns the lock's file descriptor; the dev server inherits it, so the
+    lock lasts as long as either this process or the server lives. Raises
+    ConfigError naming the process that holds it.
+    """
+    path = _lock_path(db_file)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        except ValueError:
+            holder = {}
+        os.close(fd)
+        who = (f"process {holder.get('pid')} ({holder.get('command', '?')}; its Temporal dev server is process "
+               f"{holder.get('server_pid')})") if holder.get("pid") else "another process"
+        raise ConfigError(
+            f"{db_file} is in use by {who}; stop it first, or use another REWIND_HOME"
+        ) from None
+    return fd
+
+
+def _record_holder(fd: int, server_pid: int) -> None:
+    data = json.dumps({"pid": os.getpid(), "server_pid": server_pid, "command": " ".join(sys.argv[:3])}).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
 @dataclass
 class DevServer:
     """A running `temporal server start-dev` process."""
@@ -52,6 +89,7 @@ class DevServer:
     ui_port: int
     db_file: Path
     log_file: Path
+    lock_fd: int | None = None
 
     @property
     def address(self) -> str:
@@ -76,6 +114,7 @@ class DevServer:
             )
         ui_port = ui_port or free_port()
         db_file.parent.mkdir(parents=True, exist_ok=True)
+        lock_fd = lock_db(db_file)
         log_file = log_file or db_file.with_suffix(".log")
         args = [
             str(temporal_binary()), "server", "start-dev",
@@ -93,12 +132,20 @@ class DevServer:
         if headless:
             args.append("--headless")
         log = open(log_file, "ab")
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        server = cls(process, port, ui_port, db_file, log_file)
+        try:
+            process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                       pass_fds=(lock_fd,))
+        except OSError:
+            os.close(lock_fd)
+            raise
+        finally:
+            log.close()
+        _record_holder(lock_fd, process.pid)
+        server = cls(process, port, ui_port, db_file, log_file, lock_fd)
         deadline = time.monotonic() + timeout_s
         while not port_open("127.0.0.1", port):
             if process.poll() is not None:
+                server.stop()
                 raise ConfigError(
                     f"the Temporal dev server exited with code {process.returncode}; see {log_file}"
                 )
@@ -123,17 +170,23 @@ class DevServer:
         return check.returncode == 0 and "SERVING" in check.stdout
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._unlock()
 
     def kill(self) -> None:
         """SIGKILL (fault tests): data written so far survives on the db file."""
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None

@@ -6,6 +6,7 @@
     ├── ToolRegistryError            a tool module or tool definition is wrong
     ├── RunNotFoundError             no workflow (and no checkpoints) for a run id
     ├── RunExistsError               a run id (or branch) is already taken
+    ├── UsageError                   a command-line value or API argument no run could work with
     └── checkpoint_bridge.errors.*   store and checkpoint document errors
 
 Every message names the object involved and says what to do about it.
@@ -34,3 +35,7 @@ class RunNotFoundError(RewindError):
 
 class RunExistsError(RewindError):
     """A run or branch with this id already exists."""
+
+
+class UsageError(RewindError, ValueError):
+    """An argument is out of range or empty (a budget below 1 step, an empty task, an unknown tool)."""

@@ -5,8 +5,9 @@ the SDK's ExternalStorage, any payload above `REWIND_PAYLOAD_THRESHOLD` bytes
 (64 KiB by default) is written to the payload store and history holds a
 ~300-byte claim. The payload store is `REWIND_PAYLOADS`:
 
-    file://path        LocalStorageDriver below, in path/temporal (embedded default .rewind/payloads)
-    s3://bucket        the SDK's own S3StorageDriver (content-addressed keys)
+    file://path            LocalStorageDriver below, in path/temporal (embedded default .rewind/payloads)
+    s3://bucket[/prefix]   the SDK's own S3StorageDriver: content-addressed keys under
+                           `v0/` at the bucket's root (the driver takes no prefix)
 
 Client, worker and CLI must all use the same converter: `data_converter()`.
 With encryption keys (rewind/encryption.py) it also encrypts every payload;
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import os
+import os  # os.replace / getpid only: settings come in as arguments
 from pathlib import Path
 from typing import Sequence
 
@@ -35,13 +36,14 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from checkpoint_bridge.objects import parse_store_url
 from rewind.encryption import EncryptionCodec, parse_keys
-from rewind.errors import ConfigError
+from rewind.errors import ConfigError, RewindError
 
 DEFAULT_THRESHOLD = 64 * 1024
 
 
-class PayloadIntegrityError(RuntimeError):
+class PayloadIntegrityError(RewindError):
     """An externally stored payload is missing or does not match its hash."""
 
 
@@ -104,27 +106,23 @@ class LocalStorageDriver(StorageDriver):
         return out
 
 
-def _driver(url: str) -> StorageDriver:
-    if url.startswith("s3://"):
+def _driver(url: str, endpoint_url: str | None, region_name: str | None) -> StorageDriver:
+    where = parse_store_url(url)
+    if where.kind == "s3":
         import aioboto3
         from temporalio.contrib.aws.s3driver import S3StorageDriver
         from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
 
-        bucket = url[len("s3://"):].split("/", 1)[0]
-        if not bucket:
-            raise ConfigError(f"REWIND_PAYLOADS {url!r} names no bucket; use s3://bucket")
-        return _LazyS3Driver(bucket, aioboto3.Session(), S3StorageDriver, new_aioboto3_client)
-    path = url[len("file://"):] if url.startswith("file://") else url
-    if not path:
-        raise ConfigError(f"REWIND_PAYLOADS {url!r} is empty; use file://path or s3://bucket")
-    return LocalStorageDriver(Path(path) / "temporal")
+        return _LazyS3Driver(where.bucket, aioboto3.Session(region_name=region_name or None), endpoint_url,
+                             S3StorageDriver, new_aioboto3_client)
+    return LocalStorageDriver(Path(where.path) / "temporal")
 
 
 class _LazyS3Driver(StorageDriver):
     """S3StorageDriver over an aioboto3 client opened on first use (in the running loop)."""
 
-    def __init__(self, bucket: str, session, driver_cls, client_factory) -> None:  # type: ignore[no-untyped-def]
-        self._bucket, self._session = bucket, session
+    def __init__(self, bucket: str, session, endpoint_url, driver_cls, client_factory) -> None:  # type: ignore[no-untyped-def]
+        self._bucket, self._session, self._endpoint_url = bucket, session, endpoint_url
         self._driver_cls, self._client_factory = driver_cls, client_factory
         self._driver: StorageDriver | None = None
         self._context = None
@@ -137,7 +135,7 @@ class _LazyS3Driver(StorageDriver):
 
     async def _get(self) -> StorageDriver:
         if self._driver is None:
-            self._context = self._session.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
+            self._context = self._session.client("s3", endpoint_url=self._endpoint_url or None)
             client = await self._context.__aenter__()
             self._driver = self._driver_cls(self._client_factory(client), bucket=self._bucket)
         return self._driver
@@ -155,10 +153,13 @@ def data_converter(
     *,
     encryption_keys: str = "",
     require_encryption: bool = False,
+    s3_endpoint_url: str | None = None,
+    aws_region: str | None = None,
 ) -> DataConverter:
     """pydantic converter + external storage of payloads above `threshold` bytes,
     + AES-GCM encryption of every payload when `encryption_keys` are given."""
-    storage = ExternalStorage(drivers=[_driver(payload_url)], payload_size_threshold=threshold)
+    driver = _driver(payload_url, s3_endpoint_url, aws_region)
+    storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
     keys = parse_keys(encryption_keys)
     if not keys:
         if require_encryption:

@@ -6,9 +6,10 @@ reads it on the next step. So the activities redact where that data is made
 (tool outputs and errors, model errors, the model's own reply), and everything
 downstream only ever sees the redacted form.
 
-What is a secret:
+What is a secret (rewind/config.py reads the environment):
   - the value of every environment variable named in `REWIND_SECRET_ENV`
-    (comma-separated; default below), read once when the worker starts;
+    (comma-separated; default: OpenAI, AWS and Anthropic keys), read once
+    when the worker starts, and the model key in use;
     values shorter than 8 characters are ignored (they would redact ordinary
     words: the test-suite's fake AWS secret is "testing");
   - built-in patterns: OpenAI-style keys, AWS access key ids, bearer tokens,
@@ -22,14 +23,12 @@ prints, a key split across two strings) passes through.
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from rewind.errors import ConfigError
 
-DEFAULT_SECRET_ENV = ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ANTHROPIC_API_KEY")
 MIN_SECRET_LEN = 8
 
 BUILTIN_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -83,16 +82,6 @@ class Redactor:
         extra = tuple((f"pattern_{i}", _compile(f"#{i}", p)) for i, p in enumerate(extra_patterns, 1))
         return cls(values=tuple(values), patterns=cls().patterns + extra)
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, secrets: Mapping[str, str] | None = None) -> "Redactor":
-        """Secrets named by `REWIND_SECRET_ENV`, plus `secrets` (name -> value) given directly."""
-        env = os.environ if env is None else env
-        names = env.get("REWIND_SECRET_ENV")
-        listed = [n.strip() for n in names.split(",") if n.strip()] if names is not None else list(DEFAULT_SECRET_ENV)
-        found = {name: env.get(name, "") for name in listed}
-        found.update({k: v for k, v in (secrets or {}).items() if v not in found.values()})
-        return cls.build(found, parse_patterns(env.get("REWIND_REDACT_PATTERNS", "")))
-
     def redact_text(self, text: str) -> str:
         for name, value in self.values:
             if value in text:
@@ -114,4 +103,4 @@ class Redactor:
 
 NO_REDACTION = Redactor(values=(), patterns=())
 
-__all__ = ["Redactor", "NO_REDACTION", "DEFAULT_SECRET_ENV", "BUILTIN_PATTERNS", "parse_patterns"]
+__all__ = ["Redactor", "NO_REDACTION", "BUILTIN_PATTERNS", "parse_patterns"]

@@ -11,6 +11,15 @@ kept between requests; only faults, scripts and the request log are state.
 Models:
     script:NAME   plays the turns registered with `add_script(NAME, ...)`
     anything else the built-in research policy (search_company, save_report)
+
+Dialects (`dialect=` / `--dialect` / REWIND_SCRIPTED_DIALECT for the CLI):
+    openai    (default) the checks below, as OpenAI answers them
+    vllm      also vLLM's rejections of request messages, with its status and error body
+    ollama    also Ollama's (/v1/chat/completions)
+    llamacpp  also llama.cpp's llama-server's
+Each rule in `DIALECTS` cites where the real server's behaviour comes from; a
+conversation sent through `activities.wire_format.outgoing_messages` passes
+every dialect.
 """
 
 from __future__ import annotations
@@ -20,19 +29,20 @@ import asyncio
 import hashlib
 import json
 import math
+import os
 import re
 import signal
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 
 from rewind.errors import RewindError
 
-__all__ = ["ScriptedModelServer", "ScriptError", "main"]
+__all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
 
 # A fixed `created` keeps responses byte-identical across retries.
 CREATED = 1_700_000_000
@@ -49,9 +59,11 @@ class ScriptError(RewindError, ValueError):
 class _ApiError(Exception):
     """An error answered to the client in OpenAI's error body shape."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
+                 body: dict | None = None):
         super().__init__(message)
-        self.status, self.body = status, _error_body(status, message, code, param)
+        # `body` is for dialects: another server words its errors in its own shape.
+        self.status, self.body = status, body if body is not None else _error_body(status, message, code, param)
 
 
 def _error_body(status: int, message: str, code: str | None = None, param: str | None = None) -> dict:
@@ -135,6 +147,230 @@ def _validate(body: Any) -> None:
                 raise _bad(f"messages[{i}]: tool call {call_id!r} needs a unique id and a function.", "messages")
             seen.add(call_id)
             pending.append(call_id)
+
+
+# ---------------------------------------------------------------- dialects
+#
+# Real OpenAI-compatible servers reject different request messages, and with
+# their own status codes and error bodies. A dialect adds one server's
+# rejections (request-wide rules, run before the checks above) so tests can
+# prove that what Rewind sends passes it. Each rule returns (status, message)
+# for the first message it rejects, or None.
+
+_Rejection = tuple[int, str] | None
+_Rule = Callable[[list], _Rejection]
+
+
+def _dicts(messages: list) -> list[tuple[int, dict]]:
+    return [(i, m) for i, m in enumerate(messages) if isinstance(m, dict)]
+
+
+def _calls(msg: dict) -> list[dict]:
+    calls = msg.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _function(call: dict) -> dict:
+    fn = call.get("function")
+    return fn if isinstance(fn, dict) else {}
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- llama.cpp: llama-server around b5350 (May 2025), whose handler wrapper answered every exception
+#    as 500 "server_error" (examples/server/server.cpp `ex_wrapper`, since moved to tools/server/;
+#    issue ggml-org/llama.cpp #13471 shows the body). Newer builds accept null content (PR #13477)
+#    and answer std::invalid_argument with 400; message parsing errors stay 500.
+
+def _llamacpp_body(status: int, message: str) -> dict:
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return {"error": {"code": status, "message": message, "type": kind}}
+
+
+def _llamacpp_content(messages: list) -> _Rejection:
+    # examples/server/utils.hpp `oaicompat_chat_params_parse` before PR #13477: content must be a
+    # string or an array of text parts; null is neither (issue #13471, #17700 for part types).
+    # A missing content is fine next to tool_calls since PR #12293 (issue #12279).
+    for _, msg in _dicts(messages):
+        if msg.get("role") != "assistant" and "content" not in msg:
+            return 500, "All non-assistant messages must contain 'content'"
+        if msg.get("role") == "assistant" and "content" not in msg:
+            if "tool_calls" not in msg:
+                return 500, "Assistant message must contain either 'content' or 'tool_calls'!"
+            continue
+        content = msg["content"]
+        if isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            return 500, "Expected 'content' to be a string or an array"
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "image_url":
+                return 500, ("image input is not supported - hint: if this is unexpected, "
+                             "you may need to provide the mmproj")
+            if kind != "text":
+                return 500, "unsupported content[].type"
+    return None
+
+
+_NLOHMANN_TYPES = {type(None): "null", bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}
+
+
+def _llamacpp_parse(messages: list) -> _Rejection:
+    # common/chat.cpp `common_chat_msgs_parse_oaicompat`: each tool call needs type "function", a
+    # function with a name and arguments; reasoning_content, name and tool_call_id are read into
+    # std::string, so a null or non-string value throws nlohmann's type_error.302.
+    for _, msg in _dicts(messages):
+        for call in _calls(msg):
+            if "type" not in call:
+                return 500, f"Failed to parse messages: Missing tool call type: {_compact(call)}"
+            if call["type"] != "function":
+                return 500, f"Failed to parse messages: Unsupported tool call type: {_compact(call)}"
+            if not isinstance(call.get("function"), dict):
+                return 500, f"Failed to parse messages: Missing tool call function: {_compact(call)}"
+            if "name" not in call["function"]:
+                return 500, f"Failed to parse messages: Missing tool call name: {_compact(call)}"
+            if "arguments" not in call["function"]:
+                return 500, "Failed to parse messages: [json.exception.out_of_range.403] key 'arguments' not found"
+        for key in ("reasoning_content", "name", "tool_call_id"):
+            if key in msg and not isinstance(msg[key], str):
+                kind = _NLOHMANN_TYPES.get(type(msg[key]), "object")
+                return 500, ("Failed to parse messages: [json.exception.type_error.302] "
+                             f"type must be string, but is {kind}")
+    return None
+
+
+# -- Ollama: middleware/openai.go `ChatMiddleware` answers every request error 400 with
+#    openai.NewError ("invalid_request_error"), after Go's JSON binding and openai/openai.go
+#    `FromChatRequest` (ollama/ollama v0.11.4+).
+
+def _ollama_body(status: int, message: str) -> dict:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+
+
+_GO_JSON_KINDS = {bool: "bool", int: "number", float: "number", str: "string", dict: "object", list: "array"}
+_GO_TYPES = {type(None): "<nil>", bool: "bool", int: "float64", float: "float64", dict: "map[string]interface {}",
+             list: "[]interface {}"}
+
+
+def _ollama_binding(messages: list) -> _Rejection:
+    # c.ShouldBindJSON into openai.Message / openai.ToolCall: these fields are Go strings (a JSON
+    # null is fine, anything else is a decode error); arguments is a string, not an object.
+    for _, msg in _dicts(messages):
+        for key in ("role", "name", "tool_call_id", "reasoning"):
+            value = msg.get(key)
+            if value is not None and not isinstance(value, str):
+                return 400, (f"json: cannot unmarshal {_GO_JSON_KINDS.get(type(value), 'object')} into Go struct "
+                             f"field Message.messages.{key} of type string")
+        calls = msg.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            return 400, (f"json: cannot unmarshal {_GO_JSON_KINDS.get(type(calls), 'object')} into Go struct "
+                         "field Message.messages.tool_calls of type []openai.ToolCall")
+        for call in _calls(msg):
+            args = _function(call).get("arguments")
+            if args is not None and not isinstance(args, str):
+                return 400, (f"json: cannot unmarshal {_GO_JSON_KINDS.get(type(args), 'object')} into Go struct "
+                             "field ToolCall.messages.tool_calls.function.arguments of type string")
+    return None
+
+
+def _ollama_arguments_ok(arguments: str) -> bool:
+    # json.Unmarshal into api.ToolCallFunctionArguments (a map): an object, or null. Go's decoder
+    # knows no NaN/Infinity, which Python's would accept.
+    try:
+        value = json.loads(arguments, parse_constant=_not_json)
+    except ValueError:
+        return False
+    return value is None or isinstance(value, dict)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _ollama_messages(messages: list) -> _Rejection:
+    # openai/openai.go `FromChatRequest`: content is a string or a list of text / image_url parts;
+    # a null (or missing) content is allowed only when tool_calls is present and not null (since
+    # v0.2.6, PR #5614), otherwise "invalid message content type: <nil>" (pydantic/pydantic-ai
+    # #3406, #5206); every tool call's arguments must decode into an object (`FromCompletionToolCall`).
+    for _, msg in _dicts(messages):
+        content = msg.get("content")
+        if isinstance(content, list):
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if (kind == "text" and isinstance(part.get("text"), str)) or kind == "image_url":
+                    continue
+                return 400, "invalid message format"
+        elif (content is None and msg.get("tool_calls") is None) or not isinstance(content, (str, type(None))):
+            return 400, f"invalid message content type: {_GO_TYPES.get(type(content), 'map[string]interface {}')}"
+        for call in _calls(msg):
+            if not _ollama_arguments_ok(_function(call).get("arguments") or ""):
+                return 400, "invalid tool call arguments"
+    return None
+
+
+# -- vLLM 0.20 to 0.25: vllm/entrypoints/chat_utils.py `_postprocess_messages` json.loads the
+#    arguments of every replayed tool call for the chat template (fixed by PR #48922, which
+#    coerces bad arguments to {}). Errors are answered as {"error": {..., "type": "BadRequestError",
+#    "code": 400}} (issue vllm-project/vllm #43995).
+
+def _vllm_body(status: int, message: str) -> dict:
+    # The 500 body is this module's guess in the same shape; the issues show only its status.
+    kind = "BadRequestError" if status < 500 else "InternalServerError"
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def _vllm_arguments(messages: list) -> _Rejection:
+    for i, msg in _dicts(messages):
+        if msg.get("role") != "assistant":
+            continue
+        for j, call in enumerate(_calls(msg)):
+            fn = _function(call)
+            if "arguments" in fn and fn["arguments"] is None:
+                # The request model types arguments as a string (issue #43851: "correctly rejected by Pydantic").
+                return 400, f"messages.{i}.tool_calls.{j}.function.arguments: Input should be a valid string"
+            args = fn.get("arguments")
+            if not args or isinstance(args, dict):
+                continue  # "" and missing become {} in _postprocess_messages
+            try:
+                value = json.loads(args) if isinstance(args, str) else args
+            except json.JSONDecodeError as exc:
+                return 400, str(exc)  # issue #43995: "Expecting ',' delimiter: line 1 column 54 (char 53)"
+            if value is None:
+                return 400, "'None' has no attribute 'items'"  # issue #43851: the template's arguments|items
+            if not isinstance(value, dict):
+                # issues #46328 / PR #47555: an AttributeError in the template, unhandled, so a 500.
+                return 500, f"'{type(value).__name__}' object has no attribute 'items'"
+    return None
+
+
+@dataclass(frozen=True)
+class _Dialect:
+    rules: tuple[_Rule, ...]
+    error_body: Callable[[int, str], dict]
+
+
+DIALECTS: dict[str, _Dialect] = {
+    # What `_validate` checks is how OpenAI answers; the default adds nothing to it.
+    "openai": _Dialect(rules=(), error_body=_error_body),
+    "vllm": _Dialect(rules=(_vllm_arguments,), error_body=_vllm_body),
+    "ollama": _Dialect(rules=(_ollama_binding, _ollama_messages), error_body=_ollama_body),
+    "llamacpp": _Dialect(rules=(_llamacpp_content, _llamacpp_parse), error_body=_llamacpp_body),
+}
+
+
+def _check_dialect(dialect: _Dialect, body: Any) -> None:
+    """Raise the error the dialect's server answers to this request, if any."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return  # `_validate` words this one
+    for rule in dialect.rules:
+        rejection = rule(messages)
+        if rejection is not None:
+            status, message = rejection
+            raise _ApiError(status, message, body=dialect.error_body(status, message))
 
 
 # ---------------------------------------------------------------- policies
@@ -278,8 +514,10 @@ async def _openai_errors(request: web.Request, handler: Any) -> web.StreamRespon
 class ScriptedModelServer:
     """A chat completions server whose answers depend only on the request body."""
 
-    def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0):
-        self.latency_ms, self.host, self.port = latency_ms, host, port
+    def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0, dialect: str = "openai"):
+        if dialect not in DIALECTS:
+            raise ScriptError(f"dialect must be one of {sorted(DIALECTS)}, got {dialect!r}")
+        self.latency_ms, self.host, self.port, self.dialect = latency_ms, host, port, dialect
         self.base_url = ""
         # One lock for all mutable state: the server may run in its own thread
         # while tests add scripts and faults from another.
@@ -359,6 +597,8 @@ class ScriptedModelServer:
                 text = fault.message or f"Injected fault: HTTP {fault.status}."
                 return fault.status, _error_body(fault.status, text, code), headers
         try:
+            # The server's own parsing comes first: a real server rejects before it checks the rest.
+            _check_dialect(DIALECTS[self.dialect], body)
             _validate(body)
             messages = body["messages"]
             turn = sum(1 for m in messages if m["role"] == "assistant")
@@ -446,8 +686,8 @@ class ScriptedModelServer:
         self._loop = self._thread = None
 
 
-async def _serve(host: str, port: int, latency_ms: float) -> None:
-    server = ScriptedModelServer(latency_ms=latency_ms, host=host, port=port)
+async def _serve(host: str, port: int, latency_ms: float, dialect: str) -> None:
+    server = ScriptedModelServer(latency_ms=latency_ms, host=host, port=port, dialect=dialect)
     print(await server.start(), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -457,13 +697,24 @@ async def _serve(host: str, port: int, latency_ms: float) -> None:
     await server.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m rewind.scripted_model", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port; the URL is printed")
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    # The environment is read here only: the library class never depends on it.
+    parser.add_argument("--dialect", default=os.environ.get("REWIND_SCRIPTED_DIALECT") or "openai",
+                        help=f"which server's request checks to emulate: {', '.join(DIALECTS)} "
+                             "(default: $REWIND_SCRIPTED_DIALECT or openai)")
     args = parser.parse_args(argv)
-    asyncio.run(_serve(args.host, args.port, args.latency_ms))
+    if args.dialect not in DIALECTS:  # argparse does not check a default against choices
+        parser.error(f"--dialect must be one of {', '.join(DIALECTS)}, got {args.dialect!r}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse_args(argv)
+    asyncio.run(_serve(args.host, args.port, args.latency_ms, args.dialect))
 
 
 if __name__ == "__main__":

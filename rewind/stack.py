@@ -52,7 +52,7 @@ def _stop_leftover_server(pid_file: Path) -> None:
 
 @asynccontextmanager
 async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextIO = sys.stdout) -> AsyncIterator[Stack]:
-    from worker import build_worker, model_endpoint
+    from rewind.worker import build_worker, model_endpoint
 
     # Retried tool failures are part of the show (the demo's flaky search);
     # the worker's per-attempt tracebacks would drown the progress display.
@@ -65,12 +65,12 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     pid_file.write_text(str(server.process.pid))
     settings.temporal_address = server.address
     print(f"Temporal dev server on {server.address} (UI: http://127.0.0.1:{server.ui_port}), state in {server.db_file}", file=out)
-    endpoint, offline = model_endpoint()
+    endpoint, offline = model_endpoint(settings)
     print("model: " + ("scripted offline model at " + str(endpoint.base_url) if offline
                        else f"OpenAI-compatible API {endpoint.base_url or 'api.openai.com'}"), file=out)
     try:
         client = await connect(settings)
-        registry = ToolRegistry.from_modules(tool_modules)
+        registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
         async with build_worker(client, settings, registry, endpoint):
             yield Stack(client, settings, server, endpoint, offline is not None)
     finally:

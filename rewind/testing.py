@@ -28,6 +28,7 @@ class WorkerProcess:
             "REWIND_STORE": settings.store_url,
             "REWIND_PAYLOADS": settings.payload_url,
             "REWIND_STICKY_TIMEOUT_S": f"{settings.sticky_timeout_s:g}",
+            **({"AWS_ENDPOINT_URL": settings.s3_endpoint_url} if settings.s3_endpoint_url else {}),
             "OPENAI_BASE_URL": model_base_url,
             "OPENAI_API_KEY": "test-key",
             "PYTHONPATH": os.pathsep.join([*(str(p) for p in pythonpath or []), str(REPO), env.get("PYTHONPATH", "")]),
@@ -38,7 +39,7 @@ class WorkerProcess:
         self._log = open(log, "ab")
         self.started_at = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "worker.py"), "--tools", tools],
+            [sys.executable, str(REPO / "worker.py"), "--tool-modules", tools],
             env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(cwd) if cwd else None,
         )
 

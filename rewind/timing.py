@@ -7,6 +7,8 @@ import statistics
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from workflows.wire import CALL_LLM
+
 
 async def step_durations(client: Client, workflow_id: str) -> list[float]:
     """Seconds per step: from one model call's scheduling to the next (or to the end)."""
@@ -15,7 +17,7 @@ async def step_durations(client: Client, workflow_id: str) -> list[float]:
     async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
         t = event.event_time.ToDatetime().timestamp()
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if event.activity_task_scheduled_event_attributes.activity_type.name == "call_llm":
+            if event.activity_task_scheduled_event_attributes.activity_type.name == CALL_LLM:
                 marks.append(t)
         elif event.event_type in (
             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,

@@ -41,14 +41,22 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.tool_step import ToolStep
     from workflows.tool_calls import step_label
-
-# Activity names: the workflow refers to activities by name only, so it does
-# not import the activity implementations (and their I/O libraries).
-CALL_LLM = "call_llm"
-DESCRIBE_TOOLS = "describe_tools"
-MIRROR_STEP = "mirror_step"
-MIRROR_CONFLICT = "CheckpointConflict"
-LLM_REJECTED = "LlmRequestRejected"
+    # The workflow refers to activities by name only, so it does not import
+    # the activity implementations (and their I/O libraries).
+    from workflows.wire import (
+        AGENT_RUN_FAILED,
+        AGENT_WORKFLOW,
+        CALL_LLM,
+        CHECKPOINT_CONFLICT,
+        DESCRIBE_TOOLS,
+        LLM_REJECTED,
+        MIRROR_STEP,
+        RAISE_LIMITS_SIGNAL,
+        STATUS_QUERY,
+        TOOL_LOG_QUERY,
+        TOOL_QUEUES_PATCH,
+        tool_task_queue,
+    )
 
 
 def failure_text(err: BaseException) -> str:
@@ -56,7 +64,7 @@ def failure_text(err: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
-@workflow.defn(name="AgentWorkflow")
+@workflow.defn(name=AGENT_WORKFLOW)
 class AgentWorkflow:
     def __init__(self) -> None:
         self._input: AgentInput | None = None
@@ -71,17 +79,17 @@ class AgentWorkflow:
         self._new_limits: RunLimits | None = None
 
     # -- queries and signals --------------------------------------------------
-    @workflow.query
+    @workflow.query(name=STATUS_QUERY)
     def status(self) -> AgentStatus:
         if self._status is None:
             raise ApplicationError("the run has not started its first workflow task yet")
         return self._status
 
-    @workflow.query
+    @workflow.query(name=TOOL_LOG_QUERY)
     def tool_log(self) -> list[ToolCallLog]:
         return self._tools.log if self._tools else []
 
-    @workflow.signal
+    @workflow.signal(name=RAISE_LIMITS_SIGNAL)
     def raise_limits(self, limits: RunLimits) -> None:
         """Continue a run paused by its budget, with new limits."""
         self._new_limits = limits
@@ -106,18 +114,16 @@ class AgentWorkflow:
             limits=inp.limits, continued_as_new=self._state.continued_as_new,
         )
         self._sync_status()
-        described = await workflow.execute_activity(
-            DESCRIBE_TOOLS,
-            DescribeToolsRequest(names=inp.tools),
-            result_type=DescribeToolsResponse,
-            start_to_close_timeout=timedelta(seconds=30),
-        )
+        routed = workflow.patched(TOOL_QUEUES_PATCH)
+        described = await (self._describe_routed(inp) if routed else self._describe_here(inp))
         if described.missing:
+            how = (f"no worker on task queue {workflow.info().task_queue!r} offered them within {inp.tool_wait_s:g}s"
+                   if routed else "not registered on the worker")
             await self._fail(
-                f"tools not registered on the worker: {', '.join(described.missing)}; "
-                "start the worker with --tools (or REWIND_TOOLS) naming the modules that define them"
+                f"tools {', '.join(described.missing)}: {how}; start a worker with --tool-modules "
+                "(or REWIND_TOOL_MODULES) naming the modules that define them"
             )
-        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, self._step_ledger)
+        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, self._step_ledger, routed=routed)
         openai_tools = [t.openai_schema() for t in described.tools]
 
         if inp.resume is None:
@@ -153,6 +159,45 @@ class AgentWorkflow:
                 return await self._finish_run()
             if self._should_continue_as_new(inp):
                 await self._continue_as_new(inp)
+
+    # -- tools ----------------------------------------------------------------
+    async def _describe_here(self, inp: AgentInput) -> DescribeToolsResponse:
+        """Runs from before tool queues: the worker that answers must have every tool."""
+        return await workflow.execute_activity(
+            DESCRIBE_TOOLS,
+            DescribeToolsRequest(names=inp.tools),
+            result_type=DescribeToolsResponse,
+            start_to_close_timeout=timedelta(seconds=30),
+        )
+
+    async def _describe_routed(self, inp: AgentInput) -> DescribeToolsResponse:
+        """Named tools are described by a worker that has them (on each tool's
+        queue); with no names, the run gets every tool of the worker that answers."""
+        if not inp.tools:
+            return await self._describe_here(inp)
+        names = list(dict.fromkeys(inp.tools))
+        found = await asyncio.gather(*(self._describe_one(inp, name) for name in names))
+        return DescribeToolsResponse(
+            tools=[spec for spec in found if spec is not None],
+            missing=[name for name, spec in zip(names, found) if spec is None],
+        )
+
+    async def _describe_one(self, inp: AgentInput, name: str) -> Any:
+        try:
+            described = await workflow.execute_activity(
+                DESCRIBE_TOOLS,
+                DescribeToolsRequest(names=[name]),
+                result_type=DescribeToolsResponse,
+                task_queue=tool_task_queue(workflow.info().task_queue, name),
+                # No worker polls the queue of a tool nobody has: give up after a while.
+                schedule_to_start_timeout=timedelta(seconds=inp.tool_wait_s),
+                start_to_close_timeout=timedelta(seconds=30),
+            )
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError() from err
+            return None
+        return described.tools[0] if described.tools else None
 
     # -- budgets --------------------------------------------------------------
     def _budget_exceeded(self) -> str | None:
@@ -299,7 +344,7 @@ class AgentWorkflow:
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(milliseconds=250),
                     maximum_interval=timedelta(seconds=3),
-                    non_retryable_error_types=[MIRROR_CONFLICT],
+                    non_retryable_error_types=[CHECKPOINT_CONFLICT],
                 ),
             )
         except ActivityError as err:
@@ -349,4 +394,4 @@ class AgentWorkflow:
         self._record_step("failed", failed={"reason": reason})
         self._status.state = "failed"
         await self._finish_run()
-        raise ApplicationError(reason, type="AgentRunFailed", non_retryable=True)
+        raise ApplicationError(reason, type=AGENT_RUN_FAILED, non_retryable=True)

@@ -15,19 +15,21 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contracts import CompensationOutcome, CompensationRequest
+    from workflows.wire import COMPENSATE_TOOL, COMPENSATION_WORKFLOW, TOOL_QUEUES_PATCH, tool_task_queue
 
-COMPENSATE_TOOL = "compensate_tool"
 
-
-@workflow.defn(name="CompensationWorkflow")
+@workflow.defn(name=COMPENSATION_WORKFLOW)
 class CompensationWorkflow:
     @workflow.run
     async def run(self, requests: list[CompensationRequest]) -> list[CompensationOutcome]:
         outcomes = []
+        routed = workflow.patched(TOOL_QUEUES_PATCH)
         for request in reversed(requests):
+            queue = tool_task_queue(workflow.info().task_queue, request.tool_name) if routed else None
             try:
                 outcome = await workflow.execute_activity(
-                    COMPENSATE_TOOL, request, result_type=CompensationOutcome,
+                    COMPENSATE_TOOL, request, result_type=CompensationOutcome, task_queue=queue,
+                    **({"schedule_to_start_timeout": timedelta(minutes=5)} if routed else {}),
                     start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=10),
                     retry_policy=RetryPolicy(maximum_attempts=5),
                 )

@@ -114,6 +114,9 @@ class AgentInput(BaseModel):
     limits: RunLimits = Field(default_factory=RunLimits)
     llm: LlmTuning = Field(default_factory=LlmTuning)
     variables: dict[str, Any] = Field(default_factory=dict)
+    # How long a run waits for a worker that has each named tool before it
+    # fails naming the missing ones (no worker polls that tool's queue).
+    tool_wait_s: float = 300.0
     # How long a finished run waits for its last checkpoints to be mirrored;
     # past it the run completes anyway and `rewind mirror` catches up.
     mirror_drain_s: float = 60.0

@@ -22,9 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from checkpoint_bridge.canonical import cache_key
     from workflows.contracts import AgentInput, Ledger, ToolCallLog, ToolOutcome, ToolRequest, ToolSpec
     from workflows.tool_calls import canonical_arguments, idempotency_key, tool_message
-
-RUN_TOOL = "run_tool"
-TOOL_NOT_REGISTERED = "ToolNotRegistered"
+    from workflows.wire import RUN_TOOL, TOOL_NOT_REGISTERED, tool_task_queue
 
 
 def _failure_text(err: BaseException) -> str:
@@ -33,8 +31,12 @@ def _failure_text(err: BaseException) -> str:
 
 
 class ToolStep:
-    def __init__(self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], ledger: Ledger) -> None:
+    def __init__(
+        self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], ledger: Ledger, *, routed: bool = False,
+    ) -> None:
         self._inp = inp
+        # Each call on its tool's own task queue (see workflows.wire.tool_task_queue).
+        self._routed = routed
         self._specs = {s.name: s for s in specs}
         self._cache = cache  # cache key -> output; lives in LoopState, so it survives continue-as-new
         self._inflight: dict[str, asyncio.Future[ToolOutcome | str]] = {}
@@ -102,6 +104,7 @@ class ToolStep:
                     tool_name=spec.name, arguments=args, idempotency_key=idem_key,
                 ),
                 result_type=ToolOutcome,
+                task_queue=tool_task_queue(workflow.info().task_queue, spec.name) if self._routed else None,
                 start_to_close_timeout=timedelta(seconds=spec.timeout_s),
                 heartbeat_timeout=timedelta(seconds=spec.heartbeat_s),
                 retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),

@@ -7,6 +7,7 @@ from datetime import timedelta
 import openai
 import pytest
 
+from rewind.config import Settings
 from activities.llm import REJECTED_ERROR_TYPE, map_openai_error
 from activities.pricing import PriceTable
 from rewind.errors import ConfigError
@@ -43,13 +44,13 @@ async def test_connection_errors_are_retryable():
 
 
 def test_prices_match_longest_prefix_and_can_be_overridden(monkeypatch):
-    table = PriceTable.from_env()
+    table = PriceTable.parse(Settings.from_env().prices)
     cost, priced = table.cost("gpt-4o-mini-2024-07-18", Usage(prompt_tokens=1_000_000, completion_tokens=1_000_000))
     assert priced and cost == pytest.approx(0.15 + 0.60)
     assert table.cost("some-local-model", Usage(prompt_tokens=10))[1] is False
     monkeypatch.setenv("REWIND_PRICES", '{"some-local-model": {"input": 1, "output": 2}}')
-    cost, priced = PriceTable.from_env().cost("some-local-model", Usage(prompt_tokens=1_000_000, completion_tokens=500_000))
+    cost, priced = PriceTable.parse(Settings.from_env().prices).cost("some-local-model", Usage(prompt_tokens=1_000_000, completion_tokens=500_000))
     assert priced and cost == pytest.approx(2.0)
     monkeypatch.setenv("REWIND_PRICES", '{"m": {"input": "cheap"}}')
     with pytest.raises(ConfigError, match="REWIND_PRICES"):
-        PriceTable.from_env()
+        PriceTable.parse(Settings.from_env().prices)

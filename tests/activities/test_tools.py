@@ -8,6 +8,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.idempotency import IdempotencyLedger
 from activities.tool_runner import ToolActivities
+from rewind.redaction import Redactor
 from activities.tools import ToolRegistry, tool, tool_context
 from checkpoint_bridge.objects import FileObjectStore
 from rewind.errors import ToolRegistryError
@@ -82,7 +83,7 @@ def test_idempotency_keys_are_stable_and_distinct():
 async def test_recorded_side_effect_is_not_executed_again(tmp_path):
     """A retry that finds the call's idempotency record returns it without running the tool."""
     executions.clear()
-    activities = ToolActivities(ToolRegistry([charge]), IdempotencyLedger(FileObjectStore(tmp_path)))
+    activities = ToolActivities(ToolRegistry([charge]), IdempotencyLedger(FileObjectStore(tmp_path)), Redactor())
     request = ToolRequest(run_id="r", branch_id="main", step=1, tool_call_id="c1", tool_name="charge",
                           arguments={"customer": "acme", "cents": 500}, idempotency_key=idempotency_key("r", "main", 1, "c1"))
     env = ActivityEnvironment()
@@ -98,7 +99,7 @@ async def test_recorded_side_effect_is_not_executed_again(tmp_path):
 
 async def test_invalid_arguments_never_reach_the_tool(tmp_path):
     executions.clear()
-    activities = ToolActivities(ToolRegistry([charge]), IdempotencyLedger(FileObjectStore(tmp_path)))
+    activities = ToolActivities(ToolRegistry([charge]), IdempotencyLedger(FileObjectStore(tmp_path)), Redactor())
     request = ToolRequest(run_id="r", branch_id="main", step=1, tool_call_id="c1", tool_name="charge",
                           arguments={"customer": "acme", "cents": "lots"}, idempotency_key="idem-" + "0" * 40)
     outcome = await ActivityEnvironment().run(activities.run_tool, request)

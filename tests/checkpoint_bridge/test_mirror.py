@@ -92,6 +92,7 @@ def restartable_s3(monkeypatch):
     bucket = f"mirror-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     server.bucket = bucket  # type: ignore[attr-defined]
+    server.endpoint = endpoint  # type: ignore[attr-defined]
     yield server
     server.stop()
 
@@ -100,6 +101,7 @@ async def test_store_down_mid_run_then_mirror_catches_up(client, settings, model
     from worker import build_worker
 
     settings.store_url = f"s3://{restartable_s3.bucket}/runs-prefix"
+    settings.s3_endpoint_url = restartable_s3.endpoint
     name = f"s-{uuid.uuid4().hex[:8]}"
     model.add_script(name, [
         {"tool_calls": [{"name": "lookup", "arguments": {"term": "a"}}]},
@@ -110,7 +112,7 @@ async def test_store_down_mid_run_then_mirror_catches_up(client, settings, model
     ])
     registry = ToolRegistry.from_modules(["agent_tools"])
     endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
-    async with open_checkpoint_store(settings.store_url) as store, build_worker(client, settings, registry, endpoint):
+    async with open_checkpoint_store(settings.store_url, endpoint_url=settings.s3_endpoint_url) as store, build_worker(client, settings, registry, endpoint):
         handle = await start_agent(client, settings, "store outage", model=f"script:{name}")
         run_id = handle.id
         deadline = time.monotonic() + 60

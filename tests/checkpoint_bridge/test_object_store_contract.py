@@ -79,8 +79,7 @@ def test_open_object_store_accepts_the_documented_forms(tmp_path: Path, monkeypa
     assert absolute.url == (tmp_path / "abs").as_uri()
     bare = open_object_store("plain/folder")
     assert isinstance(bare, FileObjectStore) and bare.root == tmp_path / "plain" / "folder"
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
-    s3 = open_object_store("s3://my-bucket/team/rewind/")
+    s3 = open_object_store("s3://my-bucket/team/rewind/", endpoint_url="http://127.0.0.1:9000")
     assert isinstance(s3, S3ObjectStore)
     assert (s3.bucket, s3.prefix, s3.url) == ("my-bucket", "team/rewind", "s3://my-bucket/team/rewind")
     assert s3.endpoint_url == "http://127.0.0.1:9000"
@@ -100,18 +99,24 @@ def test_open_object_store_rejects_other_urls_and_shows_the_accepted_forms(url: 
 
 
 def test_default_checkpoint_store_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rewind.config import Settings
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("REWIND_STORE", raising=False)
+    monkeypatch.delenv("REWIND_HOME", raising=False)
     assert DEFAULT_STORE_URL == "file://.rewind/checkpoints"
-    assert open_checkpoint_store().url == (tmp_path / ".rewind" / "checkpoints").as_uri()
+    assert open_checkpoint_store(Settings.from_env().store_url).url == (tmp_path / ".rewind" / "checkpoints").as_uri()
     monkeypatch.setenv("REWIND_STORE", "file://elsewhere")
-    assert open_checkpoint_store().url == (tmp_path / "elsewhere").as_uri()
+    assert open_checkpoint_store(Settings.from_env().store_url).url == (tmp_path / "elsewhere").as_uri()
     assert open_checkpoint_store("file://explicit").url == (tmp_path / "explicit").as_uri()
 
 
 async def test_s3_endpoint_comes_from_the_environment(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rewind.config import Settings
+    from rewind.stores import object_store
+
     _client, bucket = make_bucket(moto_endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
-    async with open_object_store(f"s3://{bucket}/env") as objects:  # type: ignore[attr-defined]
+    async with object_store(Settings.from_env(), f"s3://{bucket}/env") as objects:  # type: ignore[attr-defined]
         assert await objects.put_if_absent("x.json", b"{}") is True
         assert await objects.get("x.json") == b"{}"

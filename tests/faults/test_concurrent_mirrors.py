@@ -139,8 +139,8 @@ class Watcher(threading.Thread):
 @pytest.fixture(params=["file", "s3"])
 def location(request, tmp_path, monkeypatch) -> Location:
     endpoint = request.getfixturevalue("moto_endpoint") if request.param == "s3" else None
-    if endpoint:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)  # for the in-process worker's S3 store
+    if endpoint:  # for the in-process worker's S3 store
+        request.getfixturevalue("settings").s3_endpoint_url = endpoint
     return Location(request.param, tmp_path, endpoint)
 
 
@@ -232,7 +232,7 @@ async def test_live_mirror_races_rewind_mirror_loops(location, client, settings,
         raced = sum(r.written for r in reports)
         assert raced >= 1, "the `rewind mirror` loops never wrote a checkpoint first: no race happened"
 
-        async with open_checkpoint_store(settings.store_url) as live:
+        async with open_checkpoint_store(settings.store_url, endpoint_url=settings.s3_endpoint_url) as live:
             stored = await live.raw_objects(run_id)
             checkpoints = await assert_chain(live, run_id, LAST_STEP)
         assert_well_formed(checkpoints[-1].messages)

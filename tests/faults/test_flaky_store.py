@@ -47,7 +47,7 @@ async def test_store_failing_30pct_of_checkpoint_writes(client, settings, model,
 
     proxy = FlakyS3Proxy(moto_endpoint, seed=SEED, fail_rate=0.3, delay_rate=0.2, delay_s=(1.0, 2.0))
     await proxy.start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)  # the worker's S3 store goes through the proxy
+    settings.s3_endpoint_url = proxy.url  # the worker's S3 store goes through the proxy
     settings.store_url = f"s3://{bucket}/{PREFIX}"
     assert settings.payload_url.startswith("file://")  # only the checkpoint store is flaky
 

@@ -87,6 +87,8 @@ async def test_secrets_are_redacted_before_anything_is_persisted(
     monkeypatch.setenv("REWIND_TEST_INTERNAL", internal)
     monkeypatch.setenv("REWIND_SECRET_ENV", "OPENAI_API_KEY,REWIND_TEST_API_KEY")
     monkeypatch.setenv("REWIND_REDACT_PATTERNS", json.dumps([r"internal-[0-9a-f]{32}"]))
+    from_env = Settings.from_env()  # the worker and client take their secrets from the settings
+    settings.secret_values, settings.redact_patterns = from_env.secret_values, from_env.redact_patterns
     marker = f"task-marker-{uuid.uuid4().hex}"  # not a secret: proves the searched bytes hold the runs
 
     leaky_model = _script(model, [
@@ -221,7 +223,7 @@ def test_redactor_rules():
 
     env = {"OPENAI_API_KEY": "abcdefgh12345678", "AWS_SECRET_ACCESS_KEY": "testing",
            "REWIND_REDACT_PATTERNS": "token-\\d{6}\nx-[a-z]{10}"}
-    r = Redactor.from_env(env)
+    r = Settings.from_env(env).redactor()
     pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----"
     text = f"k=abcdefgh12345678 t=testing sk-{'a' * 20} AKIAABCDEFGHIJKLMNOP Bearer eyJhbGciOi.x {pem} token-123456"
     assert r.redact_text(text) == (
@@ -231,6 +233,6 @@ def test_redactor_rules():
     value = {"abcdefgh12345678": ["abcdefgh12345678", 3, None, {"k": "x-abcdefghij"}]}
     assert r.redact_json(value) == {"abcdefgh12345678": ["[REDACTED:OPENAI_API_KEY]", 3, None, {"k": "[REDACTED:pattern_2]"}]}
     assert r.redact_text(r.redact_text(text)) == r.redact_text(text)  # idempotent
-    assert Redactor.from_env({"REWIND_SECRET_ENV": "MINE", "MINE": "my-secret-value",
-                              "OPENAI_API_KEY": "not-listed-anymore"}).redact_text(
+    assert Settings.from_env({"REWIND_SECRET_ENV": "MINE", "MINE": "my-secret-value",
+                              "OPENAI_API_KEY": "not-listed-anymore"}).redactor().redact_text(
         "my-secret-value not-listed-anymore") == "[REDACTED:MINE] not-listed-anymore"

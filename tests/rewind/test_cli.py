@@ -20,6 +20,7 @@ async def rewind(settings: Settings, *args: str, cwd: Path | None = None, env: d
         "REWIND_TASK_QUEUE": settings.task_queue,
         "REWIND_STORE": settings.store_url,
         "REWIND_PAYLOADS": settings.payload_url,
+        **({"AWS_ENDPOINT_URL": settings.s3_endpoint_url} if settings.s3_endpoint_url else {}),
         **(env or {}),
     })
     proc = await asyncio.create_subprocess_exec(
@@ -140,7 +141,7 @@ async def test_checkpoints_in_s3(client, settings, model, events_file, moto_endp
 
     bucket = f"cli-{os.urandom(4).hex()}"
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    settings.s3_endpoint_url = moto_endpoint
     settings.store_url = f"s3://{bucket}/team-a"
     registry = ToolRegistry.from_modules(["examples.research_agent"])
     endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 
 import pytest
@@ -10,8 +11,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 
 from helpers import final_transcript, read_events, scripted, start_agent
-from rewind.client import run_view
-from workflows.contracts import RunLimits
+from rewind.client import run_view, start_run
+from rewind.errors import UsageError
+from workflows.contracts import AgentInput, RunLimits
 
 
 
@@ -158,10 +160,15 @@ async def test_side_effect_tools_get_distinct_stable_keys(worker, client, settin
 
 
 async def test_tools_missing_on_worker_fail_the_run(worker, client, settings, model, events_file):
-    handle = await start_agent(client, settings, "x", tools=["lookup", "not_registered"])
+    # Refused before anything is created while workers run and none has the tool...
+    with pytest.raises(UsageError, match="not_registered"):
+        await start_agent(client, settings, "x", tools=["lookup", "not_registered"])
+    # ...and a run that gets past that (its workers went away) fails naming it.
+    handle = await start_run(client, settings, AgentInput(run_id=f"t-{uuid.uuid4().hex[:8]}", task="x",
+                             tools=["lookup", "not_registered"], tool_wait_s=1), verify_tools=False)
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
-    assert "not_registered" in str(info.value.cause) and "--tools" in str(info.value.cause)
+    assert "not_registered" in str(info.value.cause) and "--tool-modules" in str(info.value.cause)
 
 
 async def test_budgets_stop_the_run_before_the_step_that_would_exceed_them(worker, client, settings, model, events_file):

@@ -103,6 +103,7 @@ async def test_continue_as_new_keeps_one_logical_run(worker, client, settings, m
 
 async def test_compressed_context_keeps_pairing_and_full_history(worker, client, settings, model, events_file):
     from activities.context_window import check_pairing, rebuild_view
+    from activities.wire_format import outgoing_messages
 
     steps = 12
     name = _long_script(model, steps, 2000)
@@ -126,7 +127,8 @@ async def test_compressed_context_keeps_pairing_and_full_history(worker, client,
         seen = requests[cp.step_index - 1]["messages"]
         before = cp.messages[: _request_length(cp)]
         assert check_pairing(seen) == []
-        assert [m.get("content") for m in rebuild_view(before, view["actions"])] == [m.get("content") for m in seen]
+        sent = outgoing_messages(rebuild_view(before, view["actions"]))  # the wire shape: activities/wire_format.py
+        assert [m.get("content") for m in sent] == [m.get("content") for m in seen]
 
 
 def _request_length(cp) -> int:

@@ -1,0 +1,62 @@
+"""Live progress of a run on a terminal: one line whenever something changes.
+
+Used by `rewind demo` and by `start/fork/continue/rollback --wait` when
+stdout is a terminal (and not `--json`): the step, the state, tokens, cost,
+the activity running and the retries in flight (a rate limit, a flaky tool,
+an unreachable model endpoint show up here while Temporal retries them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, TextIO
+
+from temporalio.client import Client
+
+from rewind.client import RunView, run_view
+
+POLL_S = 0.25
+
+
+def progress_line(view: RunView) -> str | None:
+    s = view.status
+    if view.no_worker:
+        return f"  waiting: {view.no_worker}"
+    if s is None:
+        return None
+    running = ", ".join(sorted({p["activity"] for p in view.pending})) or "-"
+    retries = "; ".join(
+        f"retrying {p['activity']} (attempt {p['attempt']}: {p.get('last_failure', '')})"
+        for p in view.pending if p["attempt"] > 1
+    )
+    line = (
+        f"  step {s.step:>2} | {s.state:<15} | {s.total_tokens:>6} tokens | ${s.cost_usd:.5f} | "
+        f"tool calls {s.tool_calls_done} (cache hits {s.tool_cache_hits}) | running {running}"
+    )
+    return line + (f" | {retries}" if retries else "")
+
+
+async def follow(client: Client, run_id: str, handle: Any, out: TextIO, branch: str = "main") -> Any:
+    """Print a line whenever the run's live status changes, until the workflow ends
+    (or pauses for its budget); returns the run's result as `wait_for_outcome` does."""
+    from rewind.client import wait_for_outcome
+
+    outcome = asyncio.ensure_future(wait_for_outcome(handle))
+    last = ""
+    try:
+        while not outcome.done():
+            try:
+                line = progress_line(await run_view(client, run_id, branch, query_timeout_s=2.0))
+            except Exception:  # noqa: BLE001 - progress is best effort; the outcome decides
+                line = None
+            if line and line != last:
+                print(line, file=out, flush=True)
+                last = line
+            await asyncio.wait([outcome], timeout=POLL_S)
+    finally:
+        if not outcome.done():
+            outcome.cancel()
+    return outcome.result()
+
+
+__all__ = ["follow", "progress_line"]

@@ -1,0 +1,57 @@
+"""The stores the settings name, opened and checked in one place.
+
+`REWIND_STORE` (checkpoints) and `REWIND_PAYLOADS` (the live data of runs)
+are opened here with the S3 endpoint and region of the settings, so no other
+module needs to know where they come from. `check_stores` turns a store that
+cannot work into one clear line naming the variable, before a worker starts
+polling or a CLI command does anything else.
+"""
+
+from __future__ import annotations
+
+from checkpoint_bridge.errors import CheckpointError
+from checkpoint_bridge.objects import ObjectStore, open_object_store, verify_store
+from checkpoint_bridge.store import CheckpointStore
+from rewind.config import Settings
+from rewind.errors import ConfigError
+
+
+def object_store(settings: Settings, url: str) -> ObjectStore:
+    return open_object_store(url, endpoint_url=settings.s3_endpoint_url, region_name=settings.aws_region)
+
+
+def checkpoint_store(settings: Settings) -> CheckpointStore:
+    """The checkpoint store of `REWIND_STORE` (use as `async with`)."""
+    return CheckpointStore(object_store(settings, settings.store_url))
+
+
+def payload_store(settings: Settings) -> ObjectStore:
+    """The store of `REWIND_PAYLOADS`: transcript segments and idempotency records."""
+    return object_store(settings, settings.payload_url)
+
+
+async def check_store(objects: ObjectStore, variable: str, *, probe_writes: bool = False) -> None:
+    """Raise `ConfigError` (one line, naming `variable`) if the store cannot be used."""
+    try:
+        await verify_store(objects, probe_writes=probe_writes)
+    except CheckpointError as exc:
+        raise ConfigError(f"{variable}={objects.url}: {exc}") from exc
+
+
+async def check_stores(settings: Settings, *, checkpoints: bool = True, payloads: bool = True,
+                       probe_writes: bool = False) -> None:
+    """Check the configured stores (a worker also probes that writes are conditional)."""
+    wanted = []
+    if checkpoints:
+        wanted.append(("REWIND_STORE", settings.store_url))
+    if payloads and (settings.payload_url != settings.store_url or not checkpoints):
+        wanted.append(("REWIND_PAYLOADS", settings.payload_url))
+    for variable, url in wanted:
+        objects = object_store(settings, url)
+        try:
+            await check_store(objects, variable, probe_writes=probe_writes)
+        finally:
+            await objects.aclose()
+
+
+__all__ = ["object_store", "checkpoint_store", "payload_store", "check_store", "check_stores"]

@@ -1,0 +1,298 @@
+"""The Rewind worker: AgentWorkflow, CompensationWorkflow and their activities.
+
+    rewind worker [--tool-modules mod1,mod2] [--task-queue Q]   (same as: python worker.py ...)
+
+A worker polls its main task queue (workflows, model calls, the mirror) and
+one task queue per tool it has (`workflows.wire.tool_task_queue`), so a tool
+call only ever reaches a worker that holds the tool, and workers with
+different tool modules can share one main queue.
+
+Before it polls, the worker checks its configuration (the stores answer, a
+second write of one key is refused, the tool modules import) and stops with
+one line naming what is wrong. While it polls, it writes a health file that
+`rewind health` reads (the container health check). With no OPENAI_API_KEY it
+answers model calls from the scripted offline model, started in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import PollerBehaviorAutoscaling, Worker
+
+from activities.idempotency import IdempotencyLedger
+from activities.llm import LlmActivities, ModelEndpoint
+from activities.pricing import PriceTable
+from activities.tool_runner import ToolActivities
+from activities.tools import ToolRegistry
+from activities.transcript import TranscriptStore
+from checkpoint_bridge.mirror import MirrorActivities
+from checkpoint_bridge.store import CheckpointStore
+from rewind.client import connect
+from rewind.config import Settings, drop_empty_library_variables
+from rewind.errors import ConfigError, RewindError
+from rewind.redaction import Redactor
+from rewind.stores import check_stores, object_store
+from workflows.agent import AgentWorkflow
+from workflows.compensation import CompensationWorkflow
+from workflows.wire import tool_task_queue
+
+log = logging.getLogger("rewind.worker")
+
+WORKFLOW_BUGS: tuple[type[BaseException], ...] = (
+    TypeError, KeyError, AttributeError, IndexError, ValueError, AssertionError,
+    ZeroDivisionError, NameError, LookupError, ArithmeticError,
+)
+HEALTH_INTERVAL_S = 5.0
+
+
+def model_endpoint(settings: Settings) -> tuple[ModelEndpoint, Any]:
+    """The configured endpoint, or a scripted offline model when no key is set."""
+    if not settings.offline_model:
+        return ModelEndpoint(base_url=settings.model_endpoint_url, api_key=settings.model_api_key), None
+    from rewind.scripted_model import ScriptedModelServer
+
+    server = ScriptedModelServer(latency_ms=settings.scripted_latency_ms)
+    for name, turns in _scripts(settings).items():
+        server.add_script(name, turns)
+    base_url = server.start_in_thread()
+    log.warning("OPENAI_API_KEY is not set: serving model calls from the scripted offline model at %s", base_url)
+    return ModelEndpoint(base_url=base_url, api_key="offline"), server
+
+
+def _scripts(settings: Settings) -> dict[str, Any]:
+    """REWIND_SCRIPTS: a JSON file {"name": [turn, ...]}; run one with --model script:name."""
+    if not settings.scripts_file:
+        return {}
+    try:
+        scripts = json.loads(Path(settings.scripts_file).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"REWIND_SCRIPTS={settings.scripts_file}: cannot read a JSON object of scripts ({exc})") from None
+    if not isinstance(scripts, dict):
+        raise ConfigError(f"REWIND_SCRIPTS={settings.scripts_file}: expected {{\"name\": [turns...]}}, got {type(scripts).__name__}")
+    return scripts
+
+
+class RewindWorker:
+    """The worker's Temporal workers (main queue + one per tool) as one async context manager;
+    closes the stores its activities use when it stops."""
+
+    def __init__(self, workers: list[Worker], stores: list[Any]) -> None:
+        self.workers = workers
+        self._stores = stores
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    async def __aenter__(self) -> "RewindWorker":
+        stack = contextlib.AsyncExitStack()
+        try:
+            for worker in self.workers:
+                await stack.enter_async_context(worker)
+        except BaseException:
+            await stack.aclose()
+            await self._close_stores()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            if self._stack is not None:
+                await self._stack.aclose()
+        finally:
+            await self._close_stores()
+
+    async def _close_stores(self) -> None:
+        for store in self._stores:
+            await store.aclose()
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    registry: ToolRegistry,
+    endpoint: ModelEndpoint,
+    *,
+    max_cached_workflows: int | None = None,
+    workflows: list[type] | None = None,
+    redactor: Redactor | None = None,
+) -> RewindWorker:
+    """Workers for `settings.task_queue` and for each tool's queue. `workflows`
+    replaces the workflow classes (tests deploy changed workflow code with it).
+    `redactor` defaults to the settings' one plus the model key in use."""
+    objects = object_store(settings, settings.store_url)
+    payloads = object_store(settings, settings.payload_url)
+    if redactor is None:
+        redactor = settings.redactor({"model_api_key": endpoint.api_key})
+    llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor)
+    # Idempotency records live with the run's live data, not in the checkpoint
+    # archive (activities/idempotency.py says why).
+    tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
+                           max_output_bytes=settings.max_tool_output_bytes)
+    mirror = MirrorActivities(CheckpointStore(objects), redactor)
+    tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool]
+    options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
+    main = Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=workflows or [AgentWorkflow, CompensationWorkflow],
+        # The tool activities stay on the main queue too, for runs started
+        # before tool queues (they schedule tool calls here).
+        activities=[llm.call_llm, mirror.mirror_step, *tool_activities],
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
+        graceful_shutdown_timeout=timedelta(seconds=5),
+        # A bug in workflow code fails the run visibly instead of retrying its
+        # workflow task forever. Nondeterminism (a bad deploy) is not listed:
+        # those tasks keep retrying, so rolling the worker back recovers them.
+        workflow_failure_exception_types=list(WORKFLOW_BUGS),
+        **options,
+    )
+    per_tool = [
+        Worker(
+            client,
+            task_queue=tool_task_queue(settings.task_queue, name),
+            activities=tool_activities,
+            graceful_shutdown_timeout=timedelta(seconds=5),
+            # One poller per idle tool queue, more while its calls keep coming.
+            activity_task_poller_behavior=PollerBehaviorAutoscaling(minimum=1, maximum=10, initial=1),
+        )
+        for name in registry.names()
+    ]
+    return RewindWorker([main, *per_tool], [objects, payloads])
+
+
+class HealthFile:
+    """What `rewind health` reads: this worker polls, and Temporal answers."""
+
+    def __init__(self, path: Path, settings: Settings, tools: list[str]) -> None:
+        self.path = path
+        self._base = {
+            "pid": os.getpid(), "host": socket.gethostname(), "task_queue": settings.task_queue,
+            "temporal_address": settings.temporal_address, "tools": tools,
+        }
+
+    def write(self, temporal_ok: bool, error: str | None = None) -> None:
+        doc = {**self._base, "updated_at": time.time(), "temporal_ok": temporal_ok, "error": error}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            doc = json.loads(self.path.read_text())
+            if doc.get("pid") == os.getpid():
+                self.path.unlink()
+
+    async def keep_fresh(self, client: Client) -> None:
+        while True:
+            try:
+                ok = await client.service_client.check_health(timeout=timedelta(seconds=5))
+                self.write(bool(ok))
+            except Exception as exc:  # noqa: BLE001 - reported in the file, not fatal
+                self.write(False, f"{type(exc).__name__}: {exc}"[:300])
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+
+
+async def run_worker(settings: Settings, tool_modules: list[str], *, announce_json: bool = False) -> None:
+    # `--tool-modules mymod` finds mymod.py in the current directory, as `python -m` would.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
+    await check_stores(settings, probe_writes=True)
+    client = await connect(settings)
+    endpoint, offline = model_endpoint(settings)
+    worker = build_worker(client, settings, registry, endpoint)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    health = HealthFile(settings.worker_health_file, settings, registry.names())
+    try:
+        async with worker:
+            log.info(
+                "worker on %s, task queue %r, tools: %s, checkpoints in %s, live data in %s",
+                settings.temporal_address, settings.task_queue, ", ".join(registry.names()) or "none",
+                settings.store_url, settings.payload_url,
+            )
+            if announce_json:  # `rewind worker --json`: one document once the worker polls
+                print(json.dumps({
+                    "task_queue": settings.task_queue, "temporal_address": settings.temporal_address,
+                    "tools": registry.names(), "store": settings.store_url, "payloads": settings.payload_url,
+                    "model": "scripted offline model" if offline is not None else endpoint.base_url,
+                    "pid": os.getpid(),
+                }), flush=True)
+            beat = asyncio.create_task(health.keep_fresh(client))
+            try:
+                await stop.wait()
+            finally:
+                beat.cancel()
+                health.remove()
+    finally:
+        if offline is not None:
+            offline.stop_thread()
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tool-modules", metavar="MODULES",
+                        help="comma-separated tool modules to load (default: REWIND_TOOL_MODULES)")
+    parser.add_argument("--tools", dest="tools_deprecated", metavar="MODULES", help=argparse.SUPPRESS)
+    parser.add_argument("--task-queue", help="main task queue (default: REWIND_TASK_QUEUE or 'rewind')")
+
+
+def worker_settings(args: argparse.Namespace, settings: Settings, warn: Any) -> tuple[Settings, list[str]]:
+    """The settings and tool modules a `rewind worker` / `python worker.py` command line asks for."""
+    if args.task_queue:
+        settings.task_queue = args.task_queue
+    text = args.tool_modules
+    if args.tools_deprecated is not None:
+        warn("--tools on the worker is deprecated: use --tool-modules (on `rewind start`, --tools names tools)")
+        text = text or args.tools_deprecated
+    if settings.tool_modules_source == "REWIND_TOOLS":
+        warn("REWIND_TOOLS is deprecated: use REWIND_TOOL_MODULES")
+    modules = [m.strip() for m in text.split(",") if m.strip()] if text else settings.tool_modules
+    return settings, modules
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="rewind worker", description="Run a Rewind worker")
+    add_worker_arguments(parser)
+    args = parser.parse_args(argv)
+    code = run_from_command_line(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # see rewind.cli.main: the native runtime can abort at interpreter exit
+
+
+def run_from_command_line(args: argparse.Namespace) -> int:
+    """Run until SIGINT/SIGTERM; a configuration error is one line on stderr and exit 1."""
+    drop_empty_library_variables()
+
+    def warn(text: str) -> None:
+        print(f"rewind: {text}", file=sys.stderr, flush=True)
+
+    try:
+        settings, modules = worker_settings(args, Settings.from_env(), warn)
+        logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        asyncio.run(run_worker(settings, modules, announce_json=getattr(args, "json", False)))
+    except RewindError as exc:
+        print(f"rewind: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+__all__ = ["build_worker", "run_worker", "model_endpoint", "RewindWorker", "main", "WORKFLOW_BUGS"]

@@ -1,0 +1,57 @@
+"""Every name Temporal persists, written once.
+
+Activity and workflow type names, error types that cross an activity or
+workflow boundary, queries, signals and patch ids end up in the histories
+of runs that are still in flight (and in the recorded histories CI replays).
+Renaming one breaks those runs, so they are defined here and nowhere else;
+both the workflow code and the activities, the worker and the client import
+them from here.
+"""
+
+from __future__ import annotations
+
+# -- workflows ---------------------------------------------------------------
+AGENT_WORKFLOW = "AgentWorkflow"
+COMPENSATION_WORKFLOW = "CompensationWorkflow"
+
+# -- activities --------------------------------------------------------------
+CALL_LLM = "call_llm"
+DESCRIBE_TOOLS = "describe_tools"
+RUN_TOOL = "run_tool"
+COMPENSATE_TOOL = "compensate_tool"
+MIRROR_STEP = "mirror_step"
+
+# -- queries and signals of AgentWorkflow -------------------------------------
+STATUS_QUERY = "status"
+TOOL_LOG_QUERY = "tool_log"
+RAISE_LIMITS_SIGNAL = "raise_limits"
+
+# -- error types (ApplicationError.type) ---------------------------------------
+LLM_REJECTED = "LlmRequestRejected"          # a 4xx retrying cannot fix: the run fails
+TOOL_NOT_REGISTERED = "ToolNotRegistered"    # the worker lacks the tool (runs from before tool queues)
+CHECKPOINT_CONFLICT = "CheckpointConflict"   # a checkpoint that can never be stored
+AGENT_RUN_FAILED = "AgentRunFailed"          # the run's own failure, with its reason
+
+# -- patches (workflow.patched ids) --------------------------------------------
+# Tool calls (and the description of named tools) go to a task queue of their
+# own per tool, so a run never lands on a worker that lacks a tool it needs.
+TOOL_QUEUES_PATCH = "tool-task-queues"
+
+
+def tool_task_queue(task_queue: str, tool_name: str) -> str:
+    """The task queue on which the workers that have `tool_name` run its calls.
+
+    Every worker polls its main queue (workflows, model calls, the mirror)
+    and one queue per tool it has; a tool call is scheduled on its tool's
+    queue, so only a worker holding the tool can pick it up.
+    """
+    return f"{task_queue}.tool.{tool_name}"
+
+
+__all__ = [
+    "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW",
+    "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP",
+    "STATUS_QUERY", "TOOL_LOG_QUERY", "RAISE_LIMITS_SIGNAL",
+    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED",
+    "TOOL_QUEUES_PATCH", "tool_task_queue",
+]
