@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from temporalio import activity
 
 
 @asynccontextmanager
-async def heartbeating(interval_s: float = 1.0) -> AsyncIterator[None]:
+async def heartbeating(*details: Any, interval_s: float = 1.0) -> AsyncIterator[None]:
+    """`details` (e.g. the tool's name) travel with each beat: `rewind status` shows
+    them for a running activity, from Temporal's pending-activity info."""
+
     async def beat() -> None:
         while True:
-            activity.heartbeat()
+            activity.heartbeat(*details)
             await asyncio.sleep(interval_s)
 
     task = asyncio.create_task(beat())

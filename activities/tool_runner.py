@@ -149,7 +149,7 @@ class ToolActivities:
         )
         token = set_tool_context(ctx)
         try:
-            async with heartbeating():
+            async with heartbeating(request.tool_name):
                 result = await registered.fn(**kwargs)
             output = self._redact.redact_json(_jsonable(result, request.tool_name, self._max_output))
         except ToolError as exc:
@@ -191,7 +191,7 @@ class ToolActivities:
             idempotency_key=request.compensation_key, attempt=activity.info().attempt,
         ))
         try:
-            async with heartbeating():
+            async with heartbeating(request.tool_name):
                 result = await registered.compensate(request.arguments, request.output)
             output = self._redact.redact_json(_jsonable(result, request.tool_name, self._max_output))
         except ToolError as exc:

@@ -16,15 +16,15 @@ import sys
 import traceback
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
-from temporalio.client import WorkflowFailureError
-from temporalio.service import RPCError
 
 from checkpoint_bridge.ids import echo, parse_checkpoint_id, validate_id
-from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings, drop_empty_library_variables
 from rewind.errors import RewindError, UsageError
+
+if TYPE_CHECKING:
+    from checkpoint_bridge.store import CheckpointStore
 
 
 def _emit(doc: Any, as_json: bool, text: str) -> None:
@@ -78,6 +78,10 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
         limits=RunLimits(max_steps=args.max_steps, max_cost_usd=args.max_cost, max_tokens=args.max_tokens),
         **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
     )
+    # A store that cannot work is one line naming its variable now, not a run that no worker takes.
+    from rewind.stores import check_stores
+
+    await check_stores(settings)
     client = await _client(settings)
     handle = await start_run(client, settings, agent_input)
     info = {"run_id": agent_input.run_id, "workflow_id": handle.id}
@@ -92,6 +96,8 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
 async def _wait_and_report(
     args: argparse.Namespace, client: Any, handle: Any, run_id: str, branch: str, extra: dict[str, Any],
 ) -> int:
+    from temporalio.client import WorkflowFailureError
+
     from rewind.client import wait_for_outcome
     from rewind.progress import follow
 
@@ -146,7 +152,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if view.no_worker:
         lines.append(f"  waiting      {view.no_worker}")
     for p in view.pending:
-        lines.append(f"  running      {p['activity']} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
+        what = f"{p['activity']} {p['detail']}" if p.get("detail") else p["activity"]
+        lines.append(f"  running      {what} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
     if view.failure:
         lines.append(f"  failure      {view.failure}")
     print("\n".join(lines))
@@ -398,10 +405,19 @@ def _task(text: str) -> str:
     return text
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from rewind.worker import add_worker_arguments
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (`rewind start: argument --max-steps: ...`)."""
 
-    parser = argparse.ArgumentParser(prog="rewind", description="Durable, forkable LLM agent runs on Temporal")
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        print(f"{self.prog}: {_one_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rewind.worker_args import add_worker_arguments
+
+    parser = _Parser(prog="rewind", description="Durable, forkable LLM agent runs on Temporal")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help: str, **handler: Any) -> argparse.ArgumentParser:
@@ -492,6 +508,8 @@ def _one_line(text: str, limit: int = 2000) -> str:
 
 def run(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code. Nothing but one line reaches stderr on failure."""
+    from temporalio.service import RPCError
+
     drop_empty_library_variables()
     args = build_parser().parse_args(argv)
     debug = False

@@ -223,6 +223,17 @@ def status_from_checkpoint(cp: AgentCheckpoint, state: RunState | None = None) -
     )
 
 
+async def _heartbeat_detail(client: Client, pending: Any) -> str | None:
+    """The first heartbeat detail of a pending activity, when it is a short string."""
+    if not pending.HasField("heartbeat_details") or not pending.heartbeat_details.payloads:
+        return None
+    try:
+        values = await client.data_converter.decode(pending.heartbeat_details.payloads)
+    except Exception:  # noqa: BLE001 - a key this client lacks: show nothing
+        return None
+    return values[0] if values and isinstance(values[0], str) and len(values[0]) <= 200 else None
+
+
 _ENDED_BY_TEMPORAL = {"terminated", "timed_out", "canceled"}
 
 
@@ -259,6 +270,9 @@ async def run_view(
     if workflow_status == "running":
         for pa in desc.raw_description.pending_activities:
             entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt}
+            detail = await _heartbeat_detail(client, pa)
+            if detail:
+                entry["detail"] = detail  # e.g. the tool a run_tool activity runs
             if pa.HasField("last_failure"):
                 entry["last_failure"] = await _failure_message(client, pa.last_failure)
             view.pending.append(entry)

@@ -49,6 +49,35 @@ def _lock_path(db_file: Path) -> Path:
     return db_file.with_name(db_file.name + ".lock")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_orphaned_server(db_file: Path) -> int | None:
+    """Stop a dev server whose `rewind server` / `rewind demo` process died (killed, not
+    stopped), so it does not hold the database forever; returns its pid if one was stopped."""
+    try:
+        holder = json.loads(_lock_path(db_file).read_text() or "{}")
+        owner, server_pid = int(holder.get("pid", 0)), int(holder.get("server_pid", 0))
+        cmdline = Path(f"/proc/{server_pid}/cmdline").read_bytes() if server_pid else b""
+    except (OSError, ValueError):
+        return None
+    if not owner or _alive(owner) or b"start-dev" not in cmdline or str(db_file).encode() not in cmdline:
+        return None
+    os.killpg(server_pid, signal.SIGTERM)
+    for _ in range(200):
+        if not _alive(server_pid):
+            break
+        time.sleep(0.05)
+    return server_pid
+
+
 def lock_db(db_file: Path) -> int:
     """An exclusive lock on `db_file` (two dev servers on one sqlite file corrupt it).
 
@@ -75,7 +104,7 @@ def lock_db(db_file: Path) -> int:
 
 
 def _record_holder(fd: int, server_pid: int) -> None:
-    data = json.dumps({"pid": os.getpid(), "server_pid": server_pid, "command": " ".join(sys.argv[:3])}).encode()
+    data = json.dumps({"pid": os.getpid(), "server_pid": server_pid, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:120]}).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
 
@@ -114,6 +143,7 @@ class DevServer:
             )
         ui_port = ui_port or free_port()
         db_file.parent.mkdir(parents=True, exist_ok=True)
+        stop_orphaned_server(db_file)
         lock_fd = lock_db(db_file)
         log_file = log_file or db_file.with_suffix(".log")
         args = [

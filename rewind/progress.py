@@ -24,9 +24,9 @@ def progress_line(view: RunView) -> str | None:
         return f"  waiting: {view.no_worker}"
     if s is None:
         return None
-    running = ", ".join(sorted({p["activity"] for p in view.pending})) or "-"
+    running = ", ".join(sorted({_activity(p) for p in view.pending})) or "-"
     retries = "; ".join(
-        f"retrying {p['activity']} (attempt {p['attempt']}: {p.get('last_failure', '')})"
+        f"retrying {_activity(p)} (attempt {p['attempt']}: {p.get('last_failure', '')})"
         for p in view.pending if p["attempt"] > 1
     )
     line = (
@@ -34,6 +34,10 @@ def progress_line(view: RunView) -> str | None:
         f"tool calls {s.tool_calls_done} (cache hits {s.tool_cache_hits}) | running {running}"
     )
     return line + (f" | {retries}" if retries else "")
+
+
+def _activity(pending: dict[str, Any]) -> str:
+    return f"{pending['activity']} {pending['detail']}" if pending.get("detail") else pending["activity"]
 
 
 async def follow(client: Client, run_id: str, handle: Any, out: TextIO, branch: str = "main") -> Any:

@@ -3,19 +3,15 @@
 Used by `rewind demo` and the examples: a Temporal dev server on free ports
 (state in .rewind/temporal.db, reused across runs), the scripted offline model
 unless OPENAI_API_KEY is set, and an in-process worker with the given tools.
-A dev server left behind by an interrupted run is stopped first.
+A dev server left behind by a killed run is stopped first (rewind/embedded.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import sys
-import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import AsyncIterator, TextIO
 
 from temporalio.client import Client
@@ -36,20 +32,6 @@ class Stack:
     offline: bool
 
 
-def _stop_leftover_server(pid_file: Path) -> None:
-    try:
-        pid = int(pid_file.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError):
-        return
-    if b"start-dev" in cmdline:
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(100):
-            if not Path(f"/proc/{pid}").exists():
-                break
-            time.sleep(0.05)
-
-
 @asynccontextmanager
 async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextIO = sys.stdout) -> AsyncIterator[Stack]:
     from rewind.worker import build_worker, model_endpoint
@@ -59,15 +41,14 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
     home = settings.home
     home.mkdir(parents=True, exist_ok=True)
-    pid_file = home / "demo-server.pid"
-    _stop_leftover_server(pid_file)
+    # A dev server left behind by a killed demo is stopped by DevServer.start;
+    # one still in use by another demo or `rewind server` is refused, named.
     server = DevServer.start(home / "temporal.db", log_file=home / "temporal.log")
-    pid_file.write_text(str(server.process.pid))
     settings.temporal_address = server.address
     print(f"Temporal dev server on {server.address} (UI: http://127.0.0.1:{server.ui_port}), state in {server.db_file}", file=out)
     endpoint, offline = model_endpoint(settings)
     print("model: " + ("scripted offline model at " + str(endpoint.base_url) if offline
-                       else f"OpenAI-compatible API {endpoint.base_url or 'api.openai.com'}"), file=out)
+                       else f"OpenAI-compatible API {endpoint.base_url}"), file=out)
     try:
         client = await connect(settings)
         registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
@@ -75,6 +56,5 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
             yield Stack(client, settings, server, endpoint, offline is not None)
     finally:
         server.stop()
-        pid_file.unlink(missing_ok=True)
         if offline is not None:
             offline.stop_thread()  # type: ignore[attr-defined]

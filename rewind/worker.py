@@ -245,28 +245,9 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
             offline.stop_thread()
 
 
-def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tool-modules", metavar="MODULES",
-                        help="comma-separated tool modules to load (default: REWIND_TOOL_MODULES)")
-    parser.add_argument("--tools", dest="tools_deprecated", metavar="MODULES", help=argparse.SUPPRESS)
-    parser.add_argument("--task-queue", help="main task queue (default: REWIND_TASK_QUEUE or 'rewind')")
-
-
-def worker_settings(args: argparse.Namespace, settings: Settings, warn: Any) -> tuple[Settings, list[str]]:
-    """The settings and tool modules a `rewind worker` / `python worker.py` command line asks for."""
-    if args.task_queue:
-        settings.task_queue = args.task_queue
-    text = args.tool_modules
-    if args.tools_deprecated is not None:
-        warn("--tools on the worker is deprecated: use --tool-modules (on `rewind start`, --tools names tools)")
-        text = text or args.tools_deprecated
-    if settings.tool_modules_source == "REWIND_TOOLS":
-        warn("REWIND_TOOLS is deprecated: use REWIND_TOOL_MODULES")
-    modules = [m.strip() for m in text.split(",") if m.strip()] if text else settings.tool_modules
-    return settings, modules
-
-
 def main(argv: list[str] | None = None) -> None:
+    from rewind.worker_args import add_worker_arguments
+
     parser = argparse.ArgumentParser(prog="rewind worker", description="Run a Rewind worker")
     add_worker_arguments(parser)
     args = parser.parse_args(argv)
@@ -283,9 +264,16 @@ def run_from_command_line(args: argparse.Namespace) -> int:
     def warn(text: str) -> None:
         print(f"rewind: {text}", file=sys.stderr, flush=True)
 
+    from rewind.worker_args import worker_settings
+
     try:
         settings, modules = worker_settings(args, Settings.from_env(), warn)
         logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        if settings.log_level != "DEBUG":
+            # botocore's INFO chatter ("Found credentials in environment variables.") is not
+            # the worker's to report: a configuration error stays one line on stderr.
+            for name in ("botocore", "aiobotocore", "boto3", "aioboto3"):
+                logging.getLogger(name).setLevel(logging.WARNING)
         asyncio.run(run_worker(settings, modules, announce_json=getattr(args, "json", False)))
     except RewindError as exc:
         print(f"rewind: {exc}", file=sys.stderr, flush=True)
