@@ -134,6 +134,8 @@ class Settings:
     # The offline model (no OPENAI_API_KEY): scripts file and latency.
     scripts_file: str | None = None
     scripted_latency_ms: float = 0.0
+    # Which server's request checks the offline model emulates (rewind/scripted_model.py).
+    scripted_dialect: str = "openai"
     # Where a worker reports that it is polling (`rewind health` reads it).
     health_file: Path | None = None
     # Print tracebacks of unexpected errors (the CLI prints one line otherwise).
@@ -181,6 +183,7 @@ class Settings:
             log_level=_log_level(read.str("REWIND_LOG_LEVEL", "INFO") or "INFO"),
             scripts_file=read.str("REWIND_SCRIPTS"),
             scripted_latency_ms=read.float("REWIND_SCRIPTED_LATENCY_MS", 0.0),
+            scripted_dialect=read.str("REWIND_SCRIPTED_DIALECT", "openai"),  # type: ignore[arg-type]
             health_file=Path(p) if (p := read.str("REWIND_HEALTH_FILE")) else None,
             debug=read.flag("REWIND_DEBUG"),
         )

@@ -29,7 +29,6 @@ import asyncio
 import hashlib
 import json
 import math
-import os
 import re
 import signal
 import threading
@@ -702,8 +701,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port; the URL is printed")
     parser.add_argument("--latency-ms", type=float, default=0.0)
-    # The environment is read here only: the library class never depends on it.
-    parser.add_argument("--dialect", default=os.environ.get("REWIND_SCRIPTED_DIALECT") or "openai",
+    # The default comes from the settings (REWIND_SCRIPTED_DIALECT): the library class never depends on it.
+    from rewind.config import Settings
+
+    parser.add_argument("--dialect", default=Settings.from_env().scripted_dialect,
                         help=f"which server's request checks to emulate: {', '.join(DIALECTS)} "
                              "(default: $REWIND_SCRIPTED_DIALECT or openai)")
     args = parser.parse_args(argv)

@@ -65,7 +65,10 @@ def model_endpoint(settings: Settings) -> tuple[ModelEndpoint, Any]:
         return ModelEndpoint(base_url=settings.model_endpoint_url, api_key=settings.model_api_key), None
     from rewind.scripted_model import ScriptedModelServer
 
-    server = ScriptedModelServer(latency_ms=settings.scripted_latency_ms)
+    try:
+        server = ScriptedModelServer(latency_ms=settings.scripted_latency_ms, dialect=settings.scripted_dialect)
+    except ValueError as exc:
+        raise ConfigError(f"REWIND_SCRIPTED_DIALECT={settings.scripted_dialect!r}: {exc}") from None
     for name, turns in _scripts(settings).items():
         server.add_script(name, turns)
     base_url = server.start_in_thread()
