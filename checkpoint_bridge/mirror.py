@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.errors import (
     CheckpointError,
@@ -24,6 +25,7 @@ from checkpoint_bridge.errors import (
 )
 from checkpoint_bridge.projector import apply_record, project_workflow
 from checkpoint_bridge.store import CheckpointStore
+from rewind.errors import RunNotFoundError
 from rewind.redaction import Redactor
 from workflows.contracts import MirrorAck, StepRecord
 from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP
@@ -80,11 +82,31 @@ class MirrorReport(BaseModel):
     checkpoints: int
     written: int
     already_present: int
+    # False when Temporal no longer has the workflow (past the namespace's
+    # retention): the stored checkpoints are then the only copy, kept as they are.
+    history: bool = True
 
 
-async def mirror_run(client: Client, store: CheckpointStore, workflow_id: str) -> MirrorReport:
-    """Write every checkpoint of one branch workflow that the store lacks."""
-    checkpoints = await project_workflow(client, workflow_id, base_loader=store.load)
+async def mirror_run(
+    client: Client, store: CheckpointStore, workflow_id: str, *, run_id: str | None = None, branch_id: str | None = None,
+) -> MirrorReport:
+    """Write every checkpoint of one branch workflow that the store lacks (`run_id`
+    and `branch_id` name it for the report when Temporal no longer has it)."""
+    try:
+        checkpoints = await project_workflow(client, workflow_id, base_loader=store.load)
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        if run_id is None:
+            run_id, _, branch_id = workflow_id.partition("--")
+        branch = branch_id or "main"
+        stored = await store.existing_steps(run_id, branch)
+        if not stored:
+            raise RunNotFoundError(
+                f"no workflow {workflow_id!r} in Temporal and no checkpoints of it in {store.url}; check the run id"
+            ) from None
+        return MirrorReport(run_id=run_id, branch_id=branch, checkpoints=len(stored), written=0,
+                            already_present=len(stored), history=False)
     if not checkpoints:
         return MirrorReport(run_id=workflow_id, branch_id="main", checkpoints=0, written=0, already_present=0)
     first = checkpoints[0]

@@ -234,10 +234,11 @@ async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
     async with _checkpoints(settings) as store:
         branches = [args.branch] if args.branch else sorted({"main", *await store.branches(args.run)})
         for branch in branches:
-            reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch)))
+            reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch), run_id=args.run, branch_id=branch))
     docs = [r.model_dump() for r in reports]
     text = "\n".join(
         f"{r.run_id} branch {r.branch_id}: {r.checkpoints} checkpoints, {r.written} written, {r.already_present} already present"
+        + ("" if r.history else " (Temporal no longer has its history: the store's checkpoints are the only copy)")
         for r in reports
     )
     _emit({"run_id": args.run, "branches": docs}, args.json, text)
