@@ -49,7 +49,8 @@ def _lock_path(db_file: Path) -> Path:
     return db_file.with_name(db_file.name + ".lock")
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -68,11 +69,11 @@ def stop_orphaned_server(db_file: Path) -> int | None:
         cmdline = Path(f"/proc/{server_pid}/cmdline").read_bytes() if server_pid else b""
     except (OSError, ValueError):
         return None
-    if not owner or _alive(owner) or b"start-dev" not in cmdline or str(db_file).encode() not in cmdline:
+    if not owner or process_alive(owner) or b"start-dev" not in cmdline or str(db_file).encode() not in cmdline:
         return None
     os.killpg(server_pid, signal.SIGTERM)
     for _ in range(200):
-        if not _alive(server_pid):
+        if not process_alive(server_pid):
             break
         time.sleep(0.05)
     return server_pid

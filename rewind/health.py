@@ -9,21 +9,12 @@ last health check. This is the container health check of docker-compose.yml.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: it exists
-    return True
+from rewind.embedded import process_alive
 
 
 def worker_health(path: Path, *, max_age_s: float = 30.0) -> dict[str, Any]:
@@ -36,7 +27,7 @@ def worker_health(path: Path, *, max_age_s: float = 30.0) -> dict[str, Any]:
         return {"healthy": False, "reason": f"unreadable worker health file {path}: {exc}"}
     age = time.time() - float(doc.get("updated_at", 0))
     report: dict[str, Any] = {**doc, "age_s": round(age, 1)}
-    if doc.get("host") == socket.gethostname() and not _alive(int(doc.get("pid", 0))):
+    if doc.get("host") == socket.gethostname() and not process_alive(int(doc.get("pid", 0))):
         return {**report, "healthy": False, "reason": f"worker process {doc.get('pid')} is gone"}
     if age > max_age_s:
         return {**report, "healthy": False, "reason": f"the worker last reported {age:.0f}s ago (more than {max_age_s:g}s)"}
