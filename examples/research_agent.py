@@ -28,7 +28,8 @@ DEFAULT_TASK = "Research these companies and save a competitive report: " + ", "
 
 
 def outbox_dir() -> Path:
-    return Path(os.environ.get("REWIND_OUTBOX") or Path(os.environ.get("REWIND_HOME", ".rewind")) / "outbox")
+    # An empty variable is an unset one (rewind/config.py), here too.
+    return Path(os.environ.get("REWIND_OUTBOX") or Path(os.environ.get("REWIND_HOME") or ".rewind") / "outbox")
 
 
 class TransientSearchError(RuntimeError):
@@ -53,8 +54,8 @@ def _profile(company: str) -> dict[str, object]:
 @tool(max_attempts=6, timeout_s=30)
 async def search_company(company: Annotated[str, Field(min_length=1, max_length=200)]) -> str:
     """Look up public facts about one company (employees, revenue, growth, technology)."""
-    await asyncio.sleep(float(os.environ.get("REWIND_DEMO_SEARCH_LATENCY_S", "0.05")))
-    if random.random() < float(os.environ.get("REWIND_DEMO_FAILURE_RATE", "0.2")):
+    await asyncio.sleep(float(os.environ.get("REWIND_DEMO_SEARCH_LATENCY_S") or "0.05"))
+    if random.random() < float(os.environ.get("REWIND_DEMO_FAILURE_RATE") or "0.2"):
         raise TransientSearchError(f"search API timed out for {company!r}")
     return json.dumps(_profile(company), sort_keys=True)
 

@@ -287,3 +287,7 @@ def run_from_command_line(args: argparse.Namespace) -> int:
 
 
 __all__ = ["build_worker", "run_worker", "model_endpoint", "RewindWorker", "main", "WORKFLOW_BUGS"]
+
+
+if __name__ == "__main__":  # `python -m rewind.worker ...`, same as `rewind worker ...`
+    main()
