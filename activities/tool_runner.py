@@ -116,7 +116,7 @@ class ToolActivities:
         if registered is None:
             raise ApplicationError(
                 f"tool {request.tool_name!r} is not registered on this worker; "
-                "start every worker with the same REWIND_TOOLS / --tools",
+                "start the worker with --tool-modules (REWIND_TOOL_MODULES) naming the module that defines it",
                 type=TOOL_NOT_REGISTERED,
                 non_retryable=True,
             )
@@ -132,6 +132,12 @@ class ToolActivities:
             message = f"invalid arguments for {request.tool_name}: {_validation_message(exc)}"
             return outcome(error=self._redact.redact_text(message), error_kind="invalid_arguments")
 
+        # Heartbeat from the first store request on: a slow record lookup or
+        # write must not look like a dead worker to Temporal.
+        async with heartbeating(request.tool_name):
+            return await self._run_checked(request, registered, kwargs, outcome)
+
+    async def _run_checked(self, request: ToolRequest, registered: Any, kwargs: dict[str, Any], outcome: Any) -> ToolOutcome:
         key = request.idempotency_key if registered.spec.side_effects else None
         if key is not None:
             record = await self._recorded(key)
@@ -149,8 +155,7 @@ class ToolActivities:
         )
         token = set_tool_context(ctx)
         try:
-            async with heartbeating(request.tool_name):
-                result = await registered.fn(**kwargs)
+            result = await registered.fn(**kwargs)
             output = self._redact.redact_json(_jsonable(result, request.tool_name, self._max_output))
         except ToolError as exc:
             return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {exc}"), error_kind="tool_error")
