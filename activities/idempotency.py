@@ -34,8 +34,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from checkpoint_bridge.errors import CheckpointNotFoundError
 from checkpoint_bridge.objects import ObjectStore
+from workflows.errors import CheckpointNotFoundError
 
 
 class IdempotencyLedger:

@@ -27,12 +27,12 @@ from activities.context_budget import message_budget
 from activities.context_window import compact_actions, compress_messages
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
+from activities.redaction import NO_REDACTION, Redactor
 from activities.transcript import TranscriptError, TranscriptStore
 from activities.wire_format import outgoing_messages
-from rewind.text import scrub_surrogates
-from checkpoint_bridge.errors import StoreUnavailableError
-from rewind.redaction import NO_REDACTION, Redactor
 from workflows.contracts import LlmRequest, LlmResponse, Usage
+from workflows.errors import StoreUnavailableError
+from workflows.text import scrub_surrogates
 from workflows.wire import CALL_LLM, LLM_REJECTED
 
 RETRYABLE_STATUS = {408, 409, 429}

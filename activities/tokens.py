@@ -31,7 +31,7 @@ from typing import Any
 import tiktoken
 from tiktoken.model import encoding_name_for_model
 
-from rewind.errors import RewindError
+from workflows.errors import EncodingDataError
 
 __all__ = [
     "BUNDLED_ENCODINGS",
@@ -57,9 +57,6 @@ REPLY_PRIMING_TOKENS = 3
 # Not published; roughly the JSON framing of one function call.
 TOKENS_PER_TOOL_CALL = 3
 
-
-class EncodingDataError(RewindError):
-    """A bundled encoding file is missing or does not match its pinned hash."""
 
 
 class TokenizerFallbackWarning(UserWarning):

@@ -25,10 +25,14 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
-from checkpoint_bridge.errors import CheckpointError
-from activities.tools import ToolContext, ToolError, ToolRegistry, reset_tool_context, set_tool_context
-from rewind.redaction import Redactor
-from rewind.text import scrub_surrogates
+from activities.redaction import Redactor
+from activities.tools import (
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    reset_tool_context,
+    set_tool_context,
+)
 from workflows.contracts import (
     CompensationOutcome,
     CompensationRequest,
@@ -37,8 +41,14 @@ from workflows.contracts import (
     ToolOutcome,
     ToolRequest,
 )
-from workflows.wire import COMPENSATE_TOOL, DESCRIBE_TOOLS, RUN_TOOL, TOOL_NOT_REGISTERED
-
+from workflows.errors import CheckpointError
+from workflows.text import scrub_surrogates
+from workflows.wire import (
+    COMPENSATE_TOOL,
+    DESCRIBE_TOOLS,
+    RUN_TOOL,
+    TOOL_NOT_REGISTERED,
+)
 
 
 def _validation_message(exc: pydantic.ValidationError) -> str:

@@ -19,17 +19,13 @@ from typing import Annotated, Any, Awaitable, Callable
 import pydantic
 from temporalio import activity
 
-from rewind.errors import RewindError, ToolRegistryError
 from workflows.contracts import ToolSpec
-
+from workflows.errors import ToolError, ToolRegistryError
 
 # Every plain `str` argument is capped (a model can send megabytes); the
 # worker's registry re-applies its own cap (REWIND_MAX_ARG_CHARS).
 DEFAULT_MAX_ARG_CHARS = 100_000
 
-
-class ToolError(RewindError):
-    """Raise from a tool to report a failure the model should see, without retries."""
 
 
 @dataclass(frozen=True)
@@ -238,3 +234,9 @@ def set_tool_context(ctx: ToolContext) -> contextvars.Token[ToolContext]:
 
 def reset_tool_context(token: contextvars.Token[ToolContext]) -> None:
     _current_context.reset(token)
+
+
+__all__ = [
+    "tool", "tool_context", "ToolError", "ToolContext", "RegisteredTool", "ToolRegistry",
+    "import_tool_module", "DEFAULT_MAX_ARG_CHARS",
+]

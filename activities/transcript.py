@@ -19,16 +19,12 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from rewind.errors import RewindError
-from checkpoint_bridge.canonical import canonical_json
-from checkpoint_bridge.errors import CheckpointNotFoundError
 from checkpoint_bridge.objects import ObjectStore
+from workflows.canonical import canonical_json
+from workflows.errors import CheckpointNotFoundError, TranscriptError
 
 SEGMENT_FORMAT = "rewind.transcript-segment/v1"
 
-
-class TranscriptError(RewindError):
-    """A transcript segment is missing, corrupt, or not the length the workflow expects."""
 
 
 def segment_key(digest: str) -> str:

@@ -26,7 +26,6 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.transcript import TranscriptStore
-from checkpoint_bridge.ids import validate_id
 from checkpoint_bridge.lineage import (
     display_name,
     lineage,
@@ -40,17 +39,28 @@ from checkpoint_bridge.objects import open_object_store
 from checkpoint_bridge.projector import chain_events
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
-from rewind.client import branch_workflows, check_limits, check_tools, start_run, workflow_id_for
+from rewind.client import (
+    branch_workflows,
+    check_limits,
+    check_tools,
+    start_run,
+    workflow_id_for,
+)
 from rewind.config import Settings
-from rewind.errors import RewindError, RunExistsError
-from workflows.contracts import DEFAULT_MODEL, AgentInput, AgentResult, Ledger, LoopState, RunLimits
+from workflows.contracts import (
+    DEFAULT_MODEL,
+    AgentInput,
+    AgentResult,
+    Ledger,
+    LoopState,
+    RunLimits,
+)
+from workflows.errors import CheckpointNotUsableError, RunExistsError
+from workflows.ids import validate_id
 from workflows.wire import RUN_TOOL
 
 STOP_TIMEOUT_S = 30.0
 
-
-class CheckpointNotUsableError(RewindError):
-    """The chosen checkpoint cannot seed a new workflow (failed or invalidated step)."""
 
 
 @dataclass

@@ -16,9 +16,10 @@ import asyncio
 from collections import OrderedDict
 from typing import Any, Literal
 
+from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
+from workflows.ids import parse_checkpoint_id
+
 from .envelope import Envelope, apply_delta, decode
-from .errors import CheckpointNotFoundError, CorruptCheckpointError
-from .ids import parse_checkpoint_id
 from .layout import step_key
 from .migrations import migrate
 from .objects import ObjectStore

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from checkpoint_bridge.errors import CheckpointError
-from checkpoint_bridge.ids import short_id
 from checkpoint_bridge.schema import AgentCheckpoint, CheckpointStatus
+from workflows.errors import LineageError
+from workflows.ids import short_id
 
 if TYPE_CHECKING:
     from checkpoint_bridge.store import CheckpointStore
@@ -31,9 +31,6 @@ ARGUMENTS_CHARS = 40
 MAX_ROWS = 20  # steps or tool calls listed per side in text; the rest are counted
 ANSWER_LINES = 8
 
-
-class LineageError(CheckpointError, ValueError):
-    """A lineage is empty, not chained by parent links, or holds an invalidated checkpoint."""
 
 
 class _Row(BaseModel):

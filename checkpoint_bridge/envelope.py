@@ -21,8 +21,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .canonical import canonical_json
-from .errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
+from workflows.canonical import canonical_json
+from workflows.errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
+
 from .migrations import migrate, parse_json_object
 from .schema import CURRENT_SCHEMA_VERSION
 
@@ -135,7 +136,7 @@ def encode(kind: Kind, payload: dict[str, Any]) -> bytes:
     except UnicodeEncodeError as exc:
         raise CheckpointError(
             f"checkpoint {payload.get('checkpoint_id')} holds text that is not valid Unicode ({exc}); "
-            "scrub lone surrogates (rewind.text.scrub_surrogates) before storing"
+            "scrub lone surrogates (workflows.text.scrub_surrogates) before storing"
         ) from exc
 
 

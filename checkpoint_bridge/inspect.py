@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoint_bridge.ids import parse_checkpoint_id, short_id, validate_id
 from checkpoint_bridge.lineage import split_revision
 from checkpoint_bridge.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
-from rewind.errors import RunNotFoundError
+from workflows.errors import RunNotFoundError
+from workflows.ids import parse_checkpoint_id, short_id, validate_id
 
 
 async def tree(store: CheckpointStore, run_id: str) -> list[CheckpointSummary]:

@@ -14,9 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from rewind.errors import InvalidIdError
-
-from .ids import validate_id, validate_step
+from workflows.errors import InvalidIdError
+from workflows.ids import validate_id, validate_step
 
 __all__ = [
     "run_prefix",

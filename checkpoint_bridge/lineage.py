@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import re
 
-from checkpoint_bridge.ids import validate_id
 from checkpoint_bridge.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
-from rewind.errors import InvalidIdError, RewindError, RunNotFoundError
+from workflows.errors import InvalidIdError, RunNotFoundError, StepNotFoundError
+from workflows.ids import validate_id
 
 _REVISION = re.compile(r"^(?P<name>.+)\.r(?P<rev>[1-9][0-9]*)$")
 
-
-class StepNotFoundError(RewindError):
-    """The requested step is not on the branch."""
 
 
 def split_revision(storage_branch: str) -> tuple[str, int]:

@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from .errors import CorruptCheckpointError, FutureSchemaError
+from workflows.errors import CorruptCheckpointError, FutureSchemaError
+
 from .schema import CURRENT_SCHEMA_VERSION, AgentCheckpoint
 
 __all__ = ["MIGRATIONS", "migrate", "parse_json_object", "validate_document", "load_document"]

@@ -17,17 +17,17 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from checkpoint_bridge.errors import (
+from activities.redaction import Redactor
+from checkpoint_bridge.projector import apply_record, project_workflow
+from checkpoint_bridge.store import CheckpointStore
+from workflows.contracts import MirrorAck, StepRecord
+from workflows.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    RunNotFoundError,
     StoreUnavailableError,
 )
-from checkpoint_bridge.projector import apply_record, project_workflow
-from checkpoint_bridge.store import CheckpointStore
-from rewind.errors import RunNotFoundError
-from rewind.redaction import Redactor
-from workflows.contracts import MirrorAck, StepRecord
 from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP
 
 CONFLICT_ERROR_TYPE = CHECKPOINT_CONFLICT

@@ -20,9 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from rewind.errors import ConfigError
+from workflows.errors import (
+    CheckpointError,
+    CheckpointExistsError,
+    ConfigError,
+    UnsafeStoreError,
+)
 
-from .errors import CheckpointExistsError, CheckpointError, UnsafeStoreError
 from .objects_file import FileObjectStore
 from .objects_s3 import S3ObjectStore
 

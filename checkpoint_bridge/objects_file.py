@@ -18,9 +18,13 @@ import tempfile
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from rewind.errors import InvalidIdError
+from workflows.errors import (
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    InvalidIdError,
+    StoreUnavailableError,
+)
 
-from .errors import CheckpointExistsError, CheckpointNotFoundError, StoreUnavailableError
 from .layout import check_key
 
 __all__ = ["FileObjectStore"]

@@ -22,9 +22,15 @@ import aiohttp
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from rewind.errors import ConfigError, InvalidIdError
+from workflows.errors import (
+    CheckpointError,
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    ConfigError,
+    InvalidIdError,
+    StoreUnavailableError,
+)
 
-from .errors import CheckpointError, CheckpointExistsError, CheckpointNotFoundError, StoreUnavailableError
 from .layout import check_key
 
 __all__ = ["S3ObjectStore"]

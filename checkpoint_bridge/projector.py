@@ -17,17 +17,14 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
-from rewind.errors import RewindError
-from checkpoint_bridge.ids import checkpoint_id
 from checkpoint_bridge.schema import AgentCheckpoint, ToolCallRecord
 from workflows.contracts import StepRecord, ToolCallLog
+from workflows.errors import ProjectionError
+from workflows.ids import checkpoint_id
 from workflows.wire import MIRROR_STEP
 
 MIRROR_ACTIVITY = MIRROR_STEP
 
-
-class ProjectionError(RewindError, ValueError):
-    """The step records of a history do not form a chain (a bug, or a tampered history)."""
 
 
 def tool_record(log: ToolCallLog) -> ToolCallRecord:

@@ -15,12 +15,20 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
-from .canonical import cache_key, canonical_json
-from .errors import CheckpointError
-from .ids import checkpoint_id as make_checkpoint_id
-from .ids import parse_checkpoint_id, validate_id
+from workflows.canonical import cache_key, canonical_json
+from workflows.errors import CheckpointError
+from workflows.ids import checkpoint_id as make_checkpoint_id
+from workflows.ids import parse_checkpoint_id, validate_id
 
 __all__ = [
     "CURRENT_SCHEMA_VERSION",

@@ -22,14 +22,24 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from rewind.errors import InvalidIdError
+from workflows.canonical import canonical_json
+from workflows.errors import (
+    CheckpointExistsError,
+    CorruptCheckpointError,
+    InvalidIdError,
+)
+from workflows.ids import checkpoint_id, parse_checkpoint_id
 
-from .canonical import canonical_json
 from .chain import ChainReader, SnapshotPolicy, decode_as, read_many
 from .envelope import encode, make_delta
-from .errors import CheckpointExistsError, CorruptCheckpointError
-from .ids import checkpoint_id, parse_checkpoint_id
-from .layout import ParsedKey, branch_prefix, invalidation_key, parse_key, run_prefix, step_key
+from .layout import (
+    ParsedKey,
+    branch_prefix,
+    invalidation_key,
+    parse_key,
+    run_prefix,
+    step_key,
+)
 from .migrations import migrate, validate_document
 from .objects import ObjectStore, open_object_store
 from .schema import AgentCheckpoint, CheckpointSummary, checkpoint_to_dict

@@ -18,10 +18,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
-
-from checkpoint_bridge.ids import echo, parse_checkpoint_id, validate_id
 from rewind.config import Settings, drop_empty_library_variables
-from rewind.errors import RewindError, UsageError
+from workflows.errors import RewindError, UsageError
+from workflows.ids import echo, parse_checkpoint_id, validate_id
 
 if TYPE_CHECKING:
     from checkpoint_bridge.store import CheckpointStore

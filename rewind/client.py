@@ -15,13 +15,13 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from checkpoint_bridge.ids import echo, validate_id
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
 from rewind.payloads import data_converter
-from rewind.errors import ConfigError, RunExistsError, RunNotFoundError, UsageError
 from workflows.contracts import AgentInput, AgentResult, AgentStatus, Ledger, RunState
+from workflows.errors import ConfigError, RunExistsError, RunNotFoundError, UsageError
+from workflows.ids import echo, validate_id
 from workflows.wire import AGENT_WORKFLOW, STATUS_QUERY, tool_task_queue
 
 WORKFLOW_NAME = AGENT_WORKFLOW

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from rewind.errors import ConfigError
 from workflows.contracts import DEFAULT_MODEL
+from workflows.errors import ConfigError
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_SECRET_ENV = ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ANTHROPIC_API_KEY")
@@ -205,7 +205,7 @@ class Settings:
     def redactor(self, extra_secrets: Mapping[str, str] | None = None) -> Any:
         """The Redactor for these settings: the REWIND_SECRET_ENV values, `extra_secrets`
         (the worker adds the model key in use), built-in and configured patterns."""
-        from rewind.redaction import Redactor, parse_patterns
+        from activities.redaction import Redactor, parse_patterns
 
         found = dict(self.secret_values)
         found.update({k: v for k, v in (extra_secrets or {}).items() if v and v not in found.values()})

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewind.errors import ConfigError
+from workflows.errors import ConfigError
 
 
 def temporal_binary() -> Path:

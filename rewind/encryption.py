@@ -30,15 +30,12 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
-from rewind.errors import ConfigError, RewindError
+from workflows.errors import ConfigError, PayloadEncryptionError
 
 ENCODING = b"binary/encrypted"
 KEY_ID_KEY = "encryption-key-id"
 NONCE_BYTES = 12
 
-
-class PayloadEncryptionError(RewindError):
-    """A payload cannot be decrypted: unknown key, wrong key, or plaintext where encryption is required."""
 
 
 def parse_keys(text: str) -> list[tuple[str, bytes]]:

@@ -38,13 +38,10 @@ from temporalio.converter import (
 
 from checkpoint_bridge.objects import parse_store_url
 from rewind.encryption import EncryptionCodec, parse_keys
-from rewind.errors import ConfigError, RewindError
+from workflows.errors import ConfigError, PayloadIntegrityError
 
 DEFAULT_THRESHOLD = 64 * 1024
 
-
-class PayloadIntegrityError(RewindError):
-    """An externally stored payload is missing or does not match its hash."""
 
 
 class LocalStorageDriver(StorageDriver):

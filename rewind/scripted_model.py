@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from rewind.errors import RewindError
+from workflows.errors import ScriptError
 
 __all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
 
@@ -50,9 +50,6 @@ SCRIPT_PREFIX = "script:"
 ROLES = {"system", "user", "assistant", "tool"}
 QUOTE_CHARS = 300
 
-
-class ScriptError(RewindError, ValueError):
-    """A turn script or fault given to the server is malformed."""
 
 
 class _ApiError(Exception):

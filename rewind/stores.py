@@ -9,11 +9,10 @@ polling or a CLI command does anything else.
 
 from __future__ import annotations
 
-from checkpoint_bridge.errors import CheckpointError
 from checkpoint_bridge.objects import ObjectStore, open_object_store, verify_store
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
-from rewind.errors import ConfigError
+from workflows.errors import CheckpointError, ConfigError
 
 
 def object_store(settings: Settings, url: str) -> ObjectStore:

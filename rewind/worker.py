@@ -36,6 +36,7 @@ from temporalio.worker import PollerBehaviorAutoscaling, Worker
 from activities.idempotency import IdempotencyLedger
 from activities.llm import LlmActivities, ModelEndpoint
 from activities.pricing import PriceTable
+from activities.redaction import Redactor
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry
 from activities.transcript import TranscriptStore
@@ -43,11 +44,10 @@ from checkpoint_bridge.mirror import MirrorActivities
 from checkpoint_bridge.store import CheckpointStore
 from rewind.client import connect
 from rewind.config import Settings, drop_empty_library_variables
-from rewind.errors import ConfigError, RewindError
-from rewind.redaction import Redactor
 from rewind.stores import check_stores, object_store
 from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
+from workflows.errors import ConfigError, RewindError
 from workflows.wire import tool_task_queue
 
 log = logging.getLogger("rewind.worker")

@@ -23,7 +23,6 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from checkpoint_bridge.ids import checkpoint_id
     from workflows.contracts import (
         AgentInput,
         AgentResult,
@@ -39,8 +38,10 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         ToolCallLog,
     )
-    from workflows.tool_step import ToolStep
+    from workflows.ids import checkpoint_id
     from workflows.tool_calls import step_label
+    from workflows.tool_step import ToolStep
+
     # The workflow refers to activities by name only, so it does not import
     # the activity implementations (and their I/O libraries).
     from workflows.wire import (

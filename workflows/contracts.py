@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from rewind.text import scrub_text
+from workflows.text import scrub_text
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful research agent. Use the tools you are given, cite what they "

@@ -19,8 +19,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from checkpoint_bridge.canonical import cache_key
-    from workflows.contracts import AgentInput, Ledger, ToolCallLog, ToolOutcome, ToolRequest, ToolSpec
+    from workflows.canonical import cache_key
+    from workflows.contracts import (
+        AgentInput,
+        Ledger,
+        ToolCallLog,
+        ToolOutcome,
+        ToolRequest,
+        ToolSpec,
+    )
     from workflows.tool_calls import canonical_arguments, idempotency_key, tool_message
     from workflows.wire import RUN_TOOL, TOOL_NOT_REGISTERED, tool_task_queue
 

@@ -7,11 +7,11 @@ from datetime import timedelta
 import openai
 import pytest
 
-from rewind.config import Settings
 from activities.llm import REJECTED_ERROR_TYPE, map_openai_error
 from activities.pricing import PriceTable
-from rewind.errors import ConfigError
+from rewind.config import Settings
 from workflows.contracts import Usage
+from workflows.errors import ConfigError
 
 
 async def _error_from(model_server, status: int, retry_after: float | None = None) -> Exception:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-
 import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.idempotency import IdempotencyLedger
+from activities.redaction import Redactor
 from activities.tool_runner import ToolActivities
-from rewind.redaction import Redactor
 from activities.tools import ToolRegistry, tool, tool_context
 from checkpoint_bridge.objects import FileObjectStore
-from rewind.errors import ToolRegistryError
 from workflows.contracts import ToolRequest, ToolSpec
+from workflows.errors import ToolRegistryError
 from workflows.tool_calls import canonical_arguments, idempotency_key
 
 executions: list[str] = []

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pytest
+from helpers import read_events, start_agent
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
@@ -14,9 +15,8 @@ from checkpoint_bridge.compensation import run_compensations
 from checkpoint_bridge.lineage import StepNotFoundError, lineage
 from checkpoint_bridge.projector import chain_events
 from checkpoint_bridge.store import open_checkpoint_store
-from helpers import read_events, start_agent
 from rewind.client import branch_workflows
-from rewind.errors import InvalidIdError, RunExistsError, RunNotFoundError
+from workflows.errors import InvalidIdError, RunExistsError, RunNotFoundError
 
 TASK = "Research these companies: Acme, Globex, Initech."
 TECH = "You are a research agent. Emphasize technical analysis (architecture, engineering) over business metrics."

@@ -7,9 +7,16 @@ import re
 
 import pytest
 
-from checkpoint_bridge.ids import echo, MAX_STEP_INDEX, checkpoint_id, parse_checkpoint_id, short_id, validate_id
 from checkpoint_bridge.layout import check_key, invalidation_key, parse_key, step_key
-from rewind.errors import InvalidIdError
+from workflows.errors import InvalidIdError
+from workflows.ids import (
+    MAX_STEP_INDEX,
+    checkpoint_id,
+    echo,
+    parse_checkpoint_id,
+    short_id,
+    validate_id,
+)
 
 
 @pytest.mark.parametrize("good", ["main", "run-1", "a", "R2.d2_x-y", "0", "x" * 128, "v1.2.3"])

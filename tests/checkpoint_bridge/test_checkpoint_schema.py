@@ -10,10 +10,15 @@ import pytest
 from checkpoint_factory import T0, first_step, make_run
 from pydantic import ValidationError
 
-from checkpoint_bridge.canonical import cache_key, canonical_json
-from checkpoint_bridge.errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
 from checkpoint_bridge.migrations import MIGRATIONS, load_document, migrate
-from checkpoint_bridge.schema import CURRENT_SCHEMA_VERSION, AgentCheckpoint, ToolCallRecord, dump_checkpoint
+from checkpoint_bridge.schema import (
+    CURRENT_SCHEMA_VERSION,
+    AgentCheckpoint,
+    ToolCallRecord,
+    dump_checkpoint,
+)
+from workflows.canonical import cache_key, canonical_json
+from workflows.errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
 
 
 def test_canonical_json_is_order_independent_and_compact() -> None:

@@ -7,12 +7,18 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
-from checkpoint_bridge.diff import (BranchDiff, LineageError, diff_branches, diff_json, diff_text,
-                                    fork_point)
-from checkpoint_bridge.ids import checkpoint_id
-from checkpoint_bridge.schema import AgentCheckpoint, ToolCallRecord
 from checkpoint_factory import T0, first_step
+
+from checkpoint_bridge.diff import (
+    BranchDiff,
+    LineageError,
+    diff_branches,
+    diff_json,
+    diff_text,
+    fork_point,
+)
+from checkpoint_bridge.schema import AgentCheckpoint, ToolCallRecord
+from workflows.ids import checkpoint_id
 
 MAIN_PROMPT = "You are a careful analyst. Compare the companies using the search tool, then save a report."
 ALT_PROMPT = "You are a terse analyst. Answer in one sentence."

@@ -9,16 +9,16 @@ import uuid
 
 import boto3
 import pytest
+from helpers import start_agent
 from moto.server import ThreadedMotoServer
 
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
-from checkpoint_bridge.ids import checkpoint_id
 from checkpoint_bridge.mirror import mirror_run
 from checkpoint_bridge.store import open_checkpoint_store
-from helpers import start_agent
-from rewind.embedded import free_port
 from rewind.client import run_view
+from rewind.embedded import free_port
+from workflows.ids import checkpoint_id
 
 
 async def _relative_objects(store, run_id: str) -> dict[str, bytes]:

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 from store_backends import Backend, make_bucket
 
-from checkpoint_bridge.errors import CheckpointExistsError, CheckpointNotFoundError
 from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore, open_object_store
 from checkpoint_bridge.store import DEFAULT_STORE_URL, open_checkpoint_store
-from rewind.errors import ConfigError
+from workflows.errors import CheckpointExistsError, CheckpointNotFoundError, ConfigError
 
 
 async def test_put_if_absent_get_and_overwrite(backend: Backend) -> None:

@@ -6,8 +6,8 @@ import pytest
 from checkpoint_factory import first_step, make_run, next_step
 from store_backends import Backend
 
-from checkpoint_bridge.errors import CheckpointNotFoundError
 from checkpoint_bridge.store import CheckpointStore
+from workflows.errors import CheckpointNotFoundError
 
 
 async def _fork(store: CheckpointStore, at: int = 5, length: int = 4) -> tuple[list, list]:

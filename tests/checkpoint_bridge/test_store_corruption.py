@@ -9,9 +9,9 @@ from checkpoint_factory import T0, make_run, next_step
 from store_backends import Backend
 
 from checkpoint_bridge import envelope
-from checkpoint_bridge.errors import CorruptCheckpointError, FutureSchemaError
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
+from workflows.errors import CorruptCheckpointError, FutureSchemaError
 
 STEP = "runs/run-1/branches/main/steps/{:08d}.json"
 

@@ -8,7 +8,7 @@ from store_backends import Backend
 
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
-from rewind.errors import InvalidIdError
+from workflows.errors import InvalidIdError
 
 BAD_IDS = [
     "../../x",

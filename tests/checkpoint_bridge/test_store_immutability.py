@@ -8,8 +8,8 @@ import pytest
 from checkpoint_factory import make_run, next_step
 from store_backends import Backend
 
-from checkpoint_bridge.errors import CheckpointExistsError
 from checkpoint_bridge.store import CheckpointStore
+from workflows.errors import CheckpointExistsError
 
 WRITERS = 8
 

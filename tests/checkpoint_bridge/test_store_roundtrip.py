@@ -6,10 +6,10 @@ import pytest
 from checkpoint_factory import first_step, make_run, next_step
 from store_backends import Backend
 
-from checkpoint_bridge.errors import CheckpointNotFoundError
 from checkpoint_bridge.migrations import load_document
 from checkpoint_bridge.schema import dump_checkpoint
 from checkpoint_bridge.store import CheckpointStore
+from workflows.errors import CheckpointNotFoundError
 
 
 async def test_round_trip_returns_equal_checkpoints(store: CheckpointStore, backend: Backend) -> None:

@@ -8,9 +8,9 @@ import pytest
 from checkpoint_factory import first_step
 from store_backends import Backend
 
-from checkpoint_bridge.errors import StoreUnavailableError
 from checkpoint_bridge.objects import S3ObjectStore
 from checkpoint_bridge.store import CheckpointStore
+from workflows.errors import StoreUnavailableError
 
 
 async def test_writing_to_an_unavailable_store_names_the_store(backend: Backend) -> None:

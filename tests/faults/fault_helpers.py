@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 import aiohttp
 from aiohttp import web
-
-from checkpoint_bridge.ids import checkpoint_id
 from helpers import read_events
+
+from workflows.ids import checkpoint_id
 
 # -- scripts and events -------------------------------------------------------
 

@@ -8,13 +8,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import read_events, start_agent
 
 from checkpoint_bridge.branching import fork, rollback
-from checkpoint_bridge.errors import CorruptCheckpointError
 from checkpoint_bridge.store import open_checkpoint_store
-from helpers import read_events, start_agent
 from rewind.client import branch_workflows
-from rewind.errors import InvalidIdError
+from workflows.errors import CorruptCheckpointError, InvalidIdError
 
 HOSTILE_IDS = ["../../x", "/etc/passwd", "%2e%2e", "a/b", "a\\b", "a\x00b", "line\nbreak", "x" * 300, "", ".", ".."]
 
@@ -69,8 +68,8 @@ async def test_tampered_checkpoints_are_detected_and_refused_before_any_workflow
 
 async def test_smuggled_objects_stay_inert_data(settings, tmp_path):
     """Checkpoints are parsed as plain JSON: nothing is imported, constructed or executed."""
-    from checkpoint_bridge.ids import checkpoint_id
     from checkpoint_bridge.schema import AgentCheckpoint
+    from workflows.ids import checkpoint_id
 
     marker = tmp_path / "pwned"
     evil = {

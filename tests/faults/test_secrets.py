@@ -22,20 +22,20 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import start_agent
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError
 
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
-from helpers import start_agent
 from rewind.client import connect
 from rewind.config import Settings
 from rewind.encryption import EncryptionCodec, PayloadEncryptionError, parse_keys
-from rewind.errors import ConfigError
 from rewind.payloads import data_converter
 from worker import build_worker
 from workflows.contracts import AgentResult
+from workflows.errors import ConfigError
 
 
 def _script(model, turns) -> str:
@@ -219,8 +219,6 @@ async def test_plaintext_is_refused_when_encryption_is_required(settings):
 
 
 def test_redactor_rules():
-    from rewind.redaction import Redactor
-
     env = {"OPENAI_API_KEY": "abcdefgh12345678", "AWS_SECRET_ACCESS_KEY": "testing",
            "REWIND_REDACT_PATTERNS": "token-\\d{6}\nx-[a-z]{10}"}
     r = Settings.from_env(env).redactor()

@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from as_user import BIN, UserWorker, one_line_error, rewind, user_env
 from helpers import scripted
 
@@ -253,7 +252,7 @@ async def test_an_unreachable_model_endpoint_is_named_while_retries_go_on(world,
         pending = json.loads(out)["pending"]
         assert pending and pending[0]["activity"] == "call_llm" and dead in pending[0]["last_failure"], out
         code, out, err = await rewind(cli, env, "status", "dead-1")
-        assert f"running      call_llm attempt" in out and dead in out, out
+        assert "running      call_llm attempt" in out and dead in out, out
         await client.get_workflow_handle("dead-1").terminate("test over")
 
 

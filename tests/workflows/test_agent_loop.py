@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-
 import pytest
+from helpers import final_transcript, read_events, scripted, start_agent
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 
-from helpers import final_transcript, read_events, scripted, start_agent
 from rewind.client import run_view, start_run
-from rewind.errors import UsageError
 from workflows.contracts import AgentInput, RunLimits
-
+from workflows.errors import UsageError
 
 
 async def test_research_agent_end_to_end(worker, client, settings, model, events_file, tmp_path):

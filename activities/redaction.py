@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from rewind.errors import ConfigError
+from workflows.errors import ConfigError
 
 MIN_SECRET_LEN = 8
 

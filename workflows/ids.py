@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from rewind.errors import InvalidIdError
+from workflows.errors import InvalidIdError
 
 __all__ = [
     "MAX_ID_LENGTH",

@@ -1,0 +1,150 @@
+"""Every exception Rewind raises, in one tree.
+
+    RewindError                          base of everything Rewind raises on purpose
+    ├── ConfigError                      a setting is missing or malformed
+    ├── UsageError                       an argument no run could work with (empty task, budget < 1 step, unknown tool)
+    ├── InvalidIdError                   a run / branch / checkpoint id is unsafe or malformed
+    ├── RunNotFoundError                 no workflow (and no checkpoints) for a run id
+    │   └── StepNotFoundError            the step is not on the branch
+    ├── RunExistsError                   a run id (or branch) is already taken
+    ├── ToolRegistryError                a tool module or tool definition is wrong
+    ├── ToolError                        raised by a tool: a failure the model should see, not retried
+    ├── TranscriptError                  a transcript segment is missing, corrupt or of the wrong length
+    ├── ProjectionError                  a history cannot be turned into checkpoints
+    ├── PayloadIntegrityError            an externally stored Temporal payload is missing or altered
+    ├── PayloadEncryptionError           a payload cannot be decrypted (unknown key, plaintext where refused)
+    ├── EncodingDataError                a bundled tokenizer encoding is missing or altered
+    ├── ScriptError                      a script or fault given to the scripted model is malformed
+    └── CheckpointError                  anything wrong with a checkpoint or its store
+        ├── CheckpointNotFoundError      no object / checkpoint under that key or id
+        ├── CorruptCheckpointError       bad JSON, hash mismatch, wrong shape, failed validation
+        ├── FutureSchemaError            written by a newer Rewind than the one reading it
+        ├── CheckpointExistsError        an immutable checkpoint would be replaced by other bytes
+        ├── CheckpointNotUsableError     a failed or invalidated checkpoint cannot seed a fork
+        ├── LineageError                 a lineage is empty, broken, or holds an invalidated checkpoint
+        ├── StoreUnavailableError        the backend is down, unreachable or refusing requests
+        └── UnsafeStoreError             the backend does not keep written objects immutable
+
+Every message names the object involved and says what to do about it. Library
+exceptions (botocore, aiohttp, OSError, pydantic, openai) never cross a module
+boundary: they are mapped to these types at the boundary, kept as
+``__cause__``. The CLI catches ``RewindError`` and prints one line.
+
+``retryable`` tells callers such as a Temporal activity whether trying the same
+call again can help; only an unavailable store can heal by itself.
+
+This module is pure Python (workflow code imports it inside Temporal's sandbox).
+"""
+
+from __future__ import annotations
+
+
+class RewindError(Exception):
+    """Base class of every error Rewind raises on purpose."""
+
+    retryable: bool = False
+
+
+class ConfigError(RewindError):
+    """A configuration value is missing or malformed."""
+
+
+class UsageError(RewindError, ValueError):
+    """An argument is out of range or empty (a budget below 1 step, an empty task, an unknown tool)."""
+
+
+class InvalidIdError(RewindError, ValueError):
+    """An id would be unsafe as part of a storage key or is malformed."""
+
+
+class RunNotFoundError(RewindError):
+    """No run with this id exists."""
+
+
+class StepNotFoundError(RunNotFoundError):
+    """The requested step is not on the branch."""
+
+
+class RunExistsError(RewindError):
+    """A run or branch with this id already exists."""
+
+
+class ToolRegistryError(RewindError):
+    """A tool cannot be registered or loaded."""
+
+
+class ToolError(RewindError):
+    """Raise from a tool to report a failure the model should see, without retries."""
+
+
+class TranscriptError(RewindError):
+    """A transcript segment is missing, corrupt, or not the length the workflow expects."""
+
+
+class ProjectionError(RewindError, ValueError):
+    """A workflow history does not fold into checkpoints (missing or out-of-order steps)."""
+
+
+class PayloadIntegrityError(RewindError):
+    """An externally stored payload is missing or does not match its hash."""
+
+
+class PayloadEncryptionError(RewindError):
+    """A payload cannot be decrypted: unknown key, wrong key, or plaintext where encryption is required."""
+
+
+class EncodingDataError(RewindError):
+    """A bundled encoding file is missing or does not match its pinned hash."""
+
+
+class ScriptError(RewindError, ValueError):
+    """A turn script or fault given to the scripted model is malformed."""
+
+
+class CheckpointError(RewindError):
+    """Base class of checkpoint document and checkpoint store errors."""
+
+
+class CheckpointNotFoundError(CheckpointError, LookupError):
+    """No object or checkpoint exists under the requested key or id."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A stored document cannot be trusted: bad JSON, hash mismatch, or invalid."""
+
+
+class FutureSchemaError(CheckpointError):
+    """A document was written by a newer Rewind; this code cannot read it safely."""
+
+
+class CheckpointExistsError(CheckpointError):
+    """A different object already exists where an immutable one would be written."""
+
+
+class CheckpointNotUsableError(CheckpointError):
+    """The chosen checkpoint cannot seed a new workflow (failed or invalidated step)."""
+
+
+class LineageError(CheckpointError, ValueError):
+    """A lineage is empty, not chained by parent links, or holds an invalidated checkpoint."""
+
+
+class StoreUnavailableError(CheckpointError):
+    """The store cannot be reached or refused the request; retrying may help."""
+
+    retryable = True
+
+
+class UnsafeStoreError(CheckpointError):
+    """The backend accepted a second conditional write of one key: it ignores
+    ``If-None-Match``, so stored checkpoints could be silently replaced."""
+
+
+__all__ = [
+    "RewindError", "ConfigError", "UsageError", "InvalidIdError", "RunNotFoundError", "StepNotFoundError",
+    "RunExistsError", "ToolRegistryError", "ToolError", "TranscriptError", "ProjectionError",
+    "PayloadIntegrityError", "PayloadEncryptionError", "EncodingDataError", "ScriptError",
+    "CheckpointError", "CheckpointNotFoundError", "CorruptCheckpointError", "FutureSchemaError",
+    "CheckpointExistsError", "CheckpointNotUsableError", "LineageError", "StoreUnavailableError",
+    "UnsafeStoreError",
+]
