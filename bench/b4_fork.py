@@ -21,7 +21,8 @@ from temporalio.api.enums.v1 import EventType
 
 from bench.b2_storage import long_run
 from bench.common import Section, history_events, log, median, rewind_worker, turn_of
-from checkpoint_bridge.branching import fork, seed_from, source_input
+from checkpoint_bridge.branching import seed_from, source_input
+from rewind import fork
 from checkpoint_bridge.lineage import resolve_step
 from checkpoint_bridge.objects import open_object_store
 from checkpoint_bridge.store import open_checkpoint_store

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.transcript import TranscriptStore
+from checkpoint_bridge.compensation import SideEffect, run_compensations
 from checkpoint_bridge.lineage import (
     display_name,
     lineage,
@@ -35,18 +35,10 @@ from checkpoint_bridge.lineage import (
     split_revision,
     validate_branch_name,
 )
-from checkpoint_bridge.objects import open_object_store
 from checkpoint_bridge.projector import chain_events
+from checkpoint_bridge.runs import branch_workflows, check_limits, check_tools, start_agent
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
-from rewind.client import (
-    branch_workflows,
-    check_limits,
-    check_tools,
-    start_run,
-    workflow_id_for,
-)
-from rewind.config import Settings
 from workflows.contracts import (
     DEFAULT_MODEL,
     AgentInput,
@@ -56,10 +48,27 @@ from workflows.contracts import (
     RunLimits,
 )
 from workflows.errors import CheckpointNotUsableError, RunExistsError
-from workflows.ids import validate_id
+from workflows.ids import validate_id, workflow_id_for
 from workflows.wire import RUN_TOOL
 
 STOP_TIMEOUT_S = 30.0
+
+
+class TranscriptWriter(Protocol):
+    """Where a seeded conversation is written (activities.transcript.TranscriptStore)."""
+
+    async def append(self, head: str | None, head_len: int, messages: list[dict[str, Any]]) -> str: ...
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """What fork and rollback need to start a workflow, passed in by the caller:
+    the workers' task queue, where the seeded conversation goes (the payload
+    store every worker reads), and how to redact a new task or system prompt."""
+
+    task_queue: str
+    transcripts: TranscriptWriter
+    redact: Callable[[str], str] = field(default=lambda text: text)
 
 
 
@@ -73,14 +82,6 @@ class ForkResult:
     handle: WorkflowHandle[Any, AgentResult] = field(repr=False)
 
 
-@dataclass
-class SideEffect:
-    step: int
-    tool_name: str
-    arguments: dict[str, Any]
-    output: Any
-    idempotency_key: str
-    workflow_id: str
 
 
 @dataclass
@@ -116,7 +117,7 @@ def tool_cache_of(cp: AgentCheckpoint) -> dict[str, Any]:
     return {r.cache_key: r.tool_output for r in cp.tool_call_cache if not r.side_effects and r.error is None}
 
 
-async def seed_from(cp: AgentCheckpoint, transcripts: TranscriptStore, system_prompt: str | None) -> LoopState:
+async def seed_from(cp: AgentCheckpoint, transcripts: TranscriptWriter, system_prompt: str | None) -> LoopState:
     messages = [dict(m) for m in cp.messages]
     if system_prompt is not None:
         first = next((i for i, m in enumerate(messages) if m.get("role") == "system"), None)
@@ -179,7 +180,7 @@ async def _branch_taken(client: Client, store: CheckpointStore, run_id: str, nam
 
 
 async def fork(
-    client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, *,
+    client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, step: int, *,
     branch: str, from_branch: str = "main", system_prompt: str | None = None, model: str | None = None,
     tools: list[str] | None = None, variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
 ) -> ForkResult:
@@ -195,22 +196,18 @@ async def fork(
         raise RunExistsError(f"run {run_id!r} already has a branch {branch!r}; choose another --branch")
     if tools:
         # Before anything is written or started: the branch name stays free.
-        await check_tools(client, settings.task_queue, tools)
+        await check_tools(client, launcher.task_queue, tools)
     source = await source_input(client, workflow_id_for(run_id, point.branch_id))
-    return await _start_from(client, settings, cp, _input_for(cp, source), branch, branch,
+    return await _start_from(client, launcher, cp, _input_for(cp, source), branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits)
 
 
 async def _start_from(
-    client: Client, settings: Settings, cp: AgentCheckpoint, base: AgentInput, name: str, storage: str, *,
+    client: Client, launcher: Launcher, cp: AgentCheckpoint, base: AgentInput, name: str, storage: str, *,
     system_prompt: str | None = None, model: str | None = None, tools: list[str] | None = None,
     variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
 ) -> ForkResult:
-    objects = open_object_store(settings.payload_url, endpoint_url=settings.s3_endpoint_url, region_name=settings.aws_region)
-    try:
-        seed = await seed_from(cp, TranscriptStore(objects), system_prompt)
-    finally:
-        await objects.aclose()
+    seed = await seed_from(cp, launcher.transcripts, system_prompt)
     inp = base.model_copy(update={
         "run_id": cp.run_id,
         "branch_id": storage,
@@ -221,7 +218,7 @@ async def _start_from(
         "limits": limits or base.limits,
         "resume": seed,
     })
-    handle = await start_run(client, settings, inp, verify_tools=False)
+    handle = await start_agent(client, launcher.task_queue, inp, launcher.redact, verify_tools=False)
     return ForkResult(cp.run_id, name, storage, handle.id, cp.checkpoint_id, handle)
 
 
@@ -269,7 +266,7 @@ async def side_effects_after(client: Client, workflow_ids: list[str], step: int)
 
 
 async def rollback(
-    client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, *,
+    client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, step: int, *,
     branch: str = "main", compensate: bool = False,
 ) -> RollbackResult:
     """Roll branch `branch` back to `step` in place and continue it from there."""
@@ -298,13 +295,11 @@ async def rollback(
         await store.invalidate_after(run_id, storage, step, reason)
     next_revision = max([split_revision(b)[1] for b in stored] + [len(workflows) - 1]) + 1
     source = await source_input(client, workflows[-1][1].id) if workflows else None
-    continued = await _start_from(client, settings, cp, _input_for(cp, source), branch, revision_branch(branch, next_revision))
+    continued = await _start_from(client, launcher, cp, _input_for(cp, source), branch, revision_branch(branch, next_revision))
     result = RollbackResult(run_id, branch, step, stopped, sorted(invalidated), effects, continued)
     if compensate and effects:
-        from checkpoint_bridge.compensation import run_compensations
-
-        result.compensations = await run_compensations(client, settings, run_id, branch, step, effects)
+        result.compensations = await run_compensations(client, launcher.task_queue, run_id, branch, step, effects)
     return result
 
 
-__all__ = ["fork", "rollback", "ForkResult", "RollbackResult", "SideEffect", "display_name"]
+__all__ = ["fork", "rollback", "Launcher", "ForkResult", "RollbackResult", "SideEffect", "display_name"]

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from rewind.config import Settings
 from workflows.contracts import CompensationOutcome, CompensationRequest
 from workflows.wire import COMPENSATION_WORKFLOW
 
-if TYPE_CHECKING:
-    from checkpoint_bridge.branching import SideEffect
+
+@dataclass
+class SideEffect:
+    """A side-effecting tool call that completed (read from Temporal history)."""
+
+    step: int
+    tool_name: str
+    arguments: dict[str, Any]
+    output: Any
+    idempotency_key: str
+    workflow_id: str
 
 
 def compensation_key(original_key: str) -> str:
@@ -24,8 +32,10 @@ def compensation_key(original_key: str) -> str:
 
 
 async def run_compensations(
-    client: Client, settings: Settings, run_id: str, branch: str, step: int, effects: list["SideEffect"]
+    client: Client, task_queue: str, run_id: str, branch: str, step: int, effects: list[SideEffect]
 ) -> list[dict[str, Any]]:
+    """Undo `effects` (latest first) in one durable CompensationWorkflow; asking again
+    for the same effects returns that workflow's outcome instead of running anything twice."""
     requests = [
         CompensationRequest(
             tool_name=e.tool_name, arguments=e.arguments, output=e.output, original_key=e.idempotency_key,
@@ -38,7 +48,7 @@ async def run_compensations(
     try:
         outcomes: list[CompensationOutcome] = await client.execute_workflow(
             COMPENSATION_WORKFLOW, requests, id=workflow_id,
-            task_queue=settings.task_queue, result_type=list[CompensationOutcome],
+            task_queue=task_queue, result_type=list[CompensationOutcome],
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
     except WorkflowAlreadyStartedError:

@@ -21,12 +21,10 @@ import asyncio
 import sys
 import time
 
-from checkpoint_bridge.branching import fork
 from checkpoint_bridge.diff import diff, diff_text
 from checkpoint_bridge.inspect import tree_text
-from checkpoint_bridge.store import open_checkpoint_store
 from examples.research_agent import DEFAULT_TASK
-from rewind.client import new_run_id, start_run
+from rewind import checkpoint_store, fork, new_run_id, start_run
 from rewind.config import Settings
 from rewind.stack import embedded_stack
 from workflows.contracts import AgentInput
@@ -44,7 +42,7 @@ async def main() -> int:
         handle = await start_run(stack.client, settings, AgentInput(run_id=run_id, task=DEFAULT_TASK))
         first = await handle.result()
         print(f"\nrun {run_id}: {first.status.state} in {first.status.step} steps\n")
-        async with open_checkpoint_store(settings.store_url) as store:
+        async with checkpoint_store(settings) as store:
             started = time.monotonic()
             branch = await fork(stack.client, settings, store, run_id, 1, branch="technical", system_prompt=TECH_PROMPT)
             second = await branch.handle.result()

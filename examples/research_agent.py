@@ -21,7 +21,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from activities.tools import tool, tool_context
+from rewind import tool, tool_context
 
 DEFAULT_COMPANIES = ["Acme Robotics", "Globex", "Initech", "Umbrella Analytics", "Stark Industries"]
 DEFAULT_TASK = "Research these companies and save a competitive report: " + ", ".join(DEFAULT_COMPANIES)

@@ -1,1 +1,64 @@
-"""Rewind: durable, inspectable and forkable LLM agent runs on Temporal."""
+"""Rewind: durable, inspectable and forkable LLM agent runs on Temporal.
+
+The public API, in one place:
+
+    from rewind import tool, tool_context, ToolError            # writing tools
+    from rewind import Settings, connect, start_run, wait_for_outcome, run_view
+    from rewind import checkpoint_store, tree, fork, rollback, diff, compensate, mirror_run
+    from rewind import AgentInput, RunLimits, RewindError
+
+Names are loaded on first use, so `import rewind` (and the `rewind` command's
+start-up) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    # writing tools
+    "tool": "activities.tools",
+    "tool_context": "activities.tools",
+    "ToolError": "workflows.errors",
+    "RelativePath": "activities.arg_types",
+    "NotAnOption": "activities.arg_types",
+    # configuration and runs
+    "Settings": "rewind.config",
+    "connect": "rewind.client",
+    "start_run": "rewind.client",
+    "new_run_id": "rewind.client",
+    "wait_for_outcome": "rewind.client",
+    "run_view": "rewind.client",
+    "RunView": "rewind.client",
+    "AgentInput": "workflows.contracts",
+    "RunLimits": "workflows.contracts",
+    "AgentResult": "workflows.contracts",
+    # checkpoints and branches
+    "checkpoint_store": "rewind.stores",
+    "tree": "checkpoint_bridge.inspect",
+    "lineage": "checkpoint_bridge.lineage",
+    "fork": "rewind.client",
+    "rollback": "rewind.client",
+    "compensate": "rewind.client",
+    "diff": "checkpoint_bridge.diff",
+    "mirror_run": "checkpoint_bridge.mirror",
+    "AgentCheckpoint": "checkpoint_bridge.schema",
+    # the error tree's root
+    "RewindError": "workflows.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rewind' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

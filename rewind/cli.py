@@ -258,7 +258,7 @@ def _parse_set(pairs: list[str]) -> dict[str, Any]:
 
 
 async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.branching import fork
+    from rewind.client import fork
     from workflows.contracts import RunLimits
 
     validate_id("run", args.run)
@@ -283,7 +283,7 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import asdict
 
-    from checkpoint_bridge.branching import rollback
+    from rewind.client import rollback
 
     validate_id("run", args.run)
     validate_id("branch", args.branch)

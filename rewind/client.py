@@ -1,30 +1,37 @@
-"""Starting runs and reading their status: the small client API the CLI wraps."""
+"""The client API the CLI wraps: connect, start a run, read its state, fork,
+roll back and compensate, each configured by `Settings`.
+
+The operations themselves live below (checkpoint_bridge); this module hands
+them what the settings say: the task queue, the payload store a fork's
+conversation is written to, the redaction of a new task or prompt.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, AsyncIterator
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
+from checkpoint_bridge import branching
+from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
+from checkpoint_bridge.compensation import SideEffect, run_compensations
+from checkpoint_bridge.runs import branch_workflows, pollers, start_agent
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
 from rewind.payloads import data_converter
 from workflows.contracts import AgentInput, AgentResult, AgentStatus, Ledger, RunState
-from workflows.errors import ConfigError, RunExistsError, RunNotFoundError, UsageError
-from workflows.ids import echo, validate_id
-from workflows.wire import AGENT_WORKFLOW, STATUS_QUERY, tool_task_queue
+from workflows.errors import ConfigError, RunNotFoundError
+from workflows.ids import validate_id, workflow_id_for
+from workflows.wire import STATUS_QUERY
 
-WORKFLOW_NAME = AGENT_WORKFLOW
 
 
 async def connect(settings: Settings) -> Client:
@@ -43,128 +50,49 @@ async def connect(settings: Settings) -> Client:
         ) from exc
 
 
-def new_run_id() -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"run-{stamp}-{uuid.uuid4().hex[:6]}"
-
-
-def workflow_id_for(run_id: str, branch_id: str = "main") -> str:
-    """The workflow id of one stored branch (`main`, `tech`, `main.r1`, ...) of a run."""
-    return run_id if branch_id == "main" else f"{run_id}--{branch_id}"
-
-
-async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple[str, WorkflowHandle[Any, AgentResult]]]:
-    """(storage branch, handle) of every workflow that has carried branch `name`, oldest first.
-
-    A rollback continues a branch in a new workflow under the next revision
-    (`main`, then `main.r1`, ...), so the last one is the branch's current workflow.
-    """
-    from checkpoint_bridge.lineage import revision_branch
-
-    validate_id("run", run_id)
-    validate_id("branch", name)
-    found = []
-    revision = 0
-    while True:
-        storage = revision_branch(name, revision)
-        handle = client.get_workflow_handle(workflow_id_for(run_id, storage), result_type=AgentResult)
-        try:
-            await handle.describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                return found
-            raise
-        found.append((storage, handle))
-        revision += 1
-
-
-def check_limits(max_steps: int | None = None, max_cost: float | None = None, max_tokens: int | None = None) -> None:
-    """Refuse budgets no run could work with (one line each, naming the option)."""
-    if max_steps is not None and max_steps < 1:
-        raise UsageError(f"--max-steps {max_steps} must be at least 1")
-    if max_cost is not None and not max_cost >= 0:
-        raise UsageError(f"--max-cost {max_cost} must be a number of USD, 0 or more")
-    if max_tokens is not None and max_tokens < 0:
-        raise UsageError(f"--max-tokens {max_tokens} must be 0 or more")
-
-
-def check_input(agent_input: AgentInput) -> None:
-    validate_id("run", agent_input.run_id)
-    validate_id("branch", agent_input.branch_id)
-    if not agent_input.task.strip() and agent_input.resume is None:
-        raise UsageError("the task is empty; say what the agent should do with --task")
-    limits = agent_input.limits
-    check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
-
-
-async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> list[str]:
-    """Identities of the workers polling `task_queue` lately (activity pollers, or workflow pollers)."""
-    from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-    kind = TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW if workflows else TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
-    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-        task_queue_type=kind,
-    ))
-    return [p.identity for p in response.pollers]
-
-
-async def missing_tools(client: Client, task_queue: str, names: list[str]) -> list[str] | None:
-    """The named tools no worker on `task_queue` offers; None when no worker polls the
-    queue at all (nothing can be said: the run waits for workers to start)."""
-    if not names or not await pollers(client, task_queue, workflows=True):
-        return None
-    return [name for name in dict.fromkeys(names) if not await pollers(client, tool_task_queue(task_queue, name))]
-
-
-async def check_tools(client: Client, task_queue: str, names: list[str]) -> None:
-    """Refuse, before anything is created, tools that no running worker has."""
-    if not names:
-        return
-    missing = await missing_tools(client, task_queue, names)
-    for _ in range(8):  # a worker that has just started may not have polled every queue yet
-        if missing == []:
-            return
-        await asyncio.sleep(0.25)
-        missing = await missing_tools(client, task_queue, missing or names)
-    if missing:
-        raise UsageError(
-            f"no worker on task queue {task_queue!r} has the tool(s) {', '.join(echo(m, 40) for m in missing)}; "
-            "check the names (a worker logs its tools at start) or start a worker with --tool-modules "
-            "naming the module that defines them"
-        )
-
-
 async def start_run(
     client: Client, settings: Settings, agent_input: AgentInput, *, verify_tools: bool = True,
 ) -> WorkflowHandle[Any, AgentResult]:
-    check_input(agent_input)
-    if verify_tools:
-        await check_tools(client, settings.task_queue, agent_input.tools)
-    # A secret pasted into the task or the system prompt must not reach history.
-    redactor = settings.redactor()
-    agent_input = agent_input.model_copy(update={
-        "task": redactor.redact_text(agent_input.task),
-        "system_prompt": redactor.redact_text(agent_input.system_prompt),
-    })
+    """Start a run on the settings' task queue (the task and prompt redacted first)."""
+    return await start_agent(client, settings.task_queue, agent_input, settings.redactor().redact_text,
+                             verify_tools=verify_tools)
+
+
+@asynccontextmanager
+async def launcher(settings: Settings) -> AsyncIterator[Launcher]:
+    """What fork and rollback need from the settings (closes the payload store after)."""
+    from activities.transcript import TranscriptStore
+    from rewind.stores import payload_store
+
+    objects = payload_store(settings)
     try:
-        return await client.start_workflow(
-            WORKFLOW_NAME,
-            agent_input,
-            id=workflow_id_for(agent_input.run_id, agent_input.branch_id),
-            task_queue=settings.task_queue,
-            result_type=AgentResult,
-            # A run id names one run forever: its checkpoints and idempotency
-            # keys derive from it, so a finished run's id is never reused.
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        )
-    except WorkflowAlreadyStartedError as exc:
-        raise RunExistsError(
-            f"a run with id {agent_input.run_id!r} (branch {agent_input.branch_id!r}) already exists; choose another --run-id"
-        ) from exc
+        yield Launcher(settings.task_queue, TranscriptStore(objects), settings.redactor().redact_text)
+    finally:
+        await objects.aclose()
+
+
+async def fork(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, **options: Any) -> ForkResult:
+    """`rewind fork`: a new branch from checkpoint `step` (see checkpoint_bridge.branching.fork)."""
+    async with launcher(settings) as launch:
+        return await branching.fork(client, launch, store, run_id, step, **options)
+
+
+async def rollback(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int,
+                   **options: Any) -> RollbackResult:
+    """`rewind rollback`: the branch back to `step`, continued in place (checkpoint_bridge.branching.rollback)."""
+    async with launcher(settings) as launch:
+        return await branching.rollback(client, launch, store, run_id, step, **options)
+
+
+async def compensate(client: Client, settings: Settings, run_id: str, branch: str, step: int,
+                     effects: list[SideEffect]) -> list[dict[str, Any]]:
+    """Undo side effects after `step` once each (checkpoint_bridge.compensation)."""
+    return await run_compensations(client, settings.task_queue, run_id, branch, step, effects)
+
+
+def new_run_id() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"run-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
 class RunView(BaseModel):
@@ -339,6 +267,6 @@ async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: flo
 
 
 __all__ = [
-    "connect", "start_run", "run_view", "new_run_id", "workflow_id_for", "branch_workflows", "wait_for_outcome",
-    "RunView", "check_tools", "missing_tools", "pollers", "status_from_checkpoint", "check_input", "check_limits",
+    "connect", "start_run", "run_view", "new_run_id", "wait_for_outcome", "fork", "rollback", "compensate",
+    "launcher", "RunView", "status_from_checkpoint", "workflow_id_for", "branch_workflows",
 ]

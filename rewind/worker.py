@@ -40,7 +40,7 @@ from activities.redaction import Redactor
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry
 from activities.transcript import TranscriptStore
-from checkpoint_bridge.mirror import MirrorActivities
+from activities.mirror import MirrorActivities
 from checkpoint_bridge.store import CheckpointStore
 from rewind.client import connect
 from rewind.config import Settings, drop_empty_library_variables

@@ -26,6 +26,7 @@ __all__ = [
     "parse_checkpoint_id",
     "short_id",
     "echo",
+    "workflow_id_for",
 ]
 
 MAX_ID_LENGTH = 128
@@ -117,3 +118,8 @@ def parse_checkpoint_id(cid: object) -> tuple[str, str, int]:
 def short_id(cid: str) -> str:
     """A 10-hex-digit fingerprint of a checkpoint id, for compact display."""
     return hashlib.sha256(cid.encode("utf-8")).hexdigest()[:10]
+
+
+def workflow_id_for(run_id: str, branch_id: str = "main") -> str:
+    """The workflow id of one stored branch (`main`, `tech`, `main.r1`, ...) of a run."""
+    return run_id if branch_id == "main" else f"{run_id}--{branch_id}"

@@ -10,8 +10,8 @@ from helpers import read_events, start_agent
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from checkpoint_bridge.branching import CheckpointNotUsableError, fork, rollback
-from checkpoint_bridge.compensation import run_compensations
+from rewind import compensate, fork, rollback
+from workflows.errors import CheckpointNotUsableError
 from checkpoint_bridge.lineage import StepNotFoundError, lineage
 from checkpoint_bridge.projector import chain_events
 from checkpoint_bridge.store import open_checkpoint_store
@@ -163,7 +163,7 @@ async def test_rollback_of_a_running_run_stops_it_and_compensates_once(worker, c
     assert [h.id for h in running] == [result.continued.workflow_id]
     await result.continued.handle.cancel()
     # Compensating the same effects again runs nothing twice.
-    again = await run_compensations(client, settings, handle.id, "main", 1, result.side_effects)
+    again = await compensate(client, settings, handle.id, "main", 1, result.side_effects)
     assert [c["status"] for c in again] == ["compensated"]
     assert [e["kind"] for e in read_events(events_file)].count("recall_email") == 1
     statuses = {(s.branch_id, s.step_index): s.status for s in await store.list_checkpoints(handle.id)}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import read_events, start_agent
 
-from checkpoint_bridge.branching import fork, rollback
+from rewind import fork, rollback
 from checkpoint_bridge.store import open_checkpoint_store
 from rewind.client import branch_workflows
 from workflows.errors import CorruptCheckpointError, InvalidIdError

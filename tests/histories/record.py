@@ -23,7 +23,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 
 from activities.llm import ModelEndpoint  # noqa: E402
 from activities.tools import ToolRegistry  # noqa: E402
-from checkpoint_bridge.branching import fork  # noqa: E402
+from rewind import fork  # noqa: E402
 from checkpoint_bridge.store import open_checkpoint_store  # noqa: E402
 from rewind.client import connect, start_run  # noqa: E402
 from rewind.config import Settings  # noqa: E402

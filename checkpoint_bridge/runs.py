@@ -1,0 +1,139 @@
+"""The Temporal side of runs and branches: start one, find a branch's workflows,
+ask which workers poll a queue.
+
+Fork and rollback start workflows too, so this sits beside them in the
+bridge and takes what it needs as arguments (the task queue, a redaction
+function) instead of reading settings: the CLI and the client API on the top
+floor pass their settings down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from checkpoint_bridge.lineage import revision_branch
+from workflows.contracts import AgentInput, AgentResult
+from workflows.errors import RunExistsError, UsageError
+from workflows.ids import echo, validate_id, workflow_id_for
+from workflows.wire import AGENT_WORKFLOW, tool_task_queue
+
+
+async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple[str, WorkflowHandle[Any, AgentResult]]]:
+    """(storage branch, handle) of every workflow that has carried branch `name`, oldest first.
+
+    A rollback continues a branch in a new workflow under the next revision
+    (`main`, then `main.r1`, ...), so the last one is the branch's current workflow.
+    """
+    validate_id("run", run_id)
+    validate_id("branch", name)
+    found = []
+    revision = 0
+    while True:
+        storage = revision_branch(name, revision)
+        handle = client.get_workflow_handle(workflow_id_for(run_id, storage), result_type=AgentResult)
+        try:
+            await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return found
+            raise
+        found.append((storage, handle))
+        revision += 1
+
+
+def check_limits(max_steps: int | None = None, max_cost: float | None = None, max_tokens: int | None = None) -> None:
+    """Refuse budgets no run could work with (one line each, naming the option)."""
+    if max_steps is not None and max_steps < 1:
+        raise UsageError(f"--max-steps {max_steps} must be at least 1")
+    if max_cost is not None and not max_cost >= 0:
+        raise UsageError(f"--max-cost {max_cost} must be a number of USD, 0 or more")
+    if max_tokens is not None and max_tokens < 0:
+        raise UsageError(f"--max-tokens {max_tokens} must be 0 or more")
+
+
+def check_input(agent_input: AgentInput) -> None:
+    validate_id("run", agent_input.run_id)
+    validate_id("branch", agent_input.branch_id)
+    if not agent_input.task.strip() and agent_input.resume is None:
+        raise UsageError("the task is empty; say what the agent should do with --task")
+    limits = agent_input.limits
+    check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
+
+
+async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> list[str]:
+    """Identities of the workers polling `task_queue` lately (activity pollers, or workflow pollers)."""
+    from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    kind = TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW if workflows else TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
+    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+        task_queue_type=kind,
+    ))
+    return [p.identity for p in response.pollers]
+
+
+async def missing_tools(client: Client, task_queue: str, names: list[str]) -> list[str] | None:
+    """The named tools no worker on `task_queue` offers; None when no worker polls the
+    queue at all (nothing can be said: the run waits for workers to start)."""
+    if not names or not await pollers(client, task_queue, workflows=True):
+        return None
+    return [name for name in dict.fromkeys(names) if not await pollers(client, tool_task_queue(task_queue, name))]
+
+
+async def check_tools(client: Client, task_queue: str, names: list[str]) -> None:
+    """Refuse, before anything is created, tools that no running worker has."""
+    if not names:
+        return
+    missing = await missing_tools(client, task_queue, names)
+    for _ in range(8):  # a worker that has just started may not have polled every queue yet
+        if missing == []:
+            return
+        await asyncio.sleep(0.25)
+        missing = await missing_tools(client, task_queue, missing or names)
+    if missing:
+        raise UsageError(
+            f"no worker on task queue {task_queue!r} has the tool(s) {', '.join(echo(m, 40) for m in missing)}; "
+            "check the names (a worker logs its tools at start) or start a worker with --tool-modules "
+            "naming the module that defines them"
+        )
+
+
+async def start_agent(
+    client: Client, task_queue: str, agent_input: AgentInput, redact: Callable[[str], str], *,
+    verify_tools: bool = True,
+) -> WorkflowHandle[Any, AgentResult]:
+    """Start one AgentWorkflow (a run, or a branch of one) after checking its input."""
+    check_input(agent_input)
+    if verify_tools:
+        await check_tools(client, task_queue, agent_input.tools)
+    # A secret pasted into the task or the system prompt must not reach history.
+    agent_input = agent_input.model_copy(update={
+        "task": redact(agent_input.task), "system_prompt": redact(agent_input.system_prompt),
+    })
+    try:
+        return await client.start_workflow(
+            AGENT_WORKFLOW,
+            agent_input,
+            id=workflow_id_for(agent_input.run_id, agent_input.branch_id),
+            task_queue=task_queue,
+            result_type=AgentResult,
+            # A run id names one run forever: its checkpoints and idempotency
+            # keys derive from it, so a finished run's id is never reused.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+    except WorkflowAlreadyStartedError as exc:
+        raise RunExistsError(
+            f"a run with id {agent_input.run_id!r} (branch {agent_input.branch_id!r}) already exists; choose another --run-id"
+        ) from exc
+
+
+__all__ = ["branch_workflows", "check_limits", "check_input", "pollers", "missing_tools", "check_tools", "start_agent"]
