@@ -15,11 +15,8 @@ Typical use::
     result = compress_messages(history, model=m, budget_tokens=window - max_output - tools)
     send(result.messages); record(result.actions)   # rebuild_view(history, actions) == the view
 
-Optional summarization (the model call itself is the caller's activity)::
-
-    upto = turn_boundary(history, len(history) - keep_last)
-    text = call_model(summarize_request(history[:upto]))
-    history_view = apply_summary(history, text, upto)
+The model activity also runs `check_pairing` on every view it sends, so a
+conversation that breaks the rule fails with the reason instead of a 400.
 """
 
 from __future__ import annotations
@@ -31,11 +28,10 @@ from activities.tokens import REPLY_PRIMING_TOKENS, content_text, encoding_for_m
 
 __all__ = [
     "CompressionResult",
-    "apply_summary",
     "check_pairing",
+    "compact_actions",
     "compress_messages",
     "rebuild_view",
-    "summarize_request",
     "turn_boundary",
 ]
 
@@ -43,14 +39,6 @@ Message = dict[str, Any]
 
 TRUNCATION_MARKER = "… [truncated by Rewind: {before} → {after} chars]"
 OMITTED_NOTE = "[Rewind: {count} earlier messages omitted to fit the context window]"
-SUMMARY_HEADER = "[Summary of earlier conversation]\n"
-SUMMARY_INSTRUCTION = (
-    "You condense the earlier part of an AI agent's conversation so the agent can continue with less "
-    "context. From the transcript below, keep what the agent needs later: decisions taken, facts learned "
-    "(names, numbers, ids, paths, URLs), tool calls that failed and why, and what is still to do. The "
-    "user's messages stay in the conversation verbatim, so do not restate them. Reply with the summary "
-    "only, as terse bullet points."
-)
 
 
 @dataclass
@@ -184,6 +172,8 @@ def compact_actions(messages: list[Message], actions: list[dict[str, Any]]) -> l
     return compact if rebuild_view(messages, compact) == rebuild_view(messages, actions) else actions
 
 
+
+
 def turn_boundary(messages: list[Message], index: int) -> int:
     """The nearest index at or before `index` where a turn starts (never a tool reply)."""
     index = max(0, min(index, len(messages)))
@@ -226,32 +216,8 @@ def check_pairing(messages: list[Message]) -> list[str]:
     return problems
 
 
-def summarize_request(old_messages: list[Message], *, tool_result_chars: int = 2000) -> list[Message]:
-    """Messages for a model call that summarizes `old_messages` (pass whole turns)."""
-    lines = [_render(m, tool_result_chars) for m in old_messages
-             if m.get("role") != "system" or _is_summary(m)]
-    transcript = "\n\n".join(line for line in lines if line) or "(nothing)"
-    return [{"role": "system", "content": SUMMARY_INSTRUCTION},
-            {"role": "user", "content": "Transcript to summarize:\n\n" + transcript}]
 
 
-def apply_summary(messages: list[Message], summary_text: str, upto_index: int) -> list[Message]:
-    """Fold the assistant and tool messages before `upto_index` into one summary message.
-
-    `upto_index` is moved back to a turn boundary (see `turn_boundary`) so no
-    tool reply is split from its call. User and system messages in the folded
-    range are kept verbatim and in order; the summary, a system message, goes
-    after the leading system messages, replacing any earlier Rewind summary.
-    """
-    upto = turn_boundary(messages, upto_index)
-    head_end = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
-    folded = messages[head_end:upto]
-    kept = [m for m in folded if m.get("role") in ("system", "user") and not _is_summary(m)]
-    head = [m for m in messages[:head_end] if not _is_summary(m)]
-    if len(kept) == len(folded):
-        return list(messages)  # nothing to fold
-    summary = {"role": "system", "content": SUMMARY_HEADER + summary_text.strip()}
-    return head + [summary] + kept + messages[upto:]
 
 
 # ---------------------------------------------------------------- helpers
@@ -287,22 +253,3 @@ def _droppable_turns(messages: list[Message], end: int) -> list[list[int]]:
         turns.append(list(range(i, j)))
         i = j
     return turns
-
-
-def _is_summary(message: Message) -> bool:
-    return message.get("role") == "system" and content_text(message.get("content")).startswith(SUMMARY_HEADER)
-
-
-def _render(message: Message, tool_result_chars: int) -> str:
-    role, text = message.get("role"), content_text(message.get("content")).strip()
-    if role == "tool":
-        if len(text) > tool_result_chars:
-            text = _truncate(text, tool_result_chars)
-        return f"TOOL RESULT ({message.get('tool_call_id')}): {text}"
-    if _is_summary(message):
-        return "EARLIER SUMMARY:\n" + text[len(SUMMARY_HEADER):]
-    parts = [f"{str(role).upper()}: {text}"] if text else []
-    for call in message.get("tool_calls") or []:
-        fn = (call.get("function") if isinstance(call, dict) else None) or {}
-        parts.append(f"ASSISTANT CALLED {fn.get('name')}({fn.get('arguments') or ''}) [{call.get('id')}]")
-    return "\n".join(parts)

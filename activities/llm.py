@@ -24,7 +24,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context_budget import message_budget
-from activities.context_window import compact_actions, compress_messages
+from activities.context_window import check_pairing, compact_actions, compress_messages
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
 from activities.redaction import NO_REDACTION, Redactor
@@ -152,6 +152,14 @@ class LlmActivities:
                 "tokens_after": fitted.tokens_after, "over_budget": fitted.over_budget,
                 "actions": compact_actions(messages, fitted.actions),
             }
+        problems = check_pairing(sent)
+        if problems:
+            # Every chat API refuses this with a 400 that retrying cannot fix: say why instead.
+            raise ApplicationError(
+                f"the conversation of step {request.step} breaks the chat API's tool-call pairing "
+                f"({problems[0]}); it cannot be sent to any model",
+                type=REJECTED_ERROR_TYPE, non_retryable=True,
+            )
         kwargs: dict[str, Any] = {
             "model": request.model,
             # One request shape every common OpenAI-compatible server accepts

@@ -140,12 +140,6 @@ class ChainReader:
             self._cache.move_to_end(cid)
         return doc
 
-    def forget_run(self, run_id: str) -> None:
-        for cid in [c for c in self._cache if c.startswith(f"{run_id}:")]:
-            del self._cache[cid]
-
-    # -- reading --------------------------------------------------------------
-
     async def document(self, cid: str) -> dict[str, Any]:
         """The full document of ``cid``; CheckpointNotFoundError if it was never stored."""
         cached = self.cached(cid)

@@ -61,10 +61,6 @@ class ObjectStore(Protocol):
         """
         ...
 
-    async def put_overwrite(self, key: str, data: bytes) -> None:
-        """Replace an object atomically. Only for mutable pointers, never for checkpoints."""
-        ...
-
     async def list(self, prefix: str) -> list[str]:
         """Keys starting with ``prefix``, sorted."""
         ...

@@ -67,9 +67,6 @@ class FileObjectStore:
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         return await self._run("write", key, self._put_if_absent, key, bytes(data))
 
-    async def put_overwrite(self, key: str, data: bytes) -> None:
-        await self._run("write", key, self._put_overwrite, key, bytes(data))
-
     async def list(self, prefix: str) -> list[str]:
         return await self._run("list", prefix, self._list, prefix)
 
@@ -153,15 +150,6 @@ class FileObjectStore:
             handle.flush()
             os.fsync(handle.fileno())
         return True
-
-    def _put_overwrite(self, key: str, data: bytes) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._write_temp(path.parent, data)
-        try:
-            os.replace(tmp, path)
-        finally:
-            _unlink_quietly(tmp)
 
     def _list(self, prefix: str, *, include_temp: bool = False) -> list[str]:
         base = self._dir(prefix)

@@ -146,13 +146,6 @@ class S3ObjectStore:
             "check for another process writing the same run and retry"
         )
 
-    async def put_overwrite(self, key: str, data: bytes) -> None:
-        s3 = await self._s3()
-        try:
-            await s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, ContentType="application/json")
-        except _LIBRARY_ERRORS as exc:
-            raise self._map("write", key, exc) from exc
-
     async def list(self, prefix: str) -> list[str]:
         check_key(prefix, prefix=True)
         s3 = await self._s3()

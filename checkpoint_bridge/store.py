@@ -141,10 +141,6 @@ class CheckpointStore:
             pass  # already invalidated after this step; the first reason stands
         return key
 
-    async def delete_run(self, run_id: str) -> None:
-        """Delete every object of ``run_id`` (all branches and markers)."""
-        await self.objects.delete_prefix(run_prefix(run_id))
-        self._chain.forget_run(run_id)
 
     # -- reading --------------------------------------------------------------
 
@@ -163,14 +159,6 @@ class CheckpointStore:
         """The highest step of the branch that is not invalidated, or None."""
         step = await self._head_step(run_id, branch_id)
         return None if step is None else await self.load(checkpoint_id(run_id, branch_id, step))
-
-    async def branch_head(self, run_id: str, branch_id: str) -> CheckpointSummary | None:
-        """Summary of ``load_latest(run_id, branch_id)``, without rebuilding messages."""
-        step = await self._head_step(run_id, branch_id)
-        if step is None:
-            return None
-        summaries = await self._summaries([ParsedKey("step", run_id, branch_id, step)], cutoffs={})
-        return summaries[0] if summaries else None
 
     async def list_checkpoints(self, run_id: str) -> list[CheckpointSummary]:
         """Every checkpoint of the run: branches in creation order, then by step."""
@@ -204,9 +192,6 @@ class CheckpointStore:
         found = await read_many(self.objects, keys, self._concurrency)
         return {k: v for k, v in found.items() if v is not None}
 
-    async def stored_bytes(self, run_id: str) -> int:
-        """Total size of the run's stored objects."""
-        return sum(len(v) for v in (await self.raw_objects(run_id)).values())
 
     # -- helpers --------------------------------------------------------------
 

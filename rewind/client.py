@@ -144,9 +144,6 @@ def status_from_checkpoint(cp: AgentCheckpoint, state: RunState | None = None) -
     return AgentStatus(
         run_id=cp.run_id, branch_id=cp.branch_id, state=state or default_state, step=cp.step_index,
         model=cp.model or "", ledger=totals,
-        prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,
-        total_tokens=totals.total_tokens, cost_usd=totals.cost_usd, unpriced_calls=totals.unpriced_calls,
-        llm_calls=totals.model_calls, tool_calls_done=totals.tool_calls, tool_cache_hits=totals.cache_hits,
         last_error=(cp.error_info or {}).get("reason") if cp.error_info else None, final_answer=final,
     )
 

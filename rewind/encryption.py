@@ -68,10 +68,6 @@ class EncryptionCodec(PayloadCodec):
         self._ciphers = {kid: AESGCM(key) for kid, key in keys}
         self._require = require_encryption
 
-    @property
-    def key_id(self) -> str:
-        return self._key_id
-
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         cipher = self._ciphers[self._key_id]
         out = []

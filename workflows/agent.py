@@ -54,7 +54,6 @@ with workflow.unsafe.imports_passed_through():
         MIRROR_STEP,
         RAISE_LIMITS_SIGNAL,
         STATUS_QUERY,
-        TOOL_LOG_QUERY,
         TOOL_QUEUES_PATCH,
         tool_task_queue,
     )
@@ -74,7 +73,7 @@ class AgentWorkflow:
         self._tools: ToolStep | None = None
         self._step_messages: list[dict[str, Any]] = []
         self._step_calls: list[ToolCallLog] = []
-        self._step_ledger = Ledger()
+        self._model_ledger = Ledger()  # this step's model calls; its tool calls are counted by ToolStep
         self._last_step_ledger = Ledger()  # the next step is assumed to cost about as much
         self._pending: dict[int, StepRecord] = {}
         self._new_limits: RunLimits | None = None
@@ -85,10 +84,6 @@ class AgentWorkflow:
         if self._status is None:
             raise ApplicationError("the run has not started its first workflow task yet")
         return self._status
-
-    @workflow.query(name=TOOL_LOG_QUERY)
-    def tool_log(self) -> list[ToolCallLog]:
-        return self._tools.log if self._tools else []
 
     @workflow.signal(name=RAISE_LIMITS_SIGNAL)
     def raise_limits(self, limits: RunLimits) -> None:
@@ -124,7 +119,7 @@ class AgentWorkflow:
                 f"tools {', '.join(described.missing)}: {how}; start a worker with --tool-modules "
                 "(or REWIND_TOOL_MODULES) naming the modules that define them"
             )
-        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, self._step_ledger, routed=routed)
+        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed)
         openai_tools = [t.openai_schema() for t in described.tools]
 
         if inp.resume is None:
@@ -144,7 +139,6 @@ class AgentWorkflow:
                     return await self._finish_run()
                 continue
             self._state.step += 1
-            self._step_ledger = self._tools.ledger = Ledger()
             response = await self._call_model(inp, openai_tools)
             message = response.message
             self._add_messages(message)
@@ -263,12 +257,13 @@ class AgentWorkflow:
             response.transcript_head, response.transcript_len, [],
         )
         usage = response.usage
-        self._step_ledger.prompt_tokens += usage.prompt_tokens
-        self._step_ledger.completion_tokens += usage.completion_tokens
-        self._step_ledger.total_tokens += usage.total_tokens
-        self._step_ledger.cost_usd += response.cost_usd
-        self._step_ledger.model_calls += 1
-        self._step_ledger.unpriced_calls += 0 if response.priced else 1
+        ledger = self._model_ledger
+        ledger.prompt_tokens += usage.prompt_tokens
+        ledger.completion_tokens += usage.completion_tokens
+        ledger.total_tokens += usage.total_tokens
+        ledger.cost_usd += response.cost_usd
+        ledger.model_calls += 1
+        ledger.unpriced_calls += 0 if response.priced else 1
         self._sync_status()
         return response
 
@@ -276,17 +271,18 @@ class AgentWorkflow:
         self._state.unsent.extend(messages)
         self._step_messages.extend(messages)
 
+    def _step_ledger(self) -> Ledger:
+        """The current step so far: its model calls and its tool calls."""
+        return self._model_ledger.plus(self._tools.ledger) if self._tools is not None else self._model_ledger.model_copy()
+
     def _sync_status(self) -> None:
         status, state = self._status, self._state
         assert status is not None
-        totals = state.totals.plus(self._step_ledger)
+        step = self._step_ledger()
+        totals = state.totals.plus(step)
         status.step = state.step
-        status.ledger, status.step_ledger = totals, self._step_ledger.model_copy()
+        status.ledger, status.step_ledger = totals, step
         status.branch_ledger = totals.minus(state.inherited)
-        status.prompt_tokens, status.completion_tokens = totals.prompt_tokens, totals.completion_tokens
-        status.total_tokens, status.cost_usd = totals.total_tokens, totals.cost_usd
-        status.unpriced_calls, status.llm_calls = totals.unpriced_calls, totals.model_calls
-        status.tool_calls_done, status.tool_cache_hits = totals.tool_calls, totals.cache_hits
         status.mirror_pending = len(self._pending)
         if self._tools is not None and self._tools.last_error:
             state.last_error = self._tools.last_error
@@ -297,7 +293,8 @@ class AgentWorkflow:
         """Hand what this step added to the mirror, off the loop's critical path."""
         inp, state = self._input, self._state
         assert inp is not None
-        state.totals = state.totals.plus(self._step_ledger)
+        step_ledger = self._step_ledger()
+        state.totals = state.totals.plus(step_ledger)
         totals = state.totals
         record = StepRecord(
             run_id=inp.run_id, branch_id=inp.branch_id, step_index=state.step,
@@ -307,7 +304,7 @@ class AgentWorkflow:
             prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,
             llm_tokens_used=totals.total_tokens, llm_cost_usd=totals.cost_usd,
             status="failed" if failed else "completed", error_info=failed,
-            step_ledger=self._step_ledger, branch_ledger=totals.minus(state.inherited), total_ledger=totals,
+            step_ledger=step_ledger, branch_ledger=totals.minus(state.inherited), total_ledger=totals,
             system_prompt=state.announce_system_prompt,
             model_view=model_view,
         )
@@ -316,9 +313,9 @@ class AgentWorkflow:
         state.parent_checkpoint = checkpoint_id(inp.run_id, inp.branch_id, state.step)
         self._step_messages, self._step_calls = [], []
         self._mirror_later(record)
-        self._step_ledger = Ledger()
+        self._model_ledger = Ledger()
         if self._tools is not None:
-            self._tools.ledger = self._step_ledger
+            self._tools.ledger = Ledger()
         self._sync_status()
         status = self._status
         assert status is not None

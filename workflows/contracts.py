@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, computed_field, field_validator
 
 from workflows.text import scrub_text
 
@@ -227,14 +227,6 @@ class AgentStatus(BaseModel):
     step: int = 0
     model: str
     # Totals of this branch, including what it inherited at its fork point.
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    cost_usd: float = 0.0
-    unpriced_calls: int = 0
-    llm_calls: int = 0
-    tool_calls_done: int = 0
-    tool_cache_hits: int = 0
     ledger: Ledger = Field(default_factory=Ledger)
     step_ledger: Ledger = Field(default_factory=Ledger)
     branch_ledger: Ledger = Field(default_factory=Ledger)  # spent on this branch itself
@@ -246,6 +238,48 @@ class AgentStatus(BaseModel):
     # Steps whose checkpoint the live mirror has not confirmed yet.
     mirror_pending: int = 0
     mirror_error: str | None = None
+
+    # The totals under the names `rewind status` shows, read from `ledger`
+    # (computed, so never out of step with it; still in every JSON dump).
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def prompt_tokens(self) -> int:
+        return self.ledger.prompt_tokens
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def completion_tokens(self) -> int:
+        return self.ledger.completion_tokens
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total_tokens(self) -> int:
+        return self.ledger.total_tokens
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_usd(self) -> float:
+        return self.ledger.cost_usd
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def unpriced_calls(self) -> int:
+        return self.ledger.unpriced_calls
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def llm_calls(self) -> int:
+        return self.ledger.model_calls
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tool_calls_done(self) -> int:
+        return self.ledger.tool_calls
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tool_cache_hits(self) -> int:
+        return self.ledger.cache_hits
 
 
 class AgentResult(BaseModel):

@@ -39,7 +39,7 @@ def _failure_text(err: BaseException) -> str:
 
 class ToolStep:
     def __init__(
-        self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], ledger: Ledger, *, routed: bool = False,
+        self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], *, routed: bool = False,
     ) -> None:
         self._inp = inp
         # Each call on its tool's own task queue (see workflows.wire.tool_task_queue).
@@ -47,16 +47,16 @@ class ToolStep:
         self._specs = {s.name: s for s in specs}
         self._cache = cache  # cache key -> output; lives in LoopState, so it survives continue-as-new
         self._inflight: dict[str, asyncio.Future[ToolOutcome | str]] = {}
-        self.ledger = ledger
-        self.log: list[ToolCallLog] = []
-        self._taken = 0
+        # This step's tool calls and cache hits; the loop adds them to the step's
+        # ledger and starts a new one when it records the step.
+        self.ledger = Ledger()
+        self._log: list[ToolCallLog] = []  # this step's calls, until taken
         self.last_error: str | None = None
 
     def take_log(self) -> list[ToolCallLog]:
         """The calls logged since the last take (one step's worth)."""
-        new = self.log[self._taken:]
-        self._taken = len(self.log)
-        return new
+        taken, self._log = self._log, []
+        return taken
 
     async def answer(self, step: int, call: dict[str, Any]) -> dict[str, Any]:
         """One tool message answering `call`; never raises for bad model output."""
@@ -139,5 +139,5 @@ class ToolStep:
         log.output, log.error = output, error
         if error is not None:
             self.last_error = f"step {log.step}: {error}"
-        self.log.append(log)
+        self._log.append(log)
         return tool_message(log)

@@ -23,7 +23,6 @@ MIRROR_STEP = "mirror_step"
 
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"
-TOOL_LOG_QUERY = "tool_log"
 RAISE_LIMITS_SIGNAL = "raise_limits"
 
 # -- error types (ApplicationError.type) ---------------------------------------
@@ -51,7 +50,7 @@ def tool_task_queue(task_queue: str, tool_name: str) -> str:
 __all__ = [
     "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW",
     "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP",
-    "STATUS_QUERY", "TOOL_LOG_QUERY", "RAISE_LIMITS_SIGNAL",
+    "STATUS_QUERY", "RAISE_LIMITS_SIGNAL",
     "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED",
     "TOOL_QUEUES_PATCH", "tool_task_queue",
 ]

@@ -16,12 +16,9 @@ import tiktoken_ext.openai_public as openai_public
 
 from activities import tokens
 from activities.context_window import (
-    SUMMARY_HEADER,
-    apply_summary,
     check_pairing,
     compress_messages,
     rebuild_view,
-    summarize_request,
     turn_boundary,
 )
 from activities.tokens import (
@@ -246,42 +243,3 @@ def test_random_conversations_never_break_the_rules():
         assert out[len(out) - (len(msgs) - start):] == msgs[start:], where
         if result.over_budget:  # best effort: nothing droppable is left before the tail
             assert all(m["role"] != "assistant" for m in out[:len(out) - (len(msgs) - start)]), where
-
-
-# ---------------------------------------------------------------- summaries
-
-
-def test_summarize_request_renders_old_turns():
-    msgs = _research(n_calls=2)
-    request = summarize_request(msgs[:6])
-    assert [m["role"] for m in request] == ["system", "user"]
-    body = request[1]["content"]
-    assert "USER: Research Acme" in body and 'ASSISTANT CALLED search({"q": "q0"}) [c0]' in body
-    assert "TOOL RESULT (c1): result 1" in body and "truncated by Rewind" in body
-    assert "You are a research agent" not in body  # system prompt is not summarized
-
-
-def test_apply_summary_keeps_users_and_pairing():
-    msgs = _research(n_calls=4)
-    msgs.insert(6, {"role": "user", "content": "Also check Initech's CEO."})
-    upto = 8  # a tool reply: moved back to its assistant call
-    assert turn_boundary(msgs, upto) == 7
-    out = apply_summary(msgs, "- Acme makes anvils\n", upto)
-    assert out[0] == msgs[0]
-    assert out[1] == {"role": "system", "content": SUMMARY_HEADER + "- Acme makes anvils"}
-    assert out[2:4] == [msgs[1], msgs[6]] and out[4:] == msgs[7:]
-    assert check_pairing(out) == []
-    # Summarizing again replaces the first summary instead of stacking them.
-    again = apply_summary(out, "- newer", len(out) - 1)
-    assert [m["content"] for m in again if m["content"] and str(m["content"]).startswith(SUMMARY_HEADER)] == \
-        [SUMMARY_HEADER + "- newer"]
-    assert apply_summary(msgs, "x", 2) == msgs  # nothing to fold
-
-
-def test_apply_summary_on_random_conversations():
-    for seed in range(200):
-        rng = random.Random(seed)
-        msgs = _conversation(rng)
-        out = apply_summary(msgs, "summary", rng.randint(0, len(msgs)))
-        assert check_pairing(out) == [], f"seed {seed}"
-        assert [m for m in out if m["role"] == "user"] == [m for m in msgs if m["role"] == "user"]

@@ -35,6 +35,8 @@ class Backend:
     """Another ObjectStore on the same location, as a second process would open it."""
     broken: Callable[[], ObjectStore]
     """An ObjectStore whose backend is unreachable (no server / no usable folder)."""
+    tamper: Callable[[ObjectStore, str, bytes], None]
+    """Replace an object behind the store's back (as a person or a bug in another tool would)."""
     opened: list[ObjectStore] = field(default_factory=list)
 
     def objects(self) -> ObjectStore:
@@ -78,7 +80,11 @@ def file_backend(tmp_path: Path) -> Backend:
         blocker.write_text("")
         return FileObjectStore(blocker / "store")
 
-    return Backend("file", lambda: FileObjectStore(space / f"store-{next(counter)}"), all_keys, reopen, broken)
+    def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+        assert isinstance(objects, FileObjectStore)
+        (objects.root / key).write_bytes(data)
+
+    return Backend("file", lambda: FileObjectStore(space / f"store-{next(counter)}"), all_keys, reopen, broken, tamper)
 
 
 def s3_backend(endpoint: str) -> Backend:
@@ -98,7 +104,11 @@ def s3_backend(endpoint: str) -> Backend:
     def broken() -> ObjectStore:
         return S3ObjectStore(bucket, "tests/down", endpoint_url=f"http://127.0.0.1:{closed_port()}")
 
-    return Backend("s3", new_objects, all_keys, reopen, broken)
+    def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+        assert isinstance(objects, S3ObjectStore)
+        s3.put_object(Bucket=objects.bucket, Key=f"{objects.prefix}/{key}" if objects.prefix else key, Body=data)
+
+    return Backend("s3", new_objects, all_keys, reopen, broken, tamper)
 
 
 def closed_port() -> int:

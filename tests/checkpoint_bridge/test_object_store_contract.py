@@ -13,7 +13,7 @@ from checkpoint_bridge.store import DEFAULT_STORE_URL, open_checkpoint_store
 from workflows.errors import CheckpointExistsError, CheckpointNotFoundError, ConfigError
 
 
-async def test_put_if_absent_get_and_overwrite(backend: Backend) -> None:
+async def test_put_if_absent_and_get(backend: Backend) -> None:
     objects = backend.objects()
     with pytest.raises(CheckpointNotFoundError, match=r"a/b\.json"):
         await objects.get("a/b.json")
@@ -22,9 +22,6 @@ async def test_put_if_absent_get_and_overwrite(backend: Backend) -> None:
     with pytest.raises(CheckpointExistsError, match=r"a/b\.json.*immutable"):
         await objects.put_if_absent("a/b.json", b"two")
     assert await objects.get("a/b.json") == b"one"
-    await objects.put_overwrite("head.json", b"1")
-    await objects.put_overwrite("head.json", b"2")
-    assert await objects.get("head.json") == b"2"
 
 
 async def test_racing_put_if_absent_writes_one_object(backend: Backend) -> None:

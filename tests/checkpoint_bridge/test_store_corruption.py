@@ -30,14 +30,14 @@ async def test_a_flipped_byte_fails_the_hash_check(step: int, store: CheckpointS
     data = bytearray((await store.raw_objects("run-1"))[key])
     at = data.index(b"bicycle" if step == 0 else b"web_search")
     data[at] ^= 0x01  # b -> c / w -> v: still valid JSON, different content
-    await store.objects.put_overwrite(key, bytes(data))
+    backend.tamper(store.objects, key, bytes(data))
     with pytest.raises(CorruptCheckpointError, match=rf"{key}.*sha256"):
         await backend.twin(store).load(f"run-1:main:{step}")
 
 
 async def test_a_damaged_parent_fails_its_children(store: CheckpointStore, backend: Backend) -> None:
     await _saved(store)
-    await store.objects.put_overwrite(STEP.format(2), b"\x00garbage")
+    backend.tamper(store.objects, STEP.format(2), b"\x00garbage")
     with pytest.raises(CorruptCheckpointError, match=STEP.format(2)):
         await backend.twin(store).load("run-1:main:5")
 
@@ -47,7 +47,7 @@ async def test_a_damaged_parent_fails_its_children(store: CheckpointStore, backe
 )
 async def test_objects_that_are_not_json_objects(raw: bytes, store: CheckpointStore, backend: Backend) -> None:
     await _saved(store)
-    await store.objects.put_overwrite(STEP.format(3), raw)
+    backend.tamper(store.objects, STEP.format(3), raw)
     with pytest.raises(CorruptCheckpointError, match=STEP.format(3)):
         await backend.twin(store).load("run-1:main:3")
     with pytest.raises(CorruptCheckpointError, match=STEP.format(3)):
@@ -57,7 +57,7 @@ async def test_objects_that_are_not_json_objects(raw: bytes, store: CheckpointSt
 async def test_a_document_copied_from_another_step_is_detected(store: CheckpointStore, backend: Backend) -> None:
     await _saved(store)
     raw = await store.raw_objects("run-1")
-    await store.objects.put_overwrite(STEP.format(4), raw[STEP.format(3)])
+    backend.tamper(store.objects, STEP.format(4), raw[STEP.format(3)])
     with pytest.raises(CorruptCheckpointError, match=r"holds checkpoint 'run-1:main:3', not 'run-1:main:4'"):
         await backend.twin(store).load("run-1:main:4")
 
@@ -75,7 +75,7 @@ async def test_a_delta_whose_parent_is_missing(store: CheckpointStore, backend: 
 async def test_a_valid_hash_over_an_invalid_document(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 2)
     bad = json.loads(run[0].model_dump_json()) | {"llm_tokens_used": "many"}
-    await store.objects.put_overwrite(STEP.format(0), envelope.encode("snapshot", bad))
+    backend.tamper(store.objects, STEP.format(0), envelope.encode("snapshot", bad))
     with pytest.raises(CorruptCheckpointError, match=r"run-1:main:0 is not a valid AgentCheckpoint.*llm_tokens_used"):
         await backend.twin(store).load("run-1:main:0")
 
@@ -87,7 +87,7 @@ async def test_objects_from_a_newer_rewind_ask_for_an_upgrade(store: CheckpointS
     newer_envelope = json.loads(envelope.encode("snapshot", doc)) | {"schema_version": 9}
     newer_format = json.loads(envelope.encode("snapshot", doc)) | {"format": "rewind.checkpoint/v2"}
     for data in (newer_payload, json.dumps(newer_envelope).encode(), json.dumps(newer_format).encode()):
-        await store.objects.put_overwrite(STEP.format(0), data)
+        backend.tamper(store.objects, STEP.format(0), data)
         with pytest.raises(FutureSchemaError, match=r"00000000.*upgrade rewind"):
             await backend.twin(store).load("run-1:main:0")
 

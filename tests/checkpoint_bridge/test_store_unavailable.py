@@ -33,7 +33,7 @@ async def test_reading_an_unreachable_s3_store(backend: Backend) -> None:
         pytest.skip("an unusable folder simply holds nothing to read")
     store = backend.unavailable()
     assert isinstance(store.objects, S3ObjectStore)
-    for call in (store.load("run-1:main:0"), store.list_checkpoints("run-1"), store.delete_run("run-1")):
+    for call in (store.load("run-1:main:0"), store.list_checkpoints("run-1"), store.existing_steps("run-1", "main")):
         with pytest.raises(StoreUnavailableError) as caught:
             await call
         assert store.url in str(caught.value)

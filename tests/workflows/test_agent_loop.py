@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pytest
+from checkpoint_bridge.store import open_checkpoint_store
 from helpers import final_transcript, read_events, scripted, start_agent
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
@@ -137,7 +138,8 @@ async def test_read_only_calls_are_served_from_the_run_cache(worker, client, set
         and e.activity_task_scheduled_event_attributes.activity_type.name == "run_tool"
     ]
     assert len(scheduled) == 2  # cache hits never schedule an activity
-    log = await handle.query("tool_log")
+    async with open_checkpoint_store(settings.store_url) as store:
+        log = [r.model_dump() for r in (await store.load_latest(handle.id)).tool_call_cache]
     assert sum(1 for entry in log if entry["served_from_cache"]) == 3
 
 
