@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Awaitable, Callable, Literal
 
 import pydantic
 from pydantic_core import to_jsonable_python
@@ -27,6 +27,7 @@ from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.redaction import Redactor
 from activities.tools import (
+    RegisteredTool,
     ToolContext,
     ToolError,
     ToolRegistry,
@@ -120,16 +121,48 @@ class ToolActivities:
         missing = [n for n in names if self._registry.get(n) is None]
         return DescribeToolsResponse(tools=specs, missing=missing)
 
-    @activity.defn(name=RUN_TOOL)
-    async def run_tool(self, request: ToolRequest) -> ToolOutcome:
-        registered = self._registry.get(request.tool_name)
+    def _registered(self, name: str, purpose: str) -> RegisteredTool:
+        registered = self._registry.get(name)
         if registered is None:
             raise ApplicationError(
-                f"tool {request.tool_name!r} is not registered on this worker; "
-                "start the worker with --tool-modules (REWIND_TOOL_MODULES) naming the module that defines it",
+                f"tool {name!r} is not registered on this worker; cannot {purpose} it: start the worker with "
+                "--tool-modules (REWIND_TOOL_MODULES) naming the module that defines it",
                 type=TOOL_NOT_REGISTERED,
                 non_retryable=True,
             )
+        return registered
+
+    async def _once(
+        self, ctx: ToolContext, call: Callable[[], Awaitable[Any]], *, raised: str, raised_type: str,
+    ) -> tuple[Literal["recorded", "done"], Any] | tuple[Literal["refused"], ToolError]:
+        """Run `call` at most once per `ctx.idempotency_key` (None: no key): an earlier
+        attempt's record answers instead; a ToolError is the tool's refusal; any other
+        exception is a retryable failure, bounded and redacted."""
+        key = ctx.idempotency_key
+        if key is not None:
+            record = await self._recorded(key)
+            if record is not None:
+                return "recorded", record["output"]
+        token = set_tool_context(ctx)
+        try:
+            output = self._redact.redact_json(_jsonable(await call(), ctx.tool_name, self._max_output))
+        except ToolError as exc:
+            return "refused", exc
+        except Exception as exc:
+            # No cause chain (it would carry the unredacted message into history
+            # and logs) and a bounded message: Temporal keeps only ~2 KB of a
+            # retrying activity's failure (see activities/llm.py).
+            message = self._redact.redact_text(f"{raised} raised {type(exc).__name__}: {exc}")
+            raise ApplicationError(message[:1000], type=raised_type) from None
+        finally:
+            reset_tool_context(token)
+        if key is not None:
+            await self._record(key, ctx.tool_name, output)
+        return "done", output
+
+    @activity.defn(name=RUN_TOOL)
+    async def run_tool(self, request: ToolRequest) -> ToolOutcome:
+        registered = self._registered(request.tool_name, "run")
         started = datetime.now(timezone.utc)
         clock = time.monotonic()
 
@@ -141,45 +174,20 @@ class ToolActivities:
         except pydantic.ValidationError as exc:
             message = f"invalid arguments for {request.tool_name}: {_validation_message(exc)}"
             return outcome(error=self._redact.redact_text(message), error_kind="invalid_arguments")
-
+        ctx = ToolContext(
+            run_id=request.run_id, branch_id=request.branch_id, step=request.step,
+            tool_call_id=request.tool_call_id, tool_name=request.tool_name,
+            idempotency_key=request.idempotency_key if registered.spec.side_effects else None,
+            attempt=activity.info().attempt,
+        )
         # Heartbeat from the first store request on: a slow record lookup or
         # write must not look like a dead worker to Temporal.
         async with heartbeating(request.tool_name):
-            return await self._run_checked(request, registered, kwargs, outcome)
-
-    async def _run_checked(self, request: ToolRequest, registered: Any, kwargs: dict[str, Any], outcome: Any) -> ToolOutcome:
-        key = request.idempotency_key if registered.spec.side_effects else None
-        if key is not None:
-            record = await self._recorded(key)
-            if record is not None:
-                return outcome(output=record["output"], replayed_from_record=True)
-
-        ctx = ToolContext(
-            run_id=request.run_id,
-            branch_id=request.branch_id,
-            step=request.step,
-            tool_call_id=request.tool_call_id,
-            tool_name=request.tool_name,
-            idempotency_key=key,
-            attempt=activity.info().attempt,
-        )
-        token = set_tool_context(ctx)
-        try:
-            result = await registered.fn(**kwargs)
-            output = self._redact.redact_json(_jsonable(result, request.tool_name, self._max_output))
-        except ToolError as exc:
-            return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {exc}"), error_kind="tool_error")
-        except Exception as exc:
-            # No cause chain (it would carry the unredacted message into history
-            # and logs) and a bounded message: Temporal keeps only ~2 KB of a
-            # retrying activity's failure (see activities/llm.py).
-            message = self._redact.redact_text(f"tool {request.tool_name!r} raised {type(exc).__name__}: {exc}")
-            raise ApplicationError(message[:1000], type="ToolRaised") from None
-        finally:
-            reset_tool_context(token)
-        if key is not None:
-            await self._record(key, request.tool_name, output)
-        return outcome(output=output)
+            kind, value = await self._once(ctx, lambda: registered.fn(**kwargs),
+                                           raised=f"tool {request.tool_name!r}", raised_type="ToolRaised")
+        if kind == "refused":
+            return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {value}"), error_kind="tool_error")
+        return outcome(output=value, replayed_from_record=kind == "recorded")
 
     @activity.defn(name=COMPENSATE_TOOL)
     async def compensate_tool(self, request: CompensationRequest) -> CompensationOutcome:
@@ -189,32 +197,18 @@ class ToolActivities:
                 compensation_key=request.compensation_key, status=status, **fields,  # type: ignore[arg-type]
             )
 
-        registered = self._registry.get(request.tool_name)
-        if registered is None:
-            raise ApplicationError(
-                f"tool {request.tool_name!r} is not registered on this worker; cannot compensate it",
-                type=TOOL_NOT_REGISTERED, non_retryable=True,
-            )
-        if registered.compensate is None:
+        registered = self._registered(request.tool_name, "compensate")
+        undo = registered.compensate
+        if undo is None:
             return outcome("no_compensation", error=f"tool {request.tool_name!r} declares no compensation")
-        record = await self._recorded(request.compensation_key)
-        if record is not None:
-            return outcome("already_compensated", output=record["output"])
-        token = set_tool_context(ToolContext(
+        ctx = ToolContext(
             run_id=request.run_id, branch_id=request.branch_id, step=request.step,
             tool_call_id=f"compensate:{request.original_key}", tool_name=request.tool_name,
             idempotency_key=request.compensation_key, attempt=activity.info().attempt,
-        ))
-        try:
-            async with heartbeating(request.tool_name):
-                result = await registered.compensate(request.arguments, request.output)
-            output = self._redact.redact_json(_jsonable(result, request.tool_name, self._max_output))
-        except ToolError as exc:
-            return outcome("failed", error=self._redact.redact_text(str(exc)))
-        except Exception as exc:
-            message = self._redact.redact_text(f"compensation of {request.tool_name!r} raised {type(exc).__name__}: {exc}")
-            raise ApplicationError(message[:1000], type="CompensationRaised") from None
-        finally:
-            reset_tool_context(token)
-        await self._record(request.compensation_key, request.tool_name, output)
-        return outcome("compensated", output=output)
+        )
+        async with heartbeating(request.tool_name):
+            kind, value = await self._once(ctx, lambda: undo(request.arguments, request.output),
+                                           raised=f"compensation of {request.tool_name!r}", raised_type="CompensationRaised")
+        if kind == "refused":
+            return outcome("failed", error=self._redact.redact_text(str(value)))
+        return outcome("already_compensated" if kind == "recorded" else "compensated", output=value)

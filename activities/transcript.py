@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from typing import Any
 
+from checkpoint_bridge.lru import LRU
 from checkpoint_bridge.objects import ObjectStore
 from workflows.canonical import canonical_json
 from workflows.errors import CheckpointNotFoundError, TranscriptError
@@ -34,14 +34,7 @@ def segment_key(digest: str) -> str:
 class TranscriptStore:
     def __init__(self, objects: ObjectStore, cache_size: int = 128) -> None:
         self._objects = objects
-        self._cache: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-        self._cache_size = cache_size
-
-    def _remember(self, digest: str, messages: list[dict[str, Any]]) -> None:
-        self._cache[digest] = messages
-        self._cache.move_to_end(digest)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._cache: LRU[list[dict[str, Any]]] = LRU(cache_size)
 
     async def append(self, head: str | None, head_len: int, messages: list[dict[str, Any]]) -> str:
         """Store `messages` after the prefix `head`; returns the new head."""
@@ -51,7 +44,7 @@ class TranscriptStore:
         await self._objects.put_if_absent(segment_key(digest), data)
         prefix = self._cache.get(head) if head is not None else []
         if prefix is not None:
-            self._remember(digest, [*prefix, *messages])
+            self._cache.put(digest, [*prefix, *messages])
         return digest
 
     async def _segment(self, digest: str) -> dict[str, Any]:
@@ -73,9 +66,8 @@ class TranscriptStore:
         """The full message list ending at `head` (cached; walks parents on a miss)."""
         if head is None:
             messages: list[dict[str, Any]] = []
-        elif head in self._cache:
-            self._cache.move_to_end(head)
-            messages = self._cache[head]
+        elif (cached := self._cache.get(head)) is not None:
+            messages = cached
         else:
             chain: list[tuple[str, dict[str, Any]]] = []
             cursor: str | None = head
@@ -83,10 +75,10 @@ class TranscriptStore:
                 doc = await self._segment(cursor)
                 chain.append((cursor, doc))
                 cursor = doc.get("parent")
-            messages = self._cache[cursor] if cursor is not None else []
+            messages = (self._cache.get(cursor) or []) if cursor is not None else []
             for digest, doc in reversed(chain):
                 messages = [*messages, *doc["messages"]]
-                self._remember(digest, messages)
+                self._cache.put(digest, messages)
         if len(messages) != expected_len:
             raise TranscriptError(
                 f"transcript {head} holds {len(messages)} messages, the workflow expects {expected_len}"

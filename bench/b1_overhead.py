@@ -22,9 +22,19 @@ from activities.tools import ToolRegistry
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.baselines import asyncio_loop, langgraph_available, langgraph_loop
 from bench.common import (
-    TOOLS_MODULE, Section, activity_profile, blob_script, history_events, log, median, ms, percentile,
-    rewind_worker, start_agent, step_marks,
+    TOOLS_MODULE,
+    Section,
+    activity_profile,
+    blob_script,
+    history_events,
+    log,
+    median,
+    ms,
+    percentile,
+    rewind_worker,
+    start_agent,
 )
+from rewind.timing import step_marks
 from workflows.contracts import DEFAULT_SYSTEM_PROMPT
 
 TOOL_BYTES = 256

@@ -23,12 +23,24 @@ import uuid
 from activities.tools import ToolRegistry
 from bench.baselines import langgraph_available, langgraph_loop
 from bench.common import (
-    TOOLS_MODULE, RESULTS, REPO, Section, activity_times_by_step, blob_script, folder_bytes, history_breakdown,
-    history_events, log, median, rewind_worker, start_agent, step_marks,
+    REPO,
+    RESULTS,
+    TOOLS_MODULE,
+    Section,
+    activity_times_by_step,
+    blob_script,
+    folder_bytes,
+    history_breakdown,
+    history_events,
+    log,
+    median,
+    rewind_worker,
+    start_agent,
 )
 from bench.step_cost import step_cost
 from checkpoint_bridge.objects import FileObjectStore
 from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
+from rewind.timing import step_marks
 
 BLOB = 2048
 TARGET_X = 3.0

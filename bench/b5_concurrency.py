@@ -19,10 +19,20 @@ import time
 from temporalio.api.enums.v1 import TimeoutType
 
 from bench.common import (
-    ProcSampler, Section, WorkerProcess, activity_profile, blob_script, file_store_root, history_events, log,
-    percentile, start_agent, step_marks, wait_polling,
+    ProcSampler,
+    Section,
+    WorkerProcess,
+    activity_profile,
+    blob_script,
+    file_store_root,
+    history_events,
+    log,
+    percentile,
+    start_agent,
+    wait_polling,
 )
 from checkpoint_bridge.store import open_checkpoint_store
+from rewind.timing import step_marks
 
 LATENCY_MS = 200.0
 TOOL_BYTES = 1024

@@ -30,11 +30,12 @@ from temporalio.client import Client
 
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
+from checkpoint_bridge.runs import pollers
 from rewind.client import connect, start_run
 from rewind.config import Settings
-from rewind.testing import WorkerProcess as _SharedWorkerProcess
 from rewind.embedded import DevServer
 from rewind.scripted_model import ScriptedModelServer
+from rewind.testing import WorkerProcess as _SharedWorkerProcess
 from workflows.contracts import AgentInput
 
 REPO = Path(__file__).resolve().parent.parent
@@ -427,30 +428,6 @@ class WorkerProcess(_SharedWorkerProcess):
         )
 
 
-async def pollers(client: Client, task_queue: str) -> set[str]:
-    """Identities polling the activity side of `task_queue`.
-
-    The legacy describe call answers for the root partition only (a poller on
-    another partition can stay invisible for a whole 60 s long poll); the
-    enhanced one covers every partition but may lag a few seconds. Union of both.
-    """
-    from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-    queue = TaskQueue(name=task_queue)
-    legacy = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=queue, task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
-    found = {p.identity for p in legacy.pollers}
-    enhanced = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=queue, report_pollers=True,
-        api_mode=DescribeTaskQueueMode.DESCRIBE_TASK_QUEUE_MODE_ENHANCED,
-        task_queue_types=[TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY]))
-    for version in enhanced.versions_info.values():
-        for info in version.types_info.values():
-            found |= {p.identity for p in info.pollers}
-    return found
-
 
 async def wait_polling(client, queue: str, worker: WorkerProcess) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + 60
@@ -474,23 +451,6 @@ def dump_json(path: Path, data: Any) -> None:
 
 # ---------------------------------------------------------------- history profiles
 
-
-def step_marks(events: list[Any], model_activity: str) -> list[float]:
-    """Event times (s) at which each step's model activity was scheduled, plus the workflow's end."""
-    from temporalio.api.enums.v1 import EventType
-
-    marks, end = [], None
-    for e in events:
-        t = e.event_time.ToDatetime().timestamp()
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if e.activity_task_scheduled_event_attributes.activity_type.name == model_activity:
-                marks.append(t)
-        elif e.event_type in (EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-                              EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW):
-            end = t
-    if end is not None:
-        marks.append(end)
-    return marks
 
 
 def activity_profile(events: list[Any]) -> dict[str, Any]:

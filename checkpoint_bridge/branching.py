@@ -36,7 +36,12 @@ from checkpoint_bridge.lineage import (
     validate_branch_name,
 )
 from checkpoint_bridge.projector import chain_events
-from checkpoint_bridge.runs import branch_workflows, check_limits, check_tools, start_agent
+from checkpoint_bridge.runs import (
+    branch_workflows,
+    check_limits,
+    check_tools,
+    start_agent,
+)
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from workflows.contracts import (
@@ -49,6 +54,7 @@ from workflows.contracts import (
 )
 from workflows.errors import CheckpointNotUsableError, RunExistsError
 from workflows.ids import validate_id, workflow_id_for
+from workflows.tool_calls import NOT_EXECUTED, with_system_prompt
 from workflows.wire import RUN_TOOL
 
 STOP_TIMEOUT_S = 30.0
@@ -106,7 +112,7 @@ def ledger_of(cp: AgentCheckpoint) -> Ledger:
         prompt_tokens=cp.prompt_tokens, completion_tokens=cp.completion_tokens,
         total_tokens=cp.llm_tokens_used, cost_usd=cp.llm_cost_usd,
         model_calls=sum(1 for m in cp.messages if m.get("role") == "assistant"),
-        tool_calls=sum(1 for r in executed if not (r.error or "").startswith(("unknown tool", "arguments for"))),
+        tool_calls=sum(1 for r in executed if not (r.error or "").startswith(NOT_EXECUTED)),
         cache_hits=len(records) - len(executed),
         tool_time_ms=sum(r.duration_ms for r in executed),
     )
@@ -120,11 +126,7 @@ def tool_cache_of(cp: AgentCheckpoint) -> dict[str, Any]:
 async def seed_from(cp: AgentCheckpoint, transcripts: TranscriptWriter, system_prompt: str | None) -> LoopState:
     messages = [dict(m) for m in cp.messages]
     if system_prompt is not None:
-        first = next((i for i, m in enumerate(messages) if m.get("role") == "system"), None)
-        if first is None:
-            messages.insert(0, {"role": "system", "content": system_prompt})
-        else:
-            messages[first]["content"] = system_prompt
+        messages = with_system_prompt(messages, system_prompt)
     head = await transcripts.append(None, 0, messages)
     totals = ledger_of(cp)
     return LoopState(

@@ -13,13 +13,13 @@ the same branch) instead of one round trip per step.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from typing import Any, Literal
 
 from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
 from workflows.ids import parse_checkpoint_id
 
 from .envelope import Envelope, apply_delta, decode
+from .lru import LRU
 from .layout import step_key
 from .migrations import migrate
 from .objects import ObjectStore
@@ -120,8 +120,7 @@ class ChainReader:
     ) -> None:
         self._objects = objects
         self._policy = policy
-        self._cache: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache: LRU[dict[str, Any]] = LRU(cache_size)
         self._window = window
         self._concurrency = concurrency
 
@@ -129,16 +128,10 @@ class ChainReader:
 
     def remember(self, cid: str, doc: dict[str, Any]) -> None:
         """Cache a document. Callers must not mutate it afterwards (it is shared)."""
-        self._cache[cid] = doc
-        self._cache.move_to_end(cid)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._cache.put(cid, doc)
 
     def cached(self, cid: str) -> dict[str, Any] | None:
-        doc = self._cache.get(cid)
-        if doc is not None:
-            self._cache.move_to_end(cid)
-        return doc
+        return self._cache.get(cid)
 
     async def document(self, cid: str) -> dict[str, Any]:
         """The full document of ``cid``; CheckpointNotFoundError if it was never stored."""

@@ -21,6 +21,7 @@ from checkpoint_bridge.schema import AgentCheckpoint, ToolCallRecord
 from workflows.contracts import StepRecord, ToolCallLog
 from workflows.errors import ProjectionError
 from workflows.ids import checkpoint_id
+from workflows.tool_calls import with_system_prompt
 from workflows.wire import MIRROR_STEP
 
 MIRROR_ACTIVITY = MIRROR_STEP
@@ -56,9 +57,7 @@ def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentChe
     messages = [*(parent.messages if parent else []), *record.new_messages]
     if record.system_prompt is not None:
         # A fork with a new system prompt: the branch's conversation uses it from here on.
-        first = next((i for i, m in enumerate(messages) if m.get("role") == "system"), None)
-        if first is not None:
-            messages[first] = {**messages[first], "content": record.system_prompt}
+        messages = with_system_prompt(messages, record.system_prompt)
     return AgentCheckpoint(
         checkpoint_id=checkpoint_id(record.run_id, record.branch_id, record.step_index),
         run_id=record.run_id,

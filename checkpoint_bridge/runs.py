@@ -66,19 +66,30 @@ def check_input(agent_input: AgentInput) -> None:
     check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
 
 
-async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> list[str]:
-    """Identities of the workers polling `task_queue` lately (activity pollers, or workflow pollers)."""
-    from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> set[str]:
+    """Identities of the workers polling `task_queue` lately (activity pollers, or workflow pollers).
+
+    The plain describe call answers for the queue's root partition only (a
+    worker polling another partition can stay invisible for a whole 60 s long
+    poll); the enhanced one covers every partition but may lag a few seconds.
+    So: the union of both.
+    """
+    from temporalio.api.enums.v1 import DescribeTaskQueueMode, TaskQueueKind, TaskQueueType
     from temporalio.api.taskqueue.v1 import TaskQueue
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
     kind = TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW if workflows else TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
-    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-        task_queue_type=kind,
-    ))
-    return [p.identity for p in response.pollers]
+    queue = TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
+    plain = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=queue, task_queue_type=kind))
+    found = {p.identity for p in plain.pollers}
+    enhanced = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=queue, report_pollers=True,
+        api_mode=DescribeTaskQueueMode.DESCRIBE_TASK_QUEUE_MODE_ENHANCED, task_queue_types=[kind]))
+    for version in enhanced.versions_info.values():
+        for info in version.types_info.values():
+            found |= {p.identity for p in info.pollers}
+    return found
 
 
 async def missing_tools(client: Client, task_queue: str, names: list[str]) -> list[str] | None:

@@ -23,11 +23,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from workflows.canonical import canonical_json
-from workflows.errors import (
-    CheckpointExistsError,
-    CorruptCheckpointError,
-    InvalidIdError,
-)
+from workflows.errors import CheckpointExistsError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
 from .chain import ChainReader, SnapshotPolicy, decode_as, read_many
@@ -88,10 +84,8 @@ class CheckpointStore:
 
     async def save(self, cp: AgentCheckpoint) -> str:
         """Store ``cp`` and return its key; a no-op if the same checkpoint is already stored."""
+        # AgentCheckpoint's validator has already checked that the id is run:branch:step.
         key = step_key(cp.run_id, cp.branch_id, cp.step_index)
-        expected = checkpoint_id(cp.run_id, cp.branch_id, cp.step_index)
-        if cp.checkpoint_id != expected:  # only possible with model_construct()
-            raise InvalidIdError(f"checkpoint_id {cp.checkpoint_id!r} must be {expected!r}")
         doc = checkpoint_to_dict(cp)
         kind, payload = "snapshot", doc
         parent = await self._delta_base(cp)

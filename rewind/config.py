@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from checkpoint_bridge.objects import parse_store_url
 from workflows.contracts import DEFAULT_MODEL
 from workflows.errors import ConfigError
 
@@ -148,10 +149,11 @@ class Settings:
         store_url = read.str("REWIND_STORE", f"file://{home / 'checkpoints'}")
         assert store_url is not None
         default_payloads = f"file://{home / 'payloads'}"
-        if store_url.startswith("s3://"):
+        where = parse_store_url(store_url)
+        if where.kind == "s3":
             # Workers on several machines share nothing but Temporal and S3:
             # with an S3 checkpoint store, the live data goes to S3 too.
-            default_payloads = "s3://" + store_url[len("s3://"):].split("/", 1)[0] + "/rewind-payloads"
+            default_payloads = f"s3://{where.bucket}/rewind-payloads"
         modules_text, modules_source = read.str("REWIND_TOOL_MODULES"), "REWIND_TOOL_MODULES"
         if modules_text is None:
             modules_text, modules_source = read.str("REWIND_TOOLS"), "REWIND_TOOLS"

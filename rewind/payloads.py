@@ -17,10 +17,8 @@ stored encrypted and history's claim points at ciphertext.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
-import os  # os.replace / getpid only: settings come in as arguments
 from pathlib import Path
 from typing import Sequence
 
@@ -36,23 +34,25 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from checkpoint_bridge.objects import parse_store_url
+from checkpoint_bridge.objects import FileObjectStore, parse_store_url
 from rewind.encryption import EncryptionCodec, parse_keys
-from workflows.errors import ConfigError, PayloadIntegrityError
+from workflows.errors import CheckpointNotFoundError, ConfigError, PayloadIntegrityError
 
 DEFAULT_THRESHOLD = 64 * 1024
 
 
 
 class LocalStorageDriver(StorageDriver):
-    """Content-addressed payload files in a local folder (the embedded default).
+    """Content-addressed payload files in a local folder (the embedded default):
+    `temporal/<2 hex>/<sha256>` in the payload store, written through the same
+    object store (and its atomic, exclusive writes) as the transcript segments.
 
     Shared by every worker on the machine; use S3 when workers run on
     several machines.
     """
 
     def __init__(self, root: Path) -> None:
-        self._root = root
+        self._objects = FileObjectStore(root)
 
     def name(self) -> str:
         return "rewind.local"
@@ -60,26 +60,18 @@ class LocalStorageDriver(StorageDriver):
     def type(self) -> str:
         return "rewind.local"
 
-    def _path(self, digest: str) -> Path:
+    @staticmethod
+    def _key(digest: str) -> str:
         if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
             raise PayloadIntegrityError(f"malformed payload claim {digest!r}")
-        return self._root / digest[:2] / digest
-
-    def _write(self, data: bytes, digest: str) -> None:
-        path = self._path(digest)
-        if path.exists():
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{digest}.{os.getpid()}.{id(data)}")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)  # same content under one name: last writer wins harmlessly
+        return f"temporal/{digest[:2]}/{digest}"
 
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
         claims = []
         for payload in payloads:
             data = payload.SerializeToString()
             digest = hashlib.sha256(data).hexdigest()
-            await asyncio.to_thread(self._write, data, digest)
+            await self._objects.put_if_absent(self._key(digest), data)
             claims.append(StorageDriverClaim(claim_data={"sha256": digest}))
         return claims
 
@@ -87,16 +79,15 @@ class LocalStorageDriver(StorageDriver):
         out = []
         for claim in claims:
             digest = claim.claim_data["sha256"]
-            path = self._path(digest)
             try:
-                data = await asyncio.to_thread(path.read_bytes)
-            except OSError as exc:
+                data = await self._objects.get(self._key(digest))
+            except CheckpointNotFoundError as exc:
                 raise PayloadIntegrityError(
-                    f"payload {digest} is missing from {self._root} ({exc}); every worker and client "
+                    f"payload {digest} is missing from {self._objects.url}; every worker and client "
                     "must use the same REWIND_PAYLOADS"
                 ) from exc
             if hashlib.sha256(data).hexdigest() != digest:
-                raise PayloadIntegrityError(f"payload {path} does not match its hash; the file was changed")
+                raise PayloadIntegrityError(f"payload {digest} in {self._objects.url} does not match its hash; it was changed")
             payload = Payload()
             payload.ParseFromString(data)
             out.append(payload)
@@ -112,7 +103,7 @@ def _driver(url: str, endpoint_url: str | None, region_name: str | None) -> Stor
 
         return _LazyS3Driver(where.bucket, aioboto3.Session(region_name=region_name or None), endpoint_url,
                              S3StorageDriver, new_aioboto3_client)
-    return LocalStorageDriver(Path(where.path) / "temporal")
+    return LocalStorageDriver(Path(where.path))
 
 
 class _LazyS3Driver(StorageDriver):

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from rewind.config import Settings
@@ -13,7 +14,52 @@ from rewind.config import Settings
 REPO = Path(__file__).resolve().parents[1]
 
 
-class WorkerProcess:
+class LoggedProcess:
+    """A subprocess writing to a log file (stderr to its own file if `err_log` is given,
+    else into the log), so a test or a benchmark can SIGKILL it like a crashed machine
+    or stop it gracefully."""
+
+    stop_grace_s = 15.0  # stop(): SIGTERM, then SIGKILL after this long
+
+    def __init__(self, argv: list[str], log: Path, *, env: dict[str, str], cwd: Path | None = None,
+                 err_log: Path | None = None) -> None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path, self.err_path = log, err_log
+        self.started_at = time.monotonic()
+        with ExitStack() as files:  # the child keeps its own copies of the file descriptors
+            out = files.enter_context(open(log, "ab"))
+            err = files.enter_context(open(err_log, "ab")) if err_log else subprocess.STDOUT
+            self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=err, cwd=str(cwd) if cwd else None)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stderr(self) -> str:
+        """What it wrote to stderr (kept apart only with `err_log`)."""
+        return self.err_path.read_text(errors="replace") if self.err_path else ""
+
+    def log(self) -> str:
+        """What it wrote: stdout (and stderr, if not kept apart), then stderr kept apart."""
+        return self.log_path.read_text(errors="replace") + self.stderr()
+
+    def kill(self) -> None:
+        """SIGKILL, and reap."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM (graceful), SIGKILL after `stop_grace_s`."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(self.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class WorkerProcess(LoggedProcess):
     """`python worker.py --tools ...` in a subprocess, configured by environment only,
     so a test or a benchmark can SIGKILL it like a crashed machine."""
 
@@ -34,32 +80,4 @@ class WorkerProcess:
             "PYTHONPATH": os.pathsep.join([*(str(p) for p in pythonpath or []), str(REPO), env.get("PYTHONPATH", "")]),
             **(extra_env or {}),
         })
-        log.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path = log
-        self._log = open(log, "ab")
-        self.started_at = time.monotonic()
-        self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "worker.py"), "--tool-modules", tools],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(cwd) if cwd else None,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def kill(self) -> None:
-        """SIGKILL, and reap."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-    def stop(self) -> None:
-        """SIGTERM (graceful), SIGKILL after 15 s."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
+        super().__init__([sys.executable, str(REPO / "worker.py"), "--tool-modules", tools], log, env=env, cwd=cwd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from typing import Any, Iterable
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -10,14 +11,14 @@ from temporalio.client import Client
 from workflows.wire import CALL_LLM
 
 
-async def step_durations(client: Client, workflow_id: str) -> list[float]:
-    """Seconds per step: from one model call's scheduling to the next (or to the end)."""
+def step_marks(events: Iterable[Any], model_activity: str = CALL_LLM) -> list[float]:
+    """Event times (s) at which each step's model activity was scheduled, plus the workflow's end."""
     marks: list[float] = []
     end: float | None = None
-    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+    for event in events:
         t = event.event_time.ToDatetime().timestamp()
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if event.activity_task_scheduled_event_attributes.activity_type.name == CALL_LLM:
+            if event.activity_task_scheduled_event_attributes.activity_type.name == model_activity:
                 marks.append(t)
         elif event.event_type in (
             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
@@ -27,6 +28,12 @@ async def step_durations(client: Client, workflow_id: str) -> list[float]:
             end = t
     if end is not None:
         marks.append(end)
+    return marks
+
+
+async def step_durations(client: Client, workflow_id: str) -> list[float]:
+    """Seconds per step: from one model call's scheduling to the next (or to the end)."""
+    marks = step_marks([e async for e in client.get_workflow_handle(workflow_id).fetch_history_events()])
     return [b - a for a, b in zip(marks, marks[1:])]
 
 

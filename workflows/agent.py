@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallLog,
     )
     from workflows.ids import checkpoint_id
-    from workflows.tool_calls import step_label
+    from workflows.tool_calls import failure_text, step_label
     from workflows.tool_step import ToolStep
 
     # The workflow refers to activities by name only, so it does not import
@@ -58,10 +58,6 @@ with workflow.unsafe.imports_passed_through():
         tool_task_queue,
     )
 
-
-def failure_text(err: BaseException) -> str:
-    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
-    return str(cause) or type(cause).__name__
 
 
 @workflow.defn(name=AGENT_WORKFLOW)

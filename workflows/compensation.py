@@ -15,7 +15,12 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contracts import CompensationOutcome, CompensationRequest
-    from workflows.wire import COMPENSATE_TOOL, COMPENSATION_WORKFLOW, TOOL_QUEUES_PATCH, tool_task_queue
+    from workflows.wire import (
+        COMPENSATE_TOOL,
+        COMPENSATION_WORKFLOW,
+        TOOL_QUEUES_PATCH,
+        tool_task_queue,
+    )
 
 
 @workflow.defn(name=COMPENSATION_WORKFLOW)

@@ -10,7 +10,33 @@ import json
 from collections import Counter
 from typing import Any
 
+from temporalio.exceptions import ActivityError
+
 from workflows.contracts import ToolCallLog, ToolSpec
+
+# Errors of calls that never reached a tool (the model named no known tool, or
+# sent arguments that are not a JSON object). Older checkpoints carry no
+# ledger, and their tool-call count is estimated by leaving these out.
+UNKNOWN_TOOL = "unknown tool"
+BAD_ARGUMENTS = "arguments for"
+NOT_EXECUTED = (UNKNOWN_TOOL, BAD_ARGUMENTS)
+
+
+def failure_text(err: BaseException) -> str:
+    """The reason of an activity's final failure (its cause's message)."""
+    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+    return str(cause) or type(cause).__name__
+
+
+def with_system_prompt(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """The conversation with `prompt` as its system message (a fork that changes it)."""
+    out = list(messages)
+    first = next((i for i, m in enumerate(out) if m.get("role") == "system"), None)
+    if first is None:
+        out.insert(0, {"role": "system", "content": prompt})
+    else:
+        out[first] = {**out[first], "content": prompt}
+    return out
 
 
 def canonical_arguments(args: dict[str, Any], spec: ToolSpec) -> dict[str, Any]:

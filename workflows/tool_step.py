@@ -28,13 +28,16 @@ with workflow.unsafe.imports_passed_through():
         ToolRequest,
         ToolSpec,
     )
-    from workflows.tool_calls import canonical_arguments, idempotency_key, tool_message
+    from workflows.tool_calls import (
+        BAD_ARGUMENTS,
+        UNKNOWN_TOOL,
+        canonical_arguments,
+        failure_text,
+        idempotency_key,
+        tool_message,
+    )
     from workflows.wire import RUN_TOOL, TOOL_NOT_REGISTERED, tool_task_queue
 
-
-def _failure_text(err: BaseException) -> str:
-    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
-    return str(cause) or type(cause).__name__
 
 
 class ToolStep:
@@ -68,13 +71,13 @@ class ToolStep:
         spec = self._specs.get(name)
         if spec is None:
             known = ", ".join(sorted(self._specs)) or "none"
-            return self._finish(log, error=f"unknown tool {name!r}; available tools: {known}")
+            return self._finish(log, error=f"{UNKNOWN_TOOL} {name!r}; available tools: {known}")
         try:
             args = json.loads(function.get("arguments") or "{}")
         except ValueError as exc:
-            return self._finish(log, error=f"arguments for {name} are not valid JSON ({exc}); send a JSON object")
+            return self._finish(log, error=f"{BAD_ARGUMENTS} {name} are not valid JSON ({exc}); send a JSON object")
         if not isinstance(args, dict):
-            return self._finish(log, error=f"arguments for {name} must be a JSON object, got {type(args).__name__}")
+            return self._finish(log, error=f"{BAD_ARGUMENTS} {name} must be a JSON object, got {type(args).__name__}")
         log.arguments = args
 
         if spec.side_effects:
@@ -119,7 +122,7 @@ class ToolStep:
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err  # the run is being stopped
-            return f"{spec.name} failed after retries: {_failure_text(err)}"
+            return f"{spec.name} failed after retries: {failure_text(err)}"
 
     def _apply(self, log: ToolCallLog, result: ToolOutcome | str, *, executed: bool) -> dict[str, Any]:
         if isinstance(result, str):
