@@ -6,7 +6,7 @@
 # It installs exactly what a worker needs (this project, no test or bench
 # extras), runs as an unprivileged user, and reports its health with
 # `rewind health` (exit 0 while the worker in the container polls Temporal).
-FROM python:3.11-slim-bookworm
+FROM python:3.11.13-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import traceback
 from dataclasses import dataclass, field
@@ -221,11 +222,23 @@ def import_tool_module(module_name: str) -> Any:
 
 
 def _import_failure(module_name: str, exc: BaseException) -> str:
-    # The innermost frame outside the import machinery is where the user's code failed.
+    # Where the user's code failed: the innermost frame in the module's own file
+    # (a @tool without type hints raises inside this file, called from there),
+    # else the innermost frame outside the import machinery.
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+    own = [f for f in frames if f.filename == _origin(module_name)]
+    frames = own or frames
     where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"tool module {module_name!r} failed to import{where}: {type(exc).__name__}" + (f": {text}" if text else "")
+
+
+def _origin(module_name: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None else None
 
 
 def set_tool_context(ctx: ToolContext) -> contextvars.Token[ToolContext]:

@@ -209,6 +209,13 @@ async def _start_from(
     system_prompt: str | None = None, model: str | None = None, tools: list[str] | None = None,
     variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
 ) -> ForkResult:
+    if system_prompt is None:
+        # The branch keeps its own system prompt, also when it continues from a
+        # checkpoint of the branch it was forked from (a rollback to its fork
+        # point): that checkpoint still holds the parent branch's prompt.
+        current = next((m.get("content") for m in cp.messages if m.get("role") == "system"), None)
+        if current is not None and current != base.system_prompt:
+            system_prompt = base.system_prompt
     seed = await seed_from(cp, launcher.transcripts, system_prompt)
     inp = base.model_copy(update={
         "run_id": cp.run_id,

@@ -15,6 +15,7 @@ never both succeed with different bytes.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,8 +99,11 @@ def parse_store_url(url: str) -> StoreLocation:
         if not path:
             raise ConfigError(f"store URL {url!r} names no folder; use {ACCEPTED_URLS}")
         return StoreLocation("file", path=path)
-    if "://" in url:
-        raise ConfigError(f"store URL {url!r} has an unsupported scheme; use {ACCEPTED_URLS}")
+    if "://" in url or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url):
+        # Also `s3:/bucket` or `s3//bucket`-like typos that would otherwise be a local folder named "s3:".
+        raise ConfigError(f"store URL {url!r} has an unsupported scheme (or a typo in one); use {ACCEPTED_URLS}")
+    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file"}:
+        raise ConfigError(f"store URL {url!r} looks like a mistyped s3:// or file:// URL; use {ACCEPTED_URLS}")
     return StoreLocation("file", path=url)
 
 

@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from checkpoint_bridge.store import CheckpointStore
 
 
+# Exit codes: 0 done, 1 an error (one line on stderr), 2 a usage error (a bad
+# argument), 3 `--wait` saw the run stop without completing (paused for its
+# budget, cancelled).
+EXIT_DONE, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_DONE = 0, 1, 2, 3
+
+
 def _emit(doc: Any, as_json: bool, text: str) -> None:
     if as_json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
@@ -114,17 +120,29 @@ async def _wait_and_report(
     if result.status.budget_reason:
         text += f" ({result.status.budget_reason}; raise it with `rewind continue {run_id}`)"
     _emit(doc, args.json, text + (f"\n{result.final_answer}" if result.final_answer else ""))
-    return 0 if result.status.state == "completed" else 2
+    return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.client import run_view
 
+    from rewind.client import view_from_store
+    from workflows.errors import ConfigError
+
     validate_id("run", args.run)
     validate_id("branch", args.branch)
-    client = await _client(settings)
-    async with _checkpoints(settings) as store:
-        view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue)
+    try:
+        client = await _client(settings)
+    except ConfigError as unreachable:  # Temporal is down or gone: the checkpoints still answer
+        async with _checkpoints(settings) as store:
+            view = await view_from_store(store, args.run, args.branch)
+        if view is None:
+            raise unreachable
+        view.workflow_status = "unknown"
+        view.failure = f"Temporal is not reachable ({settings.temporal_address}): shown from the newest checkpoint"
+    else:
+        async with _checkpoints(settings) as store:
+            view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue)
     if args.json:
         _emit(view.model_dump(mode="json"), True, "")
         return 0
@@ -168,7 +186,7 @@ async def cmd_continue(args: argparse.Namespace, settings: Settings) -> int:
     validate_id("branch", args.branch)
     updates = {k: v for k, v in {"max_steps": args.max_steps, "max_cost_usd": args.max_cost, "max_tokens": args.max_tokens}.items() if v is not None}
     if not updates:
-        raise UsageError("say which budget to raise: --max-steps, --max-cost or --max-tokens")
+        raise UsageError("say which budget to raise: --max-steps, --max-cost or --max-tokens (each the new total)")
     client = await _client(settings)
     workflows = await branch_workflows(client, args.run, args.branch)
     if not workflows:
@@ -177,12 +195,38 @@ async def cmd_continue(args: argparse.Namespace, settings: Settings) -> int:
     status = await handle.query(STATUS_QUERY, result_type=AgentStatus)
     if status.state != "budget_exceeded":
         raise RewindError(f"run {args.run!r} is {status.state}, not paused by its budget; nothing to continue")
+    used = {"max_steps": status.step, "max_cost_usd": status.cost_usd, "max_tokens": status.total_tokens}
+    flags = {"max_steps": "--max-steps", "max_cost_usd": "--max-cost", "max_tokens": "--max-tokens"}
+    for name, value in updates.items():
+        if value <= used[name]:
+            raise UsageError(
+                f"{flags[name]} {value:g} is no raise: the run has used {used[name]:g} already; the limit is the new "
+                f"total, so give more than {used[name]:g}"
+            )
     limits = status.limits.model_copy(update=updates)
     await handle.signal(RAISE_LIMITS_SIGNAL, limits)
     info = {"run_id": args.run, "branch": args.branch, "limits": limits.model_dump()}
     if args.wait:
         return await _wait_and_report(args, client, handle, args.run, args.branch, info)
-    _emit(info, args.json, f"run {args.run} continues with {updates}")
+    _emit(info, args.json, f"run {args.run} continues with " + ", ".join(f"{flags[k]} {v:g}" for k, v in updates.items()))
+    return 0
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.client import branch_workflows
+
+    validate_id("run", args.run)
+    validate_id("branch", args.branch)
+    client = await _client(settings)
+    workflows = await branch_workflows(client, args.run, args.branch)
+    if not workflows:
+        raise RewindError(f"no run {args.run!r} (branch {args.branch!r}) in Temporal; check the id and --branch")
+    handle = workflows[-1][1]
+    # Cancellation reaches the loop, which ends the run as `cancelled` with its
+    # checkpoints kept; a call in flight is cancelled (heartbeating tools see it).
+    await handle.cancel()
+    _emit({"run_id": args.run, "branch": args.branch, "workflow_id": handle.id, "cancel_requested": True}, args.json,
+          f"cancellation of run {args.run} ({args.branch}) requested; `rewind status {args.run}` shows when it has stopped")
     return 0
 
 
@@ -335,7 +379,7 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     result = await run_demo(settings, quiet=args.json)
     if args.json:
         _emit(result.model_dump(mode="json"), True, "")
-    return 0 if result.status.state == "completed" else 2
+    return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
 
 
 def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
@@ -411,7 +455,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # type: ignore[override]
         print(f"{self.prog}: {_one_line(message)} (see {self.prog} --help)", file=sys.stderr)
         sys.stderr.flush()
-        os._exit(2)
+        os._exit(EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -495,6 +539,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=_COUNT)
     p.add_argument("--wait", action="store_true")
 
+    p = command("cancel", "stop a run (it ends as cancelled; its checkpoints stay)", handler=cmd_cancel)
+    p.add_argument("run")
+    p.add_argument("--branch", default="main")
+
     p = command("status", "state of a run: live while it runs, from its result or checkpoints after", handler=cmd_status)
     p.add_argument("run")
     p.add_argument("--branch", default="main")
@@ -522,7 +570,7 @@ def run(argv: list[str] | None = None) -> int:
         return asyncio.run(handler(args, settings))
     except RewindError as exc:
         print(f"rewind: {_one_line(str(exc))}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_ERROR
     except RPCError as exc:
         print(f"rewind: Temporal refused the request: {_one_line(str(exc))}", file=sys.stderr)
         return 1

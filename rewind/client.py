@@ -173,7 +173,7 @@ async def run_view(
     validate_id("branch", branch_id)
     workflows = await branch_workflows(client, run_id, branch_id)
     if not workflows:
-        view = await _view_from_store(store, run_id, branch_id)
+        view = await view_from_store(store, run_id, branch_id)
         if view is None:
             raise RunNotFoundError(f"no run {run_id!r} (branch {branch_id!r}) in Temporal; check the id and --branch")
         return view
@@ -231,7 +231,7 @@ async def run_view(
     return view
 
 
-async def _view_from_store(store: CheckpointStore | None, run_id: str, branch_id: str) -> RunView | None:
+async def view_from_store(store: CheckpointStore | None, run_id: str, branch_id: str) -> RunView | None:
     """A run Temporal no longer knows (past the namespace's retention): its newest checkpoint."""
     if store is None:
         return None
@@ -265,5 +265,5 @@ async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: flo
 
 __all__ = [
     "connect", "start_run", "run_view", "new_run_id", "wait_for_outcome", "fork", "rollback", "compensate",
-    "launcher", "RunView", "status_from_checkpoint", "workflow_id_for", "branch_workflows",
+    "launcher", "RunView", "status_from_checkpoint", "view_from_store", "workflow_id_for", "branch_workflows",
 ]

@@ -604,8 +604,11 @@ class ScriptedModelServer:
                 with self._lock:
                     turns = self._scripts.get(name)
                 if turns is None:
-                    raise _ApiError(404, f"The model '{model}' does not exist: no script named {name!r} "
-                                         "was registered (add_script or POST /_admin/scripts/{name}).",
+                    with self._lock:
+                        known = ", ".join(sorted(self._scripts)) or "none"
+                    raise _ApiError(404, f"The model '{model}' does not exist: no script named {name!r} was "
+                                         f"registered (scripts known to this server: {known}; a worker loads them "
+                                         "from REWIND_SCRIPTS, tests with add_script or POST /_admin/scripts/NAME).",
                                     code="model_not_found", param="model")
                 reply = _script_reply(turns, messages, turn)
             else:

@@ -3,28 +3,44 @@ each in its own empty folder, configured only through the environment.
 
 `user_env` builds an environment from scratch (PATH and HOME, plus what the
 test gives): nothing of the test process's own configuration leaks in.
+Every wait is async and leaves the event loop running, so a server the test
+runs in that loop (an S3 proxy, say) keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
+
+from rewind.testing import LoggedProcess
 
 BIN = Path(sys.executable).parent
 
 
 def user_env(home: Path, **variables: str | None) -> dict[str, str]:
+    """PATH, HOME=`home`, LANG and `variables` (None: left out; "" kept, it is a value)."""
     env = {"PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
     env.update({k: v for k, v in variables.items() if v is not None})
     return env
 
 
-async def rewind(cwd: Path, env: dict[str, str], *args: str, timeout_s: float = 120.0) -> tuple[int, str, str]:
+def empty_dir(tmp_path: Path, name: str) -> Path:
+    """A new, empty folder under `tmp_path`."""
+    path = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}"
+    path.mkdir()
+    return path
+
+
+async def rewind(cwd: Path, env: dict[str, str], *args: str, timeout_s: float = 150.0) -> tuple[int, str, str]:
     """`rewind ARGS...` from `cwd`: (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         str(BIN / "rewind"), *args, cwd=cwd, env=env,
@@ -32,36 +48,44 @@ async def rewind(cwd: Path, env: dict[str, str], *args: str, timeout_s: float = 
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         out, err = await proc.communicate()
         raise AssertionError(f"rewind {' '.join(args)} did not finish in {timeout_s:.0f}s; stderr: {err.decode()[-2000:]}")
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-def one_line_error(code: int, err: str, *needles: str) -> None:
-    """The CLI's promise for errors: non-zero, one line on stderr, no traceback."""
+async def rewind_json(cwd: Path, env: dict[str, str], *args: str) -> Any:
+    """`rewind ARGS... --json`, which must succeed: its document."""
+    code, out, err = await rewind(cwd, env, *args, "--json")
+    assert code == 0, f"rewind {' '.join(args)} exited {code}: {err}"
+    return json.loads(out)
+
+
+def one_line_error(code: int, err: str, *needles: str, prefix: str = "") -> None:
+    """The CLI's promise for errors: non-zero, one line on stderr (starting with `prefix`), no traceback."""
     assert code != 0, f"expected a failure, got exit 0; stderr: {err!r}"
     assert err.count("\n") == 1 and err.endswith("\n"), f"expected one line on stderr, got: {err!r}"
+    assert err.startswith(prefix), err
     assert "Traceback" not in err, err
     for needle in needles:
         assert needle in err, f"{needle!r} not in {err!r}"
 
 
-class UserWorker:
-    """`rewind worker ...` in its own folder; kill() is a crashed machine."""
+class UserWorker(LoggedProcess):
+    """`rewind worker ARGS...` (with `module`: `python -m rewind.worker ARGS...`) in its
+    own folder, stdout and stderr kept apart; kill() is a crashed machine."""
 
-    def __init__(self, cwd: Path, env: dict[str, str], *args: str) -> None:
+    stop_grace_s = 20.0
+
+    def __init__(self, cwd: Path, env: dict[str, str], *args: str, module: bool = False) -> None:
         cwd.mkdir(parents=True, exist_ok=True)
-        self.cwd, self.log_path = cwd, cwd.parent / f"{cwd.name}.log"
-        self._log = open(self.log_path, "ab")
-        self.process = subprocess.Popen([str(BIN / "rewind"), "worker", *args], cwd=cwd, env=env,
-                                        stdout=self._log, stderr=subprocess.STDOUT)
+        self.cwd = cwd
+        command = [sys.executable, "-m", "rewind.worker"] if module else [str(BIN / "rewind"), "worker"]
+        super().__init__([*command, *args], cwd.parent / f"{cwd.name}.log", env=env, cwd=cwd,
+                         err_log=cwd.parent / f"{cwd.name}.err")
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    async def wait_ready(self, timeout_s: float = 60.0) -> None:
+    async def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Until the worker polls (its health file appears), or fail with its log."""
         health = self.cwd / ".rewind" / "worker-health.json"
         deadline = time.monotonic() + timeout_s
@@ -72,26 +96,35 @@ class UserWorker:
                 raise AssertionError(f"worker not ready after {timeout_s:.0f}s:\n{self.log()[-3000:]}")
             await asyncio.sleep(0.1)
 
-    def wait_exit(self, timeout_s: float = 60.0) -> int:
-        return self.process.wait(timeout_s)
+    async def wait_exit(self, timeout_s: float = 90.0) -> int:
+        """Its exit code, or fail with its log if it still runs after `timeout_s`."""
+        try:
+            return await asyncio.to_thread(self.process.wait, timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker still running after {timeout_s:.0f}s:\n{self.log()[-3000:]}") from None
 
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+    async def stop_async(self) -> None:
+        """stop(), the event loop running meanwhile."""
+        await asyncio.to_thread(self.stop)
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-
-    def __enter__(self) -> "UserWorker":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@asynccontextmanager
+async def user_workers() -> AsyncIterator[Callable[..., UserWorker]]:
+    """start(cwd, env, *args, module=False) starts a UserWorker; all of them stopped on the way out."""
+    started: list[UserWorker] = []
+
+    def start(cwd: Path, env: dict[str, str], *args: str, module: bool = False) -> UserWorker:
+        started.append(UserWorker(cwd, env, *args, module=module))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for worker in started:
+            await worker.stop_async()

@@ -326,7 +326,7 @@ def test_dockerignore_keeps_local_state_and_tooling_out():
 def test_dockerfile_installs_the_project_only_and_runs_unprivileged():
     instructions = _instructions()
     froms = [rest for keyword, rest in instructions if keyword == "FROM"]
-    assert len(froms) == 1 and re.fullmatch(r"python:3\.11-slim(-[a-z]+)?", froms[0]), froms
+    assert len(froms) == 1 and re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", froms[0]), froms
     installs = [rest for keyword, rest in instructions if keyword == "RUN" and "pip install" in rest]
     assert len(installs) == 1
     assert re.search(r"pip install --no-cache-dir \.(\s|$)", installs[0]), installs[0]

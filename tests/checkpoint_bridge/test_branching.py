@@ -66,6 +66,17 @@ async def test_fork_with_new_system_prompt_reuses_answered_tool_calls(worker, cl
     assert len(list((events_file.parent / "outbox").glob("*.md"))) == 2  # main's report and the fork's
 
 
+async def test_rolling_a_fork_back_to_its_fork_point_keeps_its_system_prompt(worker, client, settings, model, events_file, store):
+    run = await _research_run(client, settings)
+    forked = await fork(client, settings, store, run, 1, branch="tech", system_prompt=TECH)
+    await forked.handle.result()
+    back = await rollback(client, settings, store, run, 1, branch="tech")  # step 1 is main's checkpoint
+    outcome = await back.continued.handle.result()
+    assert outcome.status.state == "completed" and "technical" in outcome.final_answer.lower()
+    first = await store.load(f"{run}:tech.r1:2")
+    assert first.messages[0]["content"] == TECH
+
+
 async def test_fork_with_other_model_and_tools_and_fork_of_fork(worker, client, settings, model, events_file, store):
     run = await _research_run(client, settings)
     other = await fork(client, settings, store, run, 1, branch="mini", model="gpt-4.1-mini")

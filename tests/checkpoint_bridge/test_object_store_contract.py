@@ -84,7 +84,7 @@ def test_open_object_store_accepts_the_documented_forms(tmp_path: Path, monkeypa
 
 @pytest.mark.parametrize(
     "url", ["", "   ", "http://example.com/x", "gs://bucket/x", "s3://", "s3:///prefix", "file://",
-            "s3://Bad_Bucket/x", "s3://bucket/../x"],
+            "s3://Bad_Bucket/x", "s3://bucket/../x", "s3:/bucket/x", "s3//bucket/x"],
 )
 def test_open_object_store_rejects_other_urls_and_shows_the_accepted_forms(url: str) -> None:
     with pytest.raises(ConfigError) as caught:

@@ -173,23 +173,15 @@ class ProxyStats:
         return self.failed_500 + self.failed_503 + self.dropped_before + self.dropped_after + self.failed_after
 
 
-class FlakyS3Proxy:
-    """An HTTP proxy in front of an S3 server that breaks checkpoint writes.
+class S3Proxy:
+    """An HTTP proxy in front of an S3 server, on a free port of 127.0.0.1.
 
-    Of the PUT requests whose key matches `match` (checkpoint objects), a
-    `fail_rate` share fails (500 InternalError, 503 SlowDown, or a dropped
-    connection; some of the failures happen *after* S3 stored the object, so
-    the client retries a write that in fact succeeded) and a `delay_rate`
-    share is delayed by `delay_s`. Every other request passes through.
-    Decisions come from `random.Random(seed)`, one draw per faultable write.
+    It forwards every request as it came; a subclass's `_handle` misbehaves
+    on purpose, with `_forward`, `_error` and `_drop` as its means.
     """
 
-    def __init__(self, upstream: str, *, seed: int = 7, fail_rate: float = 0.3, delay_rate: float = 0.2,
-                 delay_s: tuple[float, float] = (1.0, 2.0), match: str = "/steps/") -> None:
+    def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
-        self.rng = random.Random(seed)
-        self.fail_rate, self.delay_rate, self.delay_s, self.match = fail_rate, delay_rate, delay_s, match
-        self.stats = ProxyStats()
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -212,19 +204,17 @@ class FlakyS3Proxy:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    def _decide(self) -> tuple[str, float]:
-        roll, delay = self.rng.random(), self.rng.uniform(*self.delay_s)
-        fail = self.fail_rate / 6  # six kinds of failure, equally likely
-        kinds = ["500", "503", "drop_before", "drop_after", "500_after", "503_slowdown"]
-        if roll < self.fail_rate:
-            return kinds[int(roll / fail)], 0.0
-        if roll < self.fail_rate + self.delay_rate:
-            return "delay", delay
-        return "pass", 0.0
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        status, headers, data = await self._forward(request, await request.read())
+        return web.Response(status=status, headers=headers, body=data)
 
-    async def _forward(self, request: web.Request, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    async def _forward(self, request: web.Request, body: bytes,
+                       drop_headers: frozenset[str] = frozenset()) -> tuple[int, dict[str, str], bytes]:
+        """The request sent on to S3 (without the headers named, in lower case, in
+        `drop_headers`): S3's status, headers and body."""
         assert self._session is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in {"host", "content-length"}}
+        dropped = {"host", "content-length", *drop_headers}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in dropped}
         async with self._session.request(
             request.method, self.upstream + request.path_qs, headers=headers, data=body, allow_redirects=False,
         ) as resp:
@@ -242,6 +232,35 @@ class FlakyS3Proxy:
         assert request.transport is not None
         request.transport.abort()  # RST, no response: the client sees a broken connection
         return web.Response(status=500)
+
+
+class FlakyS3Proxy(S3Proxy):
+    """An HTTP proxy in front of an S3 server that breaks checkpoint writes.
+
+    Of the PUT requests whose key matches `match` (checkpoint objects), a
+    `fail_rate` share fails (500 InternalError, 503 SlowDown, or a dropped
+    connection; some of the failures happen *after* S3 stored the object, so
+    the client retries a write that in fact succeeded) and a `delay_rate`
+    share is delayed by `delay_s`. Every other request passes through.
+    Decisions come from `random.Random(seed)`, one draw per faultable write.
+    """
+
+    def __init__(self, upstream: str, *, seed: int = 7, fail_rate: float = 0.3, delay_rate: float = 0.2,
+                 delay_s: tuple[float, float] = (1.0, 2.0), match: str = "/steps/") -> None:
+        super().__init__(upstream)
+        self.rng = random.Random(seed)
+        self.fail_rate, self.delay_rate, self.delay_s, self.match = fail_rate, delay_rate, delay_s, match
+        self.stats = ProxyStats()
+
+    def _decide(self) -> tuple[str, float]:
+        roll, delay = self.rng.random(), self.rng.uniform(*self.delay_s)
+        fail = self.fail_rate / 6  # six kinds of failure, equally likely
+        kinds = ["500", "503", "drop_before", "drop_after", "500_after", "503_slowdown"]
+        if roll < self.fail_rate:
+            return kinds[int(roll / fail)], 0.0
+        if roll < self.fail_rate + self.delay_rate:
+            return "delay", delay
+        return "pass", 0.0
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()

@@ -188,7 +188,9 @@ async def test_fork_diff_rollback_continue_from_the_cli(worker, settings, model,
 
     code, out, err = await rewind(settings, "start", "--task", "Research these companies: Initech", "--max-steps", "1",
                                   "--run-id", "cli-budget-1", "--wait", "--json")
-    assert code == 2 and json.loads(out)["status"]["state"] == "budget_exceeded"
+    assert code == 3 and json.loads(out)["status"]["state"] == "budget_exceeded"
+    code, out, err = await rewind(settings, "continue", "cli-budget-1", "--max-steps", "1")
+    assert code == 2 and "no raise" in err and "Traceback" not in err
     code, out, err = await rewind(settings, "continue", "cli-budget-1", "--max-steps", "10", "--wait", "--json")
     assert code == 0, err
     assert json.loads(out)["status"]["state"] == "completed"

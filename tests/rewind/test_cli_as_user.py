@@ -89,6 +89,7 @@ async def test_worker_loads_tool_modules_from_its_folder_and_takes_a_task_queue(
     ("import os\nraise RuntimeError('no database configured')\n", "broken_tools.py:2",
      "RuntimeError: no database configured"),
     ("import no_such_dependency_here\n", "broken_tools.py:1", "ModuleNotFoundError"),
+    ("from rewind import tool\n\n\n@tool\nasync def f(x):\n    return x\n", "broken_tools.py:4", "needs a type hint"),
 ])
 async def test_a_broken_tool_module_is_one_line_with_file_line_and_error(world, body, where, what):
     folder = world.folder("w")

@@ -1,8 +1,7 @@
 """Rewind configured for production, driven exactly as a user drives it.
 
 Every process here is a subprocess a user could type: `rewind ...` and
-`rewind worker ...` (as `python -m rewind.cli ...`), each in its own new,
-empty folder, configured ONLY through environment variables built from
+`rewind worker ...` (tests/as_user.py), each in its own new, empty folder, configured ONLY through environment variables built from
 scratch (PATH, HOME and the variables under test: nothing of the test
 process's own AWS_* / OPENAI_* / REWIND_* leaks in), against real servers:
 the session's Temporal dev server, moto's S3 server, the scripted model.
@@ -22,9 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -33,119 +30,22 @@ from typing import Any
 
 import boto3
 import pytest
+from as_user import empty_dir, one_line_error, rewind, rewind_json, user_env, user_workers
 from botocore.exceptions import ClientError
 from temporalio.client import Client, WorkflowExecutionStatus
 
-BIN = Path(sys.executable).parent
+from rewind.testing import LoggedProcess
+
 TASK = "Research these companies: Acme, Globex"
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 # -- driving Rewind as a user ---------------------------------------------------------
 
 
-def user_env(home: Path, **variables: str | None) -> dict[str, str]:
-    """An environment from scratch: PATH, HOME=`home`, LANG and `variables` ("" kept: it is the point)."""
-    env = {"PATH": f"{BIN}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(home), "LANG": "C.UTF-8"}
-    env.update({k: v for k, v in variables.items() if v is not None})
-    return env
-
-
-def empty_dir(tmp_path: Path, name: str) -> Path:
-    path = tmp_path / f"{name}-{uuid.uuid4().hex[:6]}"
-    path.mkdir()
-    return path
-
-
-async def rewind(cwd: Path, env: dict[str, str], *args: str, timeout_s: float = 150.0) -> tuple[int, str, str]:
-    """`rewind ARGS...` in `cwd` with exactly `env`: (exit code, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "rewind.cli", *args, cwd=cwd, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except asyncio.TimeoutError:
-        proc.kill()
-        out, err = await proc.communicate()
-        raise AssertionError(f"rewind {' '.join(args)} still running after {timeout_s:.0f}s; stderr: {err.decode()[-2000:]}")
-    return proc.returncode, out.decode(), err.decode()
-
-
-async def rewind_json(cwd: Path, env: dict[str, str], *args: str) -> Any:
-    code, out, err = await rewind(cwd, env, *args, "--json")
-    assert code == 0, f"rewind {' '.join(args)} exited {code}: {err}"
-    return json.loads(out)
-
-
-def assert_one_line_error(code: int, err: str, *needles: str) -> None:
-    assert code != 0, f"expected a failure, got exit 0 (stderr {err!r})"
-    assert err.endswith("\n") and err.count("\n") == 1, f"expected exactly one line on stderr, got: {err!r}"
-    assert err.startswith("rewind:"), err
-    assert "Traceback" not in err, err
-    for needle in needles:
-        assert needle in err, f"{needle!r} not in {err!r}"
-
-
-class Worker:
-    """`rewind worker ARGS` (or `python -m rewind.worker ARGS`) in its own folder;
-    stdout and stderr kept apart."""
-
-    def __init__(self, cwd: Path, env: dict[str, str], *args: str, module: bool = False) -> None:
-        self.cwd = cwd
-        self.out_path, self.err_path = cwd.parent / f"{cwd.name}.out", cwd.parent / f"{cwd.name}.err"
-        command = ["-m", "rewind.worker"] if module else ["-m", "rewind.cli", "worker"]
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.process = subprocess.Popen([sys.executable, *command, *args],
-                                            cwd=cwd, env=env, stdout=out, stderr=err)
-
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def log(self) -> str:
-        return self.out_path.read_text(errors="replace") + self.stderr()
-
-    async def ready(self, timeout_s: float = 90.0) -> None:
-        """Until the worker polls (it writes its health file then)."""
-        health = self.cwd / ".rewind" / "worker-health.json"
-        deadline = time.monotonic() + timeout_s
-        while not health.exists():
-            if self.process.poll() is not None:
-                raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"worker not polling after {timeout_s:.0f}s:\n{self.log()[-3000:]}")
-            await asyncio.sleep(0.1)
-
-    async def exit_code(self, timeout_s: float = 90.0) -> int:
-        deadline = time.monotonic() + timeout_s
-        while self.process.poll() is None:
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"worker still running after {timeout_s:.0f}s:\n{self.log()[-3000:]}")
-            await asyncio.sleep(0.05)
-        return self.process.returncode
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 @pytest.fixture
-def workers():
-    started: list[Worker] = []
-
-    def start(cwd: Path, env: dict[str, str], *args: str, module: bool = False) -> Worker:
-        w = Worker(cwd, env, *args, module=module)
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.stop()
+async def workers():
+    async with user_workers() as start:
+        yield start
 
 
 def s3_client(endpoint: str, **creds: str) -> Any:
@@ -205,7 +105,7 @@ async def test_s3_checkpoints_and_payloads_end_to_end(temporal_server, moto_endp
     )
     wdir, cli = empty_dir(tmp_path, "worker"), empty_dir(tmp_path, "cli")
     worker = workers(wdir, user_env(wdir, **variables), "--tool-modules", "examples.research_agent")
-    await worker.ready()
+    await worker.wait_ready()
     env = user_env(cli, **variables)
 
     doc = await run_research(cli, env)
@@ -250,7 +150,7 @@ async def test_s3_store_derives_an_s3_payload_store(temporal_server, moto_endpoi
     )
     wdir, cli = empty_dir(tmp_path, "worker"), empty_dir(tmp_path, "cli")
     worker = workers(wdir, user_env(wdir, **variables), "--tool-modules", "examples.research_agent", module=True)
-    await worker.ready()
+    await worker.wait_ready()
     env = user_env(cli, **variables)
 
     doc = await run_research(cli, env)
@@ -298,7 +198,7 @@ async def test_empty_variables_are_unset(temporal_server, moto_endpoint, tmp_pat
     )
     wdir, cli = empty_dir(tmp_path, "worker"), empty_dir(tmp_path, "cli")
     worker = workers(wdir, user_env(wdir, **variables), "--tool-modules", "examples.research_agent")
-    await worker.ready()
+    await worker.wait_ready()
     assert "scripted offline model" in worker.log()
     env = user_env(cli, **variables)
 
@@ -323,7 +223,7 @@ async def test_empty_base_url_means_openai(temporal_server, tmp_path, workers):
     )
     wdir, cli = empty_dir(tmp_path, "worker"), empty_dir(tmp_path, "cli")
     worker = workers(wdir, user_env(wdir, **variables), "--tool-modules", "examples.research_agent")
-    await worker.ready()
+    await worker.wait_ready()
     env = user_env(cli, **variables)
     code, out, err = await rewind(cli, env, "start", "--task", TASK, "--json")
     assert code == 0, err
@@ -358,10 +258,8 @@ def auth_moto(tmp_path_factory) -> Any:
     with unknown keys is refused (403 InvalidAccessKeyId)."""
     port = free_port()
     folder = tmp_path_factory.mktemp("auth-moto")
-    log = open(folder / "moto.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            cwd=folder, stdout=log, stderr=subprocess.STDOUT,
-                            env=user_env(folder, INITIAL_NO_AUTH_ACTION_COUNT="1"))
+    moto = LoggedProcess([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                         folder / "moto.log", cwd=folder, env=user_env(folder, INITIAL_NO_AUTH_ACTION_COUNT="1"))
     endpoint = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -369,7 +267,7 @@ def auth_moto(tmp_path_factory) -> Any:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
-            assert proc.poll() is None and time.monotonic() < deadline, (folder / "moto.log").read_text()
+            assert moto.process.poll() is None and time.monotonic() < deadline, moto.log()
             time.sleep(0.1)
         bucket = "guarded"
         s3_client(endpoint).create_bucket(Bucket=bucket)
@@ -380,9 +278,7 @@ def auth_moto(tmp_path_factory) -> Any:
         assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
         yield endpoint, bucket
     finally:
-        proc.terminate()
-        proc.wait(20)
-        log.close()
+        moto.stop()
 
 
 def _broken(kind: str, moto_endpoint: str, auth_moto: tuple[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -424,7 +320,7 @@ async def test_configuration_errors_are_one_line(temporal_server, moto_endpoint,
                                      for cwd, args in zip(folders, commands)))
     for args, (code, out, err) in zip(commands, results):
         assert code == 1, f"rewind {' '.join(args)}: exit {code}, stdout {out!r}, stderr {err!r}"
-        assert_one_line_error(code, err, *needles)
-    assert await worker.exit_code() == 1, worker.log()
-    assert_one_line_error(1, worker.stderr(), *needles)
+        one_line_error(code, err, *needles, prefix="rewind:")
+    assert await worker.wait_exit() == 1, worker.log()
+    one_line_error(1, worker.stderr(), *needles, prefix="rewind:")
     assert not (wdir / ".rewind" / "worker-health.json").exists()
