@@ -39,13 +39,14 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from workflows.contracts import DEFAULT_MODEL
 from workflows.errors import ScriptError
 
 __all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
 
 # A fixed `created` keeps responses byte-identical across retries.
 CREATED = 1_700_000_000
-MODELS = ("gpt-4o-mini", "rewind-research")
+MODELS = (DEFAULT_MODEL, "rewind-research")
 SCRIPT_PREFIX = "script:"
 ROLES = {"system", "user", "assistant", "tool"}
 QUOTE_CHARS = 300
