@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.canonical import cache_key
@@ -105,24 +105,38 @@ class ToolStep:
         return self._apply(log, result, executed=True)
 
     async def _execute(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], idem_key: str | None) -> ToolOutcome | str:
-        """The tool activity's outcome, or the text of its final failure."""
+        """The tool activity's outcome, or the text of its final failure.
+
+        A call goes to the run's own task queue first: there it can be handed
+        to the workflow's worker at once (eager dispatch), which is the common
+        case of workers that all hold the same tools. A worker that lacks the
+        tool refuses it before running anything (ToolNotRegistered); the call
+        is then scheduled again on the tool's own queue, which only workers
+        holding the tool poll. Runs from before tool queues stop at the refusal.
+        """
+        request = ToolRequest(
+            run_id=self._inp.run_id, branch_id=self._inp.branch_id, step=step, tool_call_id=call_id,
+            tool_name=spec.name, arguments=args, idempotency_key=idem_key,
+        )
         try:
-            return await workflow.execute_activity(
-                RUN_TOOL,
-                ToolRequest(
-                    run_id=self._inp.run_id, branch_id=self._inp.branch_id, step=step, tool_call_id=call_id,
-                    tool_name=spec.name, arguments=args, idempotency_key=idem_key,
-                ),
-                result_type=ToolOutcome,
-                task_queue=tool_task_queue(workflow.info().task_queue, spec.name) if self._routed else None,
-                start_to_close_timeout=timedelta(seconds=spec.timeout_s),
-                heartbeat_timeout=timedelta(seconds=spec.heartbeat_s),
-                retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),
-            )
+            try:
+                return await self._schedule(request, spec, None)
+            except ActivityError as err:
+                if not (self._routed and isinstance(err.cause, ApplicationError) and err.cause.type == TOOL_NOT_REGISTERED):
+                    raise
+            return await self._schedule(request, spec, tool_task_queue(workflow.info().task_queue, spec.name))
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err  # the run is being stopped
             return f"{spec.name} failed after retries: {failure_text(err)}"
+
+    async def _schedule(self, request: ToolRequest, spec: ToolSpec, task_queue: str | None) -> ToolOutcome:
+        return await workflow.execute_activity(
+            RUN_TOOL, request, result_type=ToolOutcome, task_queue=task_queue,
+            start_to_close_timeout=timedelta(seconds=spec.timeout_s),
+            heartbeat_timeout=timedelta(seconds=spec.heartbeat_s),
+            retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),
+        )
 
     def _apply(self, log: ToolCallLog, result: ToolOutcome | str, *, executed: bool) -> dict[str, Any]:
         if isinstance(result, str):

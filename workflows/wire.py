@@ -32,17 +32,20 @@ CHECKPOINT_CONFLICT = "CheckpointConflict"   # a checkpoint that can never be st
 AGENT_RUN_FAILED = "AgentRunFailed"          # the run's own failure, with its reason
 
 # -- patches (workflow.patched ids) --------------------------------------------
-# Tool calls (and the description of named tools) go to a task queue of their
-# own per tool, so a run never lands on a worker that lacks a tool it needs.
+# Named tools are described on a task queue of their own per tool, and a tool
+# call a worker refuses (it lacks the tool) goes again to that queue, so a run
+# never fails on a worker that lacks a tool another worker has.
 TOOL_QUEUES_PATCH = "tool-task-queues"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
     """The task queue on which the workers that have `tool_name` run its calls.
 
-    Every worker polls its main queue (workflows, model calls, the mirror)
-    and one queue per tool it has; a tool call is scheduled on its tool's
-    queue, so only a worker holding the tool can pick it up.
+    Every worker polls its main queue (workflows, model calls, the mirror,
+    tool calls) and one queue per tool it has. A tool call goes to the main
+    queue first (eager dispatch to the workflow's worker); a worker without
+    the tool refuses it, and the call goes again to its tool's queue, which
+    only workers holding the tool poll.
     """
     return f"{task_queue}.tool.{tool_name}"
 
