@@ -162,15 +162,16 @@ class AgentWorkflow:
         )
 
     async def _describe_routed(self, inp: AgentInput) -> DescribeToolsResponse:
-        """Named tools are described by a worker that has them (on each tool's
-        queue); with no names, the run gets every tool of the worker that answers."""
-        if not inp.tools:
-            return await self._describe_here(inp)
-        names = list(dict.fromkeys(inp.tools))
-        found = await asyncio.gather(*(self._describe_one(inp, name) for name in names))
+        """The worker that answers on the run's queue describes what it has (with
+        no names: all its tools); a named tool it lacks is described by a worker
+        that has it, on that tool's own queue."""
+        here = await self._describe_here(inp)
+        if not here.missing:
+            return here
+        found = await asyncio.gather(*(self._describe_one(inp, name) for name in here.missing))
         return DescribeToolsResponse(
-            tools=[spec for spec in found if spec is not None],
-            missing=[name for name, spec in zip(names, found) if spec is None],
+            tools=[*here.tools, *(spec for spec in found if spec is not None)],
+            missing=[name for name, spec in zip(here.missing, found) if spec is None],
         )
 
     async def _describe_one(self, inp: AgentInput, name: str) -> Any:
