@@ -220,6 +220,11 @@ class ToolCallLog(BaseModel):
     served_from_cache: bool = False
 
 
+def _from_ledger(name: str, kind: type) -> Any:
+    """A computed field of AgentStatus that reads one total of its ledger."""
+    return computed_field(property(lambda self: getattr(self.ledger, name)), return_type=kind)  # type: ignore[call-overload]
+
+
 class AgentStatus(BaseModel):
     run_id: str
     branch_id: str
@@ -241,45 +246,14 @@ class AgentStatus(BaseModel):
 
     # The totals under the names `rewind status` shows, read from `ledger`
     # (computed, so never out of step with it; still in every JSON dump).
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def prompt_tokens(self) -> int:
-        return self.ledger.prompt_tokens
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def completion_tokens(self) -> int:
-        return self.ledger.completion_tokens
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def total_tokens(self) -> int:
-        return self.ledger.total_tokens
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def cost_usd(self) -> float:
-        return self.ledger.cost_usd
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def unpriced_calls(self) -> int:
-        return self.ledger.unpriced_calls
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def llm_calls(self) -> int:
-        return self.ledger.model_calls
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def tool_calls_done(self) -> int:
-        return self.ledger.tool_calls
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def tool_cache_hits(self) -> int:
-        return self.ledger.cache_hits
+    prompt_tokens = _from_ledger("prompt_tokens", int)
+    completion_tokens = _from_ledger("completion_tokens", int)
+    total_tokens = _from_ledger("total_tokens", int)
+    cost_usd = _from_ledger("cost_usd", float)
+    unpriced_calls = _from_ledger("unpriced_calls", int)
+    llm_calls = _from_ledger("model_calls", int)
+    tool_calls_done = _from_ledger("tool_calls", int)
+    tool_cache_hits = _from_ledger("cache_hits", int)
 
 
 class AgentResult(BaseModel):
