@@ -37,13 +37,10 @@ async def check_store(objects: ObjectStore, variable: str, *, probe_writes: bool
         raise ConfigError(f"{variable}={objects.url}: {exc}") from exc
 
 
-async def check_stores(settings: Settings, *, checkpoints: bool = True, payloads: bool = True,
-                       probe_writes: bool = False) -> None:
-    """Check the configured stores (a worker also probes that writes are conditional)."""
-    wanted = []
-    if checkpoints:
-        wanted.append(("REWIND_STORE", settings.store_url))
-    if payloads and (settings.payload_url != settings.store_url or not checkpoints):
+async def check_stores(settings: Settings, *, probe_writes: bool = False) -> None:
+    """Check both configured stores (a worker also probes that writes are conditional)."""
+    wanted = [("REWIND_STORE", settings.store_url)]
+    if settings.payload_url != settings.store_url:
         wanted.append(("REWIND_PAYLOADS", settings.payload_url))
     for variable, url in wanted:
         objects = object_store(settings, url)
