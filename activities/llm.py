@@ -121,6 +121,14 @@ class LlmActivities:
 
     @activity.defn(name=CALL_LLM)
     async def call_llm(self, request: LlmRequest) -> LlmResponse:
+        # Heartbeat from the first instruction on, not only around the HTTP
+        # call: loading a long transcript and fitting it to the context window
+        # can take longer than the heartbeat timeout on a loaded machine, and
+        # an attempt that never beats is timed out and retried for ever.
+        async with heartbeating():
+            return await self._call_llm(request)
+
+    async def _call_llm(self, request: LlmRequest) -> LlmResponse:
         try:
             base = await self._transcripts.load(request.transcript_head, request.transcript_len)
             # Stored before the call, so a store failure never wastes a paid call.
@@ -169,8 +177,7 @@ class LlmActivities:
         if request.tools:
             kwargs["tools"] = request.tools
         try:
-            async with heartbeating():
-                raw = await self._get_client().chat.completions.with_raw_response.create(**kwargs)
+            raw = await self._get_client().chat.completions.with_raw_response.create(**kwargs)
             data = raw.http_response.json()
             choice = data["choices"][0]
             message = choice["message"]
