@@ -27,6 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.compensation import SideEffect, run_compensations
 from checkpoint_bridge.lineage import (
+    current_name,
     display_name,
     lineage,
     resolve_step,
@@ -281,6 +282,7 @@ async def rollback(
     """Roll branch `branch` back to `step` in place and continue it from there."""
     validate_id("run", run_id)
     validate_id("branch", branch)
+    branch = await current_name(store, run_id, branch)
     line = await lineage(store, run_id, branch)
     point = await resolve_step(store, run_id, branch, step)
     cp = usable(await store.load(point.checkpoint_id))

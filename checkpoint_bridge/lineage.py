@@ -42,9 +42,28 @@ def display_name(storage_branch: str) -> str:
 
 
 async def revisions(store: CheckpointStore, run_id: str, name: str) -> list[str]:
-    """The stored revisions of a branch, oldest first."""
-    found = [b for b in await store.branches(run_id) if split_revision(b)[0] == name]
+    """The stored revisions of a branch, oldest first. A revision's own name
+    (`main.r1`, as `rewind fork` and `rewind tree` print it) names just that one."""
+    stored = await store.branches(run_id)
+    if _REVISION.match(name):
+        return [name] if name in stored else []
+    found = [b for b in stored if split_revision(b)[0] == name]
     return sorted(found, key=lambda b: split_revision(b)[1])
+
+
+async def current_name(store: CheckpointStore, run_id: str, name: str) -> str:
+    """The branch a user means by `name`: `main.r2`, when it is main's newest
+    revision, means `main`; an older revision cannot be continued in place."""
+    base, revision = split_revision(name)
+    if not revision:
+        return name
+    newest = (await revisions(store, run_id, base) or [base])[-1]
+    if newest != name:
+        raise InvalidIdError(
+            f"{name!r} is not the newest revision of branch {base!r} (that is {newest!r}); name the branch "
+            f"{base!r}, or fork {name!r} at a step to try something from it"
+        )
+    return base
 
 
 async def lineage(store: CheckpointStore, run_id: str, name: str) -> list[CheckpointSummary]:

@@ -51,10 +51,10 @@ def check_limits(max_steps: int | None = None, max_cost: float | None = None, ma
     """Refuse budgets no run could work with (one line each, naming the option)."""
     if max_steps is not None and max_steps < 1:
         raise UsageError(f"--max-steps {max_steps} must be at least 1")
-    if max_cost is not None and not max_cost >= 0:
-        raise UsageError(f"--max-cost {max_cost} must be a number of USD, 0 or more")
-    if max_tokens is not None and max_tokens < 0:
-        raise UsageError(f"--max-tokens {max_tokens} must be 0 or more")
+    if max_cost is not None and not max_cost > 0:
+        raise UsageError(f"--max-cost {max_cost} must be a number of USD, more than 0")
+    if max_tokens is not None and max_tokens < 1:
+        raise UsageError(f"--max-tokens {max_tokens} must be more than 0")
 
 
 def check_input(agent_input: AgentInput) -> None:

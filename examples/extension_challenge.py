@@ -55,4 +55,11 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    from workflows.errors import RewindError
+
+    try:
+        code = asyncio.run(main())
+    except RewindError as exc:  # a configuration problem: one line, as the CLI says it
+        print(f"extension_challenge: {exc}", file=sys.stderr)
+        code = 1
+    sys.exit(code)

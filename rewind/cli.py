@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 from rewind.config import Settings, drop_empty_library_variables
 from workflows.errors import RewindError, UsageError
 from workflows.ids import echo, parse_checkpoint_id, validate_id
+from workflows.text import usd
 
 if TYPE_CHECKING:
     from checkpoint_bridge.store import CheckpointStore
@@ -70,6 +71,7 @@ def _interactive(args: argparse.Namespace) -> bool:
 # -- running ------------------------------------------------------------------
 
 async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.runs import pollers
     from rewind.client import new_run_id, start_run
     from workflows.contracts import AgentInput, RunLimits
 
@@ -88,6 +90,9 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
 
     await check_stores(settings)
     client = await _client(settings)
+    if agent_input.tools and not await pollers(client, settings.task_queue, workflows=True):
+        print(f"rewind: no worker polls task queue {settings.task_queue!r} yet, so --tools could not be checked; "
+              f"the run waits for a worker ({agent_input.tool_wait_s:g} s for each named tool)", file=sys.stderr)
     handle = await start_run(client, settings, agent_input)
     info = {"run_id": agent_input.run_id, "workflow_id": handle.id}
     if not args.wait:
@@ -102,6 +107,7 @@ async def _wait_and_report(
     args: argparse.Namespace, client: Any, handle: Any, run_id: str, branch: str, extra: dict[str, Any],
 ) -> int:
     from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import CancelledError
 
     from rewind.client import wait_for_outcome
     from rewind.progress import follow
@@ -112,22 +118,45 @@ async def _wait_and_report(
         else:
             result = await wait_for_outcome(handle)
     except WorkflowFailureError as exc:
+        if isinstance(exc.cause, CancelledError):
+            # `rewind cancel` (or a rollback of this branch) stopped it: not a failure.
+            _emit({**extra, "state": "cancelled"}, args.json,
+                  f"run {run_id} ({branch}): cancelled; its checkpoints stay (`rewind tree {run_id}`)")
+            return EXIT_NOT_DONE
         reason = str(exc.cause or exc)
         _emit({**extra, "state": "failed", "error": reason}, args.json, f"run {run_id} ({branch}) failed: {reason}")
-        return 1
+        return EXIT_ERROR
+    except asyncio.CancelledError:
+        # Ctrl-C while waiting: only the waiting stops, the run goes on.
+        print(f"rewind: stopped waiting; run {run_id} ({branch}) goes on (`rewind status {run_id}`)", file=sys.stderr)
+        raise
     doc = {**extra, **result.model_dump(mode="json")}
     text = f"run {run_id} ({result.status.branch_id}): {result.status.state}"
     if result.status.budget_reason:
-        text += f" ({result.status.budget_reason}; raise it with `rewind continue {run_id}`)"
+        text += f" ({result.status.budget_reason}; {continue_hint(run_id, result.status)})"
     _emit(doc, args.json, text + (f"\n{result.final_answer}" if result.final_answer else ""))
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
+
+
+def continue_hint(run_id: str, status: Any) -> str:
+    """A `rewind continue` command that raises the budget the run is paused on, ready to paste."""
+    reason = status.budget_reason or ""
+    branch = "" if status.branch_id == "main" else f" --branch {status.branch_id}"
+    limits = status.limits
+    if reason.startswith("max_cost") and limits.max_cost_usd is not None:
+        flag = f"--max-cost {usd(max(limits.max_cost_usd * 2, limits.max_cost_usd + 0.01))[1:]}"
+    elif reason.startswith("max_tokens") and limits.max_tokens is not None:
+        flag = f"--max-tokens {max(limits.max_tokens * 2, limits.max_tokens + 1000)}"
+    else:
+        flag = f"--max-steps {limits.max_steps * 2}"
+    return f"raise it with `rewind continue {run_id}{branch} {flag}` (the number is the new total)"
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.client import run_view
 
     from rewind.client import view_from_store
-    from workflows.errors import ConfigError
+    from workflows.errors import ConfigError, RunNotFoundError
 
     validate_id("run", args.run)
     validate_id("branch", args.branch)
@@ -141,8 +170,19 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         view.workflow_status = "unknown"
         view.failure = f"Temporal is not reachable ({settings.temporal_address}): shown from the newest checkpoint"
     else:
-        async with _checkpoints(settings) as store:
-            view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue)
+        # A checkpoint store that is down must not hide the live run (whose
+        # status then says how far the mirror is behind and why).
+        store_error = None
+        try:
+            async with _checkpoints(settings) as store:
+                view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue)
+        except ConfigError as exc:
+            store_error = str(exc)
+            try:
+                view = await run_view(client, args.run, args.branch, task_queue=settings.task_queue)
+            except RunNotFoundError:
+                raise exc from None  # Temporal does not have it, and the store that might cannot answer
+        view.store_error = store_error
     if args.json:
         _emit(view.model_dump(mode="json"), True, "")
         return 0
@@ -152,12 +192,12 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         lines += [
             f"  step         {s.step} (model {s.model or '-'})",
             f"  tokens       {s.total_tokens} ({s.prompt_tokens} in / {s.completion_tokens} out)",
-            f"  cost         ${s.cost_usd:.6f}" + (f" ({s.unpriced_calls} calls of an unpriced model)" if s.unpriced_calls else ""),
+            f"  cost         {usd(s.cost_usd)}" + (f" ({s.unpriced_calls} calls of an unpriced model)" if s.unpriced_calls else ""),
             f"  model calls  {s.llm_calls}",
             f"  tool calls   {s.tool_calls_done} executed, {s.tool_cache_hits} served from cache",
         ]
         if s.budget_reason:
-            lines.append(f"  paused       {s.budget_reason}; raise it with `rewind continue {view.run_id}`")
+            lines.append(f"  paused       {s.budget_reason}; {continue_hint(view.run_id, s)}")
         if s.last_error:
             lines.append(f"  last error   {s.last_error}")
         if s.mirror_pending or s.mirror_error:
@@ -173,6 +213,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         lines.append(f"  running      {what} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
     if view.failure:
         lines.append(f"  failure      {view.failure}")
+    if view.store_error:
+        lines.append(f"  store        unreachable: {view.store_error}")
     print("\n".join(lines))
     return 0
 
@@ -197,18 +239,21 @@ async def cmd_continue(args: argparse.Namespace, settings: Settings) -> int:
         raise RewindError(f"run {args.run!r} is {status.state}, not paused by its budget; nothing to continue")
     used = {"max_steps": status.step, "max_cost_usd": status.cost_usd, "max_tokens": status.total_tokens}
     flags = {"max_steps": "--max-steps", "max_cost_usd": "--max-cost", "max_tokens": "--max-tokens"}
+    def shown(name: str, value: float) -> str:
+        return usd(value)[1:] if name == "max_cost_usd" else f"{value:g}"
+
     for name, value in updates.items():
         if value <= used[name]:
             raise UsageError(
-                f"{flags[name]} {value:g} is no raise: the run has used {used[name]:g} already; the limit is the new "
-                f"total, so give more than {used[name]:g}"
+                f"{flags[name]} {shown(name, value)} is no raise: the run has used {shown(name, used[name])} already; "
+                f"the limit is the new total, so give more than {shown(name, used[name])}"
             )
     limits = status.limits.model_copy(update=updates)
     await handle.signal(RAISE_LIMITS_SIGNAL, limits)
     info = {"run_id": args.run, "branch": args.branch, "limits": limits.model_dump()}
     if args.wait:
         return await _wait_and_report(args, client, handle, args.run, args.branch, info)
-    _emit(info, args.json, f"run {args.run} continues with " + ", ".join(f"{flags[k]} {v:g}" for k, v in updates.items()))
+    _emit(info, args.json, f"run {args.run} continues with " + ", ".join(f"{flags[k]} {shown(k, v)}" for k, v in updates.items()))
     return 0
 
 
@@ -222,6 +267,12 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     if not workflows:
         raise RewindError(f"no run {args.run!r} (branch {args.branch!r}) in Temporal; check the id and --branch")
     handle = workflows[-1][1]
+    from temporalio.client import WorkflowExecutionStatus
+
+    desc = await handle.describe()
+    if desc.status != WorkflowExecutionStatus.RUNNING:
+        ended = desc.status.name.lower().replace("canceled", "cancelled") if desc.status else "closed"
+        raise RewindError(f"run {args.run!r} (branch {args.branch!r}) has already ended ({ended}); nothing to cancel")
     # Cancellation reaches the loop, which ends the run as `cancelled` with its
     # checkpoints kept; a call in flight is cancelled (heartbeating tools see it).
     await handle.cancel()
@@ -256,6 +307,10 @@ async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     parse_checkpoint_id(args.checkpoint)
     async with _checkpoints(settings) as store:
         data = await store.export(args.checkpoint)
+    if args.out == "-":  # the document itself on stdout (it is JSON already, with or without --json)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        return 0
     try:
         Path(args.out).write_bytes(data)
     except OSError as exc:
@@ -280,7 +335,8 @@ async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
             reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch), run_id=args.run, branch_id=branch))
     docs = [r.model_dump() for r in reports]
     text = "\n".join(
-        f"{r.run_id} branch {r.branch_id}: {r.checkpoints} checkpoints, {r.written} written, {r.already_present} already present"
+        f"{r.run_id} branch {r.branch_id}: {r.checkpoints} checkpoint{'' if r.checkpoints == 1 else 's'}, "
+        f"{r.written} written, {r.already_present} already present"
         + ("" if r.history else " (Temporal no longer has its history: the store's checkpoints are the only copy)")
         for r in reports
     )
@@ -345,7 +401,9 @@ async def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
         lines.append(f"  stopped running workflow {result.stopped_workflow}")
     lines.append(f"  invalidated {len(result.invalidated_steps)} checkpoint(s) (kept; shown as invalidated in `rewind tree`)")
     if result.side_effects:
-        lines.append("  side effects after that step (rewinding does not undo them):")
+        lines.append("  side effects after that step (rewinding does not undo them; their compensations ran, below):"
+                     if args.compensate else
+                     "  side effects after that step (rewinding does not undo them; --compensate runs their compensations):")
         for e in result.side_effects:
             lines.append(f"    step {e.step}: {e.tool_name}({json.dumps(e.arguments)[:80]}) key {e.idempotency_key}")
     for c in result.compensations:
@@ -390,7 +448,7 @@ def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
 
     port = args.port or int(settings.temporal_address.rsplit(":", 1)[-1])
     server = DevServer.start(settings.home / "temporal.db", port=port, ui_port=args.ui_port,
-                             log_file=settings.home / "temporal.log")
+                             log_file=settings.home / "temporal.log", shared=True)
     _emit({"address": server.address, "ui": f"http://127.0.0.1:{server.ui_port}", "db_file": str(server.db_file),
            "pid": server.process.pid}, args.json,
           f"Temporal dev server on {server.address}, UI http://127.0.0.1:{server.ui_port}, "
@@ -426,12 +484,14 @@ def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
 
 # -- argument types ------------------------------------------------------------
 
-def _at_least(minimum: float, kind: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+def _at_least(minimum: float, kind: Callable[[str], Any], what: str, *, strictly: bool = False) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{echo(text, 30)} is not {what}") from None
+        if strictly and not value > minimum:
+            raise argparse.ArgumentTypeError(f"{text} must be more than {minimum:g}")
         if not value >= minimum:
             raise argparse.ArgumentTypeError(f"{value} must be at least {minimum:g}")
         return value
@@ -440,7 +500,9 @@ def _at_least(minimum: float, kind: Callable[[str], Any], what: str) -> Callable
 
 _STEPS = _at_least(1, int, "a whole number")
 _COUNT = _at_least(0, int, "a whole number")
-_USD = _at_least(0, float, "a number of USD")
+# Budgets of cost and tokens: 0 would still let one paid step run before pausing.
+_TOKENS = _at_least(0, int, "a whole number", strictly=True)
+_USD = _at_least(0, float, "a number of USD", strictly=True)
 
 
 def _task(text: str) -> str:
@@ -462,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rewind.worker_args import add_worker_arguments
 
     parser = _Parser(prog="rewind", description="Durable, forkable LLM agent runs on Temporal")
+    parser.add_argument("--version", action="version", version=f"rewind {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help: str, **handler: Any) -> argparse.ArgumentParser:
@@ -490,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id")
     p.add_argument("--max-steps", type=_STEPS, default=50)
     p.add_argument("--max-cost", type=_USD, help="pause before a step that would pass this many USD")
-    p.add_argument("--max-tokens", type=_COUNT, help="pause before a step that would pass this many tokens")
+    p.add_argument("--max-tokens", type=_TOKENS, help="pause before a step that would pass this many tokens")
     p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")
 
     p = command("tree", "every checkpoint of a run, all branches", handler=cmd_tree)
@@ -501,7 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("export", "write one checkpoint as a standalone JSON document", handler=cmd_export)
     p.add_argument("checkpoint")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="file to write, or - for stdout")
 
     p = command("mirror", "rebuild a run's checkpoints from its Temporal history (idempotent)", handler=cmd_mirror)
     p.add_argument("run")
@@ -536,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--branch", default="main")
     p.add_argument("--max-steps", type=_STEPS)
     p.add_argument("--max-cost", type=_USD)
-    p.add_argument("--max-tokens", type=_COUNT)
+    p.add_argument("--max-tokens", type=_TOKENS)
     p.add_argument("--wait", action="store_true")
 
     p = command("cancel", "stop a run (it ends as cancelled; its checkpoints stay)", handler=cmd_cancel)
@@ -547,6 +610,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--branch", default="main")
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rewind-agents")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "(not installed)"
 
 
 def _one_line(text: str, limit: int = 2000) -> str:

@@ -115,6 +115,8 @@ class RunView(BaseModel):
     pending: list[dict[str, Any]] = []
     # Set while the run is running and no worker polls its task queue.
     no_worker: str | None = None
+    # The checkpoint store could not be used (the view then comes from Temporal alone).
+    store_error: str | None = None
 
 
 async def _failure_message(client: Client, failure: Failure) -> str:

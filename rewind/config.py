@@ -87,6 +87,19 @@ class _Env:
         raise ConfigError(f"{name}={text!r} is not a yes/no value; use 1 or 0")
 
 
+def _store_url(variable: str, url: str | None) -> Any:
+    """The parsed store URL; a malformed one is an error naming its variable."""
+    try:
+        return parse_store_url(url or "")
+    except ConfigError as exc:
+        raise ConfigError(f"{variable}: {exc}") from None
+
+
+def _checked_url(variable: str, url: str | None) -> str:
+    _store_url(variable, url)
+    return url or ""
+
+
 def _log_level(text: str) -> str:
     level = text.upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -149,7 +162,7 @@ class Settings:
         store_url = read.str("REWIND_STORE", f"file://{home / 'checkpoints'}")
         assert store_url is not None
         default_payloads = f"file://{home / 'payloads'}"
-        where = parse_store_url(store_url)
+        where = _store_url("REWIND_STORE", store_url)
         if where.kind == "s3":
             # Workers on several machines share nothing but Temporal and S3:
             # with an S3 checkpoint store, the live data goes to S3 too.
@@ -164,7 +177,7 @@ class Settings:
             namespace=read.str("TEMPORAL_NAMESPACE", "default"),  # type: ignore[arg-type]
             task_queue=read.str("REWIND_TASK_QUEUE", "rewind"),  # type: ignore[arg-type]
             store_url=store_url,
-            payload_url=read.str("REWIND_PAYLOADS", default_payloads),  # type: ignore[arg-type]
+            payload_url=_checked_url("REWIND_PAYLOADS", read.str("REWIND_PAYLOADS", default_payloads)),
             payload_threshold=read.int("REWIND_PAYLOAD_THRESHOLD", 64 * 1024, minimum=1024),
             home=home,
             tool_modules=_split(modules_text or ""),

@@ -50,14 +50,38 @@ def _lock_path(db_file: Path) -> Path:
 
 
 def process_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (another user's counts)."""
+    """Whether a process with this pid runs (another user's counts; a zombie, killed
+    but not yet reaped by its parent, does not)."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        # /proc/PID/stat: "pid (comm) state ..."; comm may hold spaces and parentheses.
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): the signal check is all there is
+    return state not in ("Z", "X")
+
+
+def running_server(db_file: Path) -> str | None:
+    """The address of the live, shared dev server (`rewind server`) on `db_file`, if
+    there is one: a demo or an example uses it instead of failing on the lock."""
+    try:
+        holder = json.loads(_lock_path(db_file).read_text() or "{}")
+        owner, server_pid, address = int(holder.get("pid", 0)), int(holder.get("server_pid", 0)), holder.get("address")
+    except (OSError, ValueError):
+        return None
+    if not (holder.get("shared") and owner and server_pid and isinstance(address, str)):
+        return None
+    if not (process_alive(owner) and process_alive(server_pid)):
+        return None
+    host, _, port = address.rpartition(":")
+    return address if port.isdigit() and port_open(host, int(port)) else None
 
 
 def stop_orphaned_server(db_file: Path) -> int | None:
@@ -104,8 +128,9 @@ def lock_db(db_file: Path) -> int:
     return fd
 
 
-def _record_holder(fd: int, server_pid: int) -> None:
-    data = json.dumps({"pid": os.getpid(), "server_pid": server_pid, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:120]}).encode()
+def _record_holder(fd: int, server_pid: int, address: str, shared: bool) -> None:
+    data = json.dumps({"pid": os.getpid(), "server_pid": server_pid, "address": address, "shared": shared,
+                       "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:120]}).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
 
@@ -135,7 +160,11 @@ class DevServer:
         log_file: Path | None = None,
         headless: bool = False,
         timeout_s: float = 30.0,
+        shared: bool = False,
     ) -> "DevServer":
+        """`shared`: other processes on the same database (a demo, an example) may use
+        this server instead of refusing to start: `rewind server`, which lives until
+        its user stops it. A demo's own server ends with the demo, so it is not shared."""
         port = port or free_port()
         if port_open("127.0.0.1", port):
             raise ConfigError(
@@ -171,7 +200,7 @@ class DevServer:
             raise
         finally:
             log.close()
-        _record_holder(lock_fd, process.pid)
+        _record_holder(lock_fd, process.pid, f"127.0.0.1:{port}", shared)
         server = cls(process, port, ui_port, db_file, log_file, lock_fd)
         deadline = time.monotonic() + timeout_s
         while not port_open("127.0.0.1", port):

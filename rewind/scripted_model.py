@@ -454,7 +454,7 @@ def _research_reply(body: dict, messages: list[dict]) -> _Reply:
         no_data = sum(1 for c in companies if c not in searched or _failed(searched[c]))
         angle = "technical" if technical else "business"
         return (f"Saved the report '{title}' ({result.strip()}). Summary: researched {len(companies)} "
-                f"companies ({', '.join(companies)}) from a {angle} angle; {no_data} without data."), []
+                f"compan{'y' if len(companies) == 1 else 'ies'} ({', '.join(companies)}) from a {angle} angle; {no_data} without data."), []
     if searched:
         report = {"title": f"Competitive research: {', '.join(companies)}",
                   "content": _report(companies, searched, technical)}

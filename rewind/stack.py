@@ -20,14 +20,14 @@ from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
 from rewind.client import connect
 from rewind.config import Settings
-from rewind.embedded import DevServer
+from rewind.embedded import DevServer, running_server
 
 
 @dataclass
 class Stack:
     client: Client
     settings: Settings
-    server: DevServer
+    server: DevServer | None  # None: a server another process runs on the same home
     endpoint: ModelEndpoint
     offline: bool
 
@@ -42,19 +42,29 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     home = settings.home
     home.mkdir(parents=True, exist_ok=True)
     # A dev server left behind by a killed demo is stopped by DevServer.start;
-    # one still in use by another demo or `rewind server` is refused, named.
-    server = DevServer.start(home / "temporal.db", log_file=home / "temporal.log")
-    settings.temporal_address = server.address
-    print(f"Temporal dev server on {server.address} (UI: http://127.0.0.1:{server.ui_port}), state in {server.db_file}", file=out)
-    endpoint, offline = model_endpoint(settings)
-    print("model: " + ("scripted offline model at " + str(endpoint.base_url) if offline
-                       else f"OpenAI-compatible API {endpoint.base_url}"), file=out)
+    # one that `rewind server` (or another demo) runs on this home is shared.
+    db_file = home / "temporal.db"
+    shared = running_server(db_file)
+    server = None if shared else DevServer.start(db_file, log_file=home / "temporal.log")
+    offline = None
+    # Everything after the server started is inside the try: a broken pipe on the
+    # first print (`rewind demo | head -1`) must not leave the server running.
     try:
+        if server is not None:
+            settings.temporal_address = server.address
+            print(f"Temporal dev server on {server.address} (UI: http://127.0.0.1:{server.ui_port}), state in {server.db_file}", file=out)
+        else:
+            settings.temporal_address = shared  # type: ignore[assignment]
+            print(f"Temporal dev server already running on {shared} (state in {db_file}): using it", file=out)
+        endpoint, offline = model_endpoint(settings)
+        print("model: " + ("scripted offline model at " + str(endpoint.base_url) if offline
+                           else f"OpenAI-compatible API {endpoint.base_url}"), file=out)
         client = await connect(settings)
         registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
         async with build_worker(client, settings, registry, endpoint):
             yield Stack(client, settings, server, endpoint, offline is not None)
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
         if offline is not None:
             offline.stop_thread()  # type: ignore[attr-defined]

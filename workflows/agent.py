@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallLog,
     )
     from workflows.ids import checkpoint_id
+    from workflows.text import usd
     from workflows.tool_calls import failure_text, step_label
     from workflows.tool_step import ToolStep
 
@@ -198,8 +199,8 @@ class AgentWorkflow:
         if state.step >= limits.max_steps:
             return f"max_steps: {state.step} of {limits.max_steps} steps used"
         if limits.max_cost_usd is not None and state.totals.cost_usd + last.cost_usd > limits.max_cost_usd:
-            return (f"max_cost: ${state.totals.cost_usd:.6f} spent and the next step (about "
-                    f"${last.cost_usd:.6f}) would pass ${limits.max_cost_usd:.6f}")
+            return (f"max_cost: {usd(state.totals.cost_usd)} spent and the next step (about "
+                    f"{usd(last.cost_usd)}) would pass {usd(limits.max_cost_usd)}")
         if limits.max_tokens is not None and state.totals.total_tokens + last.total_tokens > limits.max_tokens:
             return (f"max_tokens: {state.totals.total_tokens} used and the next step (about "
                     f"{last.total_tokens}) would pass {limits.max_tokens}")

@@ -58,9 +58,11 @@ class ToolSpec(BaseModel):
 
 
 class RunLimits(BaseModel):
-    max_steps: int = 50
-    max_cost_usd: float | None = None
-    max_tokens: int | None = None
+    # A budget of nothing would pause before the first step, or (for cost and
+    # tokens, which are checked against the previous step) after one paid step.
+    max_steps: int = Field(default=50, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
     # How long a run whose budget ran out waits for `rewind continue` before
     # it ends (still with state budget_exceeded).
     budget_pause_s: float = 7 * 24 * 3600.0

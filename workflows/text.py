@@ -10,6 +10,7 @@ code point is a lone one: json decodes proper pairs to one code point.)
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -29,3 +30,16 @@ def scrub_surrogates(value: Any) -> Any:
     if isinstance(value, list):
         return [scrub_surrogates(v) for v in value]
     return value
+
+
+def usd(value: float) -> str:
+    """Dollars as a person reads them: "$0.0000001", "$0.012345", "$3.5"; never 1e-07.
+
+    Tiny budgets are real (a test run of a cheap model costs millionths of a
+    dollar), so small amounts keep two significant digits past their zeros.
+    """
+    if value == 0:
+        return "$0"
+    digits = max(6, 2 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{digits}f}".rstrip("0").rstrip(".")
+    return f"${text}"

@@ -19,36 +19,6 @@ from as_user import BIN, UserWorker, one_line_error, rewind, user_env
 from helpers import scripted
 
 
-@pytest.fixture
-def world(temporal_server, tmp_path, model):
-    """Shared stores of one test (absolute folders), its own task queue, the scripted model."""
-    queue = f"user-{uuid.uuid4().hex[:8]}"
-
-    def env(home: Path, **extra: str | None) -> dict[str, str]:
-        return user_env(home, **{
-            "TEMPORAL_ADDRESS": temporal_server.address,
-            "REWIND_TASK_QUEUE": queue,
-            "REWIND_STORE": f"file://{tmp_path / 'store'}",
-            "REWIND_PAYLOADS": f"file://{tmp_path / 'payloads'}",
-            "OPENAI_API_KEY": "test-key",
-            "OPENAI_BASE_URL": model.base_url,
-            "REWIND_DEMO_FAILURE_RATE": "0",
-            **extra,
-        })
-
-    def folder(name: str) -> Path:
-        path = tmp_path / name
-        path.mkdir(exist_ok=True)
-        return path
-
-    class World:
-        pass
-
-    w = World()
-    w.env, w.folder, w.queue, w.model = env, folder, queue, model  # type: ignore[attr-defined]
-    return w
-
-
 def write_module(folder: Path, name: str, body: str) -> None:
     (folder / f"{name}.py").write_text(body)
 
@@ -104,12 +74,16 @@ async def test_a_broken_tool_module_is_one_line_with_file_line_and_error(world, 
 @pytest.mark.parametrize("args, needle", [
     (["start", "--task", "t", "--max-steps", "0"], "--max-steps: 0 must be at least 1"),
     (["start", "--task", "t", "--max-steps", "-1"], "--max-steps: -1 must be at least 1"),
-    (["start", "--task", "t", "--max-cost", "-0.5"], "--max-cost: -0.5 must be at least 0"),
-    (["start", "--task", "t", "--max-tokens", "-3"], "--max-tokens: -3 must be at least 0"),
+    (["start", "--task", "t", "--max-cost", "-0.5"], "--max-cost: -0.5 must be more than 0"),
+    (["start", "--task", "t", "--max-tokens", "-3"], "--max-tokens: -3 must be more than 0"),
+    # A zero budget would still let one paid step run before pausing.
+    (["start", "--task", "t", "--max-cost", "0"], "--max-cost: 0 must be more than 0"),
+    (["start", "--task", "t", "--max-tokens", "0"], "--max-tokens: 0 must be more than 0"),
+    (["continue", "r", "--max-tokens", "0"], "--max-tokens: 0 must be more than 0"),
     (["start", "--task", ""], "--task: is empty"),
     (["start", "--task", "   "], "--task: is empty"),
     (["fork", "r", "--step", "1", "--branch", "b", "--max-steps", "0"], "--max-steps: 0 must be at least 1"),
-    (["continue", "r", "--max-cost", "-1"], "--max-cost: -1.0 must be at least 0"),
+    (["continue", "r", "--max-cost", "-1"], "--max-cost: -1 must be more than 0"),
     (["fork", "r", "--step", "-2", "--branch", "b"], "--step: -2 must be at least 0"),
 ])
 async def test_impossible_budgets_and_an_empty_task_are_refused(world, args, needle):
@@ -319,13 +293,19 @@ async def test_workers_with_different_tool_modules_share_a_queue(world, tmp_path
 
 async def test_two_servers_or_demos_cannot_open_one_database(tmp_path):
     env = user_env(tmp_path, REWIND_DEMO_FAILURE_RATE="0", REWIND_DEMO_SEARCH_LATENCY_S="1")
-    first = subprocess.Popen([str(BIN / "rewind"), "server", "--port", str(_free_port()), "--ui-port", str(_free_port())],
+    port = _free_port()
+    first = subprocess.Popen([str(BIN / "rewind"), "server", "--port", str(port), "--ui-port", str(_free_port())],
                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "Temporal dev server on" in first.stdout.readline()  # type: ignore[union-attr]
-        for second in (["server", "--port", str(_free_port()), "--ui-port", str(_free_port())], ["demo"]):
-            code, out, err = await rewind(tmp_path, env, *second, timeout_s=60)
-            one_line_error(code, err, "temporal.db is in use by process", str(first.pid), "rewind server")
+        code, out, err = await rewind(tmp_path, env, "server", "--port", str(_free_port()), "--ui-port", str(_free_port()),
+                                      timeout_s=60)
+        one_line_error(code, err, "temporal.db is in use by process", str(first.pid), "rewind server")
+        # A demo beside `rewind server` (as the README's "Using it" has one running) uses that server.
+        code, out, err = await rewind(tmp_path, env, "demo", timeout_s=120)
+        assert code == 0, err
+        assert f"Temporal dev server already running on 127.0.0.1:{port}" in out, out
+        assert first.poll() is None  # and leaves it running
     finally:
         first.terminate()
         first.wait(30)
