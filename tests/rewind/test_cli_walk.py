@@ -37,7 +37,7 @@ async def test_wait_on_a_cancelled_run_exits_3_and_cancel_of_an_ended_run_is_ref
     cli, wdir = world.folder("cli"), world.folder("w")
     env = world.env(cli)
     # Slow searches keep the run going while it is cancelled.
-    with UserWorker(wdir, world.env(wdir, REWIND_DEMO_SEARCH_LATENCY_S="5"), "--tool-modules", "examples.research_agent") as w:
+    with UserWorker(wdir, world.env(wdir, REWIND_DEMO_SEARCH_LATENCY_S="10"), "--tool-modules", "examples.research_agent") as w:
         await w.wait_ready()
         waiting = await _start_wait(cli, env, "--task", RESEARCH, "--run-id", "cancel-1")
         await _until_running(cli, env, "cancel-1")
@@ -105,7 +105,8 @@ async def test_revision_names_work_wherever_a_branch_is_named(world):
 
 async def test_status_shows_the_live_run_while_the_checkpoint_store_is_down(world):
     cli, wdir = world.folder("cli"), world.folder("w")
-    with UserWorker(wdir, world.env(wdir, REWIND_DEMO_SEARCH_LATENCY_S="3"), "--tool-modules", "examples.research_agent") as w:
+    # Searches that take longer than the test: the run is still running when it ends (cancelled).
+    with UserWorker(wdir, world.env(wdir, REWIND_DEMO_SEARCH_LATENCY_S="60"), "--tool-modules", "examples.research_agent") as w:
         await w.wait_ready()
         env = world.env(cli)
         waiting = await _start_wait(cli, env, "--task", RESEARCH, "--run-id", "down-1")
@@ -120,6 +121,8 @@ async def test_status_shows_the_live_run_while_the_checkpoint_store_is_down(worl
         code, out, err = await rewind(cli, down, "status", "down-1", "--json")
         view = json.loads(out)
         assert view["state"] == "running" and view["source"] == "query" and "gone" in view["store_error"]
+        code, out, err = await rewind(cli, env, "cancel", "down-1")
+        assert code == 0, err
         await asyncio.wait_for(waiting.communicate(), 90)
 
 
