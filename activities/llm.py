@@ -177,8 +177,14 @@ class LlmActivities:
         if request.tools:
             kwargs["tools"] = request.tools
         try:
-            raw = await self._get_client().chat.completions.with_raw_response.create(**kwargs)
-            data = raw.http_response.json()
+            # The openai client's own `chat.completions.create` first walks every
+            # message through its TypedDict transform: pure-Python work that grew
+            # with the conversation (a third of a long run's CPU). The request is
+            # plain JSON already, so it is posted as it is, through the same client
+            # (auth, base URL, timeouts, the same APIStatusError on failure).
+            data = await self._get_client().post("/chat/completions", body=kwargs, cast_to=object)
+            if not isinstance(data, dict):
+                raise TypeError(f"the response is not a JSON object: {str(data)[:200]!r}")
             choice = data["choices"][0]
             message = choice["message"]
             if not isinstance(message, dict):

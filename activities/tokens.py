@@ -184,8 +184,49 @@ def content_text(content: Any) -> str:
     return ""
 
 
+# Counts already made, by what they count. A model call re-counts the whole
+# conversation to fit it to the context window; without this, the tokenizer's
+# work per call grew with the run (every old message again, at every step).
+# Python caches a str's hash on the object, and a conversation's messages are
+# the same objects from call to call (the transcript cache), so a lookup costs
+# about nothing. Bounded: cleared when full (a rare, cheap miss storm).
+_MEMO_LIMIT = 200_000
+_memo: dict[tuple[Any, ...], int] = {}
+_memo_lock = threading.Lock()
+
+
+def _memo_key(message: dict[str, Any], encoding: tiktoken.Encoding) -> tuple[Any, ...] | None:
+    content = message.get("content")
+    if isinstance(content, list):
+        content = content_text(content)
+    elif content is not None and not isinstance(content, str):
+        return None  # an odd shape: count it, do not remember it
+    calls = tuple(
+        (str(fn.get("name") or ""), str(fn.get("arguments") or ""))
+        for call in message.get("tool_calls") or []
+        for fn in [(call.get("function") if isinstance(call, dict) else None) or {}]
+    )
+    return (encoding.name, str(message.get("role") or ""), content, message.get("name"),
+            message.get("tool_call_id"), calls)
+
+
 def message_tokens(message: dict[str, Any], encoding: tiktoken.Encoding) -> int:
-    """Estimated prompt tokens of one chat message, without the reply priming."""
+    """Estimated prompt tokens of one chat message, without the reply priming (memoized)."""
+    key = _memo_key(message, encoding)
+    if key is not None:
+        found = _memo.get(key)
+        if found is not None:
+            return found
+    n = _count_message_tokens(message, encoding)
+    if key is not None:
+        with _memo_lock:
+            if len(_memo) >= _MEMO_LIMIT:
+                _memo.clear()
+            _memo[key] = n
+    return n
+
+
+def _count_message_tokens(message: dict[str, Any], encoding: tiktoken.Encoding) -> int:
     # encode_ordinary: text that happens to contain "<|endoftext|>" is just text
     # here, where encode() would raise.
     enc = encoding.encode_ordinary

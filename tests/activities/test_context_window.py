@@ -243,3 +243,24 @@ def test_random_conversations_never_break_the_rules():
         assert out[len(out) - (len(msgs) - start):] == msgs[start:], where
         if result.over_budget:  # best effort: nothing droppable is left before the tail
             assert all(m["role"] != "assistant" for m in out[:len(out) - (len(msgs) - start)]), where
+
+
+def test_token_counts_are_remembered_and_never_stale():
+    """A model call re-counts the whole conversation at every step; counts are memoized by
+    what they count, so a changed message (a shortened result, an edited call) is counted anew."""
+    from activities import tokens
+
+    encoding = tokens.load_encoding("o200k_base")
+    message = {"role": "tool", "tool_call_id": "call_1", "content": "word " * 500}
+    first = tokens.message_tokens(message, encoding)
+    assert first == tokens._count_message_tokens(message, encoding)
+    assert tokens.message_tokens(dict(message), encoding) == first  # an equal message: from the memo
+    shorter = {**message, "content": "word " * 10}
+    assert tokens.message_tokens(shorter, encoding) == tokens._count_message_tokens(shorter, encoding) < first
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}
+    edited = {**call, "tool_calls": [{**call["tool_calls"][0], "function": {"name": "f", "arguments": '{"a": 12345678}'}}]}
+    assert tokens.message_tokens(edited, encoding) == tokens._count_message_tokens(edited, encoding)
+    assert tokens.message_tokens(edited, encoding) > tokens.message_tokens(call, encoding)
+    parts = {"role": "user", "content": [{"type": "text", "text": "hello there"}]}
+    assert tokens.message_tokens(parts, encoding) == tokens._count_message_tokens(parts, encoding)
