@@ -14,10 +14,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.redaction import Redactor
-from checkpoint_bridge.projector import apply_record
+from checkpoint_bridge.projector import record_parts
 from checkpoint_bridge.store import CheckpointStore
 from workflows.contracts import MirrorAck, StepRecord
-from workflows.errors import CheckpointError, CheckpointNotFoundError, CorruptCheckpointError, StoreUnavailableError
+from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError
+from workflows.ids import checkpoint_id
 from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP
 
 CONFLICT_ERROR_TYPE = CHECKPOINT_CONFLICT
@@ -38,14 +39,18 @@ class MirrorActivities:
 
     @activity.defn(name=MIRROR_STEP)
     async def mirror_step(self, record: StepRecord) -> MirrorAck:
+        cid = checkpoint_id(record.run_id, record.branch_id, record.step_index)
         try:
-            parent = await self._store.load(record.parent_id) if record.parent_id else None
+            parts = record_parts(record)
+            # What the step added, plus one small read of the parent's object
+            # (none when this worker wrote it): no work that grows with the run.
+            await self._store.save_step(parts)
         except CheckpointNotFoundError:
-            # Checkpoints are written in step order, so every object can be a
-            # delta of its parent: wait for the parent's mirror. Retry soon and
-            # at a fixed pace, not on the exponential store backoff: after a
-            # store hiccup every later step waits on this, and backing off to
-            # 10 s each would let the backlog grow at every step.
+            # Every object is a delta of its parent, so checkpoints are written in
+            # step order: wait for the parent's mirror. Retry soon and at a fixed
+            # pace, not on the exponential store backoff: after a store hiccup
+            # every later step waits on this, and backing off to 10 s each would
+            # let the backlog grow at every step.
             raise ApplicationError(
                 f"checkpoint {record.parent_id} is not mirrored yet; step {record.step_index} waits for it",
                 type="ParentNotMirrored",
@@ -53,14 +58,7 @@ class MirrorActivities:
             ) from None
         except StoreUnavailableError as exc:
             raise self._failure(exc, "StoreUnavailable") from None
-        except CorruptCheckpointError as exc:
-            raise self._failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
-        checkpoint = apply_record(parent, record)
-        try:
-            await self._store.save(checkpoint)
-        except StoreUnavailableError as exc:
-            raise self._failure(exc, "StoreUnavailable") from None
         except CheckpointError as exc:
-            # Exists with other bytes, or not storable at all: retrying cannot help.
+            # Exists with other bytes, a corrupt parent, or not storable at all: retrying cannot help.
             raise self._failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
-        return MirrorAck(checkpoint_id=checkpoint.checkpoint_id, written=True)
+        return MirrorAck(checkpoint_id=cid, written=True)

@@ -1,12 +1,11 @@
 """2. Storage growth with run length.
 
 Runs of N steps where every turn but the last calls `blob` for 2 KB. For each
-N: bytes of the run's checkpoint objects (the product's delta + geometric
-snapshot store), of the transcript segments the run added to the payload
+N: bytes of the run's checkpoint objects (the product's store: a snapshot
+at step 0, then one delta per step), of the transcript segments the run added to the payload
 store, of its Temporal history (every event across continue-as-new), against
 the raw content (the final message list as JSON), a naive full snapshot per
-step (`CheckpointStore(objects, snapshot_every=1, snapshot_spacing="fixed")`
-fed the same checkpoints) and LangGraph's SqliteSaver on the same script.
+step (the same checkpoints, each encoded whole in the store's envelope) and LangGraph's SqliteSaver on the same script.
 
 The runs are kept in `suite.cache["long_runs"]` for the fork and checkpoint
 I/O benchmarks.
@@ -38,8 +37,9 @@ from bench.common import (
     start_agent,
 )
 from bench.step_cost import step_cost
-from checkpoint_bridge.objects import FileObjectStore
-from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
+from checkpoint_bridge.envelope import encode as envelope_encode
+from checkpoint_bridge.schema import checkpoint_to_dict
+from checkpoint_bridge.store import open_checkpoint_store
 from rewind.timing import step_marks
 
 BLOB = 2048
@@ -129,11 +129,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 summaries = [s for s in await store.list_checkpoints(r["run_id"]) if s.branch_id == "main"]
                 checkpoints = [await store.load(s.checkpoint_id) for s in summaries]
             raw = len(json.dumps(checkpoints[-1].messages).encode())
-            naive_root = suite.tmp / f"naive-{n}-{uuid.uuid4().hex[:4]}"
-            async with CheckpointStore(FileObjectStore(naive_root), snapshot_every=1, snapshot_spacing="fixed") as naive:
-                for cp in checkpoints:
-                    await naive.save(cp)
-                naive_bytes = sum(map(len, (await naive.raw_objects(r["run_id"])).values()))
+            # Naive: every step stored whole, in the same envelope.
+            naive_bytes = sum(len(envelope_encode("snapshot", checkpoint_to_dict(cp))) for cp in checkpoints)
             lg = None
             if skip_lg is None:
                 log(f"storage: LangGraph {n}-step run")
@@ -228,8 +225,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         f"≤ {TARGET_X:.0f}x raw content at every length: **{'met' if ok_ratio else 'not met'}** — the store holds "
         + ", ".join(f"{d['rewind'] / d['raw']:.2f}x at {d['steps']}" for d in data)
         + f". At {last['steps']} steps its {last['rewind']:,} B are {last['snapshots']} full snapshots "
-        f"({last['snapshot_bytes']:,} B, {last['snapshot_bytes'] / last['raw']:.2f}x the raw content: the default "
-        "geometric policy snapshots steps 0, 25, 100, 400, …) and "
+        f"({last['snapshot_bytes']:,} B, {last['snapshot_bytes'] / last['raw']:.2f}x the raw content: only the run's "
+        "first step is stored whole) and "
         f"{last['deltas']} deltas ({last['delta_bytes']:,} B, {last['delta_bytes'] // max(last['deltas'], 1):,} B each "
         f"against {last['raw'] // last['steps']:,} B of raw content per step: the new messages plus the step's "
         "scalar fields, tool record and ledgers" + (", and `model_view`" if last["compressed_steps"] else "") + ")."

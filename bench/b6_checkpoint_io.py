@@ -18,7 +18,6 @@ import uuid
 
 from bench.b2_storage import long_run
 from bench.common import Section, log, median, percentile, rewind_worker
-from checkpoint_bridge.chain import SnapshotPolicy
 from checkpoint_bridge.layout import branch_prefix
 from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.schema import dump_checkpoint
@@ -36,12 +35,6 @@ def _backends(suite):  # type: ignore[no-untyped-def]
     bucket = f"bench-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     yield "S3 (moto)", lambda: S3ObjectStore(bucket, "bench", endpoint_url=endpoint)
-
-
-def longest_chain_step(n: int) -> int:
-    """The step <= n with the most deltas between it and its snapshot, under the default policy."""
-    policy = SnapshotPolicy()
-    return max(range(n + 1), key=lambda s: (s - policy.snapshot_at_or_below(s), s))
 
 
 async def _load_times(new_objects, cp) -> dict:  # type: ignore[no-untyped-def]
@@ -69,8 +62,8 @@ async def _load_times(new_objects, cp) -> dict:  # type: ignore[no-untyped-def]
         await plain.get(key)
         gets.append(time.perf_counter() - t)
         await plain.aclose()
-    snap = SnapshotPolicy().snapshot_at_or_below(cp.step_index)
-    return {"step": cp.step_index, "deltas": cp.step_index - snap, "snapshot_step": snap, "cold": median(cold),
+    # Every chain starts at the run's snapshot, step 0.
+    return {"step": cp.step_index, "deltas": cp.step_index, "snapshot_step": 0, "cold": median(cold),
             "warm": median(warm), "get_full": median(gets), "list_branch": median(lists), "full_bytes": len(full)}
 
 
@@ -91,9 +84,6 @@ async def _measure(new_objects, checkpoints) -> dict:  # type: ignore[no-untyped
             saves[json.loads(data)["kind"]].append(took)
     n = checkpoints[-1].step_index
     loads = [await _load_times(new_objects, checkpoints[-1])]
-    deep = longest_chain_step(n)
-    if deep != n:
-        loads.append(await _load_times(new_objects, checkpoints[deep]))
     return {
         "save_p50": percentile(every, 50), "save_p99": percentile(every, 99),
         "put_p50": percentile(puts, 50), "put_p99": percentile(puts, 99),

@@ -1,79 +1,47 @@
-"""Rebuilding full checkpoint documents from snapshot + delta chains.
+"""Rebuilding full checkpoint documents from a root snapshot and its deltas.
 
-``ChainReader`` walks ``parent_id`` links from the requested step back to the
-nearest snapshot or cached document, then replays the deltas forward. It keeps
-recently rebuilt documents in a small LRU, so reading step n right after step
-n-1 (the mirror's and ``rewind tree``'s pattern) costs one small GET.
+A v2 delta names, in its `chain`, every object between the run's root
+snapshot and its parent. ``ChainReader`` reads the head, then fetches the
+whole chain at once (bounded parallel GETs, skipping what it has cached),
+checks that every link names the one before it as its parent, and replays
+the deltas forward: a checkpoint at any step loads in two sequential rounds
+of requests, however long the run.
 
-On a cold read of a long chain the steps below are fetched in parallel windows
-(their keys are predictable: a delta's parent is normally the previous step of
-the same branch) instead of one round trip per step.
+Objects of format v1 name only their parent; those chains are walked back to
+their snapshot, the steps below fetched in parallel windows (their keys are
+predictable: a delta's parent is normally the previous step of the branch).
+
+Writers ask ``head_info`` for what a child of a checkpoint needs (its
+message and tool-record counts, and the chain the child extends), which
+costs one small GET, or nothing when this process wrote the parent.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
-from workflows.ids import parse_checkpoint_id
+from workflows.ids import checkpoint_id, parse_checkpoint_id
 
-from .envelope import Envelope, apply_delta, decode
-from .lru import LRU
+from .envelope import Chain, Envelope, apply_delta, chain_after, decode
 from .layout import step_key
+from .lru import LRU
 from .migrations import migrate
 from .objects import ObjectStore
 
-__all__ = ["SnapshotPolicy", "ChainReader", "decode_as", "read_many"]
-
-Spacing = Literal["geometric", "fixed"]
+__all__ = ["ChainReader", "HeadInfo", "decode_as", "read_many", "chain_ids"]
 
 
-class SnapshotPolicy:
-    """Which steps are stored as full snapshots even when a delta would do.
+@dataclass(frozen=True)
+class HeadInfo:
+    """What the writer of a checkpoint's child needs to know about the checkpoint."""
 
-    ``fixed``: every ``every``-th step. Snapshots then hold ever-longer message
-    lists, so storage still grows with n²/(2K): a 200-step run with K=25
-    stores about 4x its content in snapshots alone.
-
-    ``geometric`` (default): steps K, 4K, 16K, 64K, ... and every
-    ``max_chain``-th step. Snapshot bytes then add up to about a third more
-    than the final content (linear), while no delta chain gets longer than
-    ``max_chain``. (Doubling costs twice the final content, which with the
-    deltas breaks the 3x-of-content storage budget on a 200-step run.)
-    Step 0 and the first step of a branch are always snapshots.
-    """
-
-    FACTOR = 4
-
-    def __init__(self, every: int = 25, spacing: Spacing = "geometric", max_chain: int = 1000) -> None:
-        if every < 1 or max_chain < 1:
-            raise ValueError(f"snapshot spacing must be >= 1 (got every={every}, max_chain={max_chain})")
-        if spacing not in ("geometric", "fixed"):
-            raise ValueError(f"snapshot spacing {spacing!r} is not 'geometric' or 'fixed'")
-        self.every, self.spacing, self.max_chain = every, spacing, max_chain
-
-    def is_snapshot_step(self, step: int) -> bool:
-        if self.spacing == "fixed":
-            return step % self.every == 0
-        if step % self.max_chain == 0:
-            return True
-        multiple, rest = divmod(step, self.every)
-        if rest or multiple == 0:
-            return step == 0
-        while multiple % self.FACTOR == 0:
-            multiple //= self.FACTOR
-        return multiple == 1
-
-    def snapshot_at_or_below(self, step: int) -> int:
-        """The highest snapshot step <= ``step`` (a hint for prefetching)."""
-        best = step - step % self.every if self.spacing == "fixed" else step - step % self.max_chain
-        if self.spacing == "geometric":
-            multiple = 1
-            while multiple * self.every <= step:
-                best = max(best, multiple * self.every)
-                multiple *= self.FACTOR
-        return best
+    message_count: int
+    tool_count: int
+    child_chain: Chain
+    """The chain of a child of this checkpoint: everything up to and including it."""
 
 
 def decode_as(cid: str, key: str, data: bytes) -> Envelope:
@@ -106,25 +74,37 @@ async def read_many(
     return dict(zip(keys, values, strict=True))
 
 
+def chain_ids(run_id: str, chain: Chain) -> list[str]:
+    """The checkpoint ids a chain names, root first."""
+    return [checkpoint_id(run_id, branch, step) for branch, lo, hi in chain for step in range(lo, hi + 1)]
+
+
+def _ranges(ids: list[str]) -> Chain:
+    chain: Chain = []
+    for cid in ids:
+        _run, branch, step = parse_checkpoint_id(cid)
+        chain = chain_after(chain, branch, step)
+    return chain
+
+
 class ChainReader:
     """Full, current-version checkpoint documents (plain dicts) by checkpoint id."""
 
     def __init__(
         self,
         objects: ObjectStore,
-        policy: SnapshotPolicy,
         *,
         cache_size: int = 64,
         window: int = 64,
-        concurrency: int = 16,
+        concurrency: int = 32,
     ) -> None:
         self._objects = objects
-        self._policy = policy
         self._cache: LRU[dict[str, Any]] = LRU(cache_size)
+        self._heads: LRU[HeadInfo] = LRU(4096)
         self._window = window
         self._concurrency = concurrency
 
-    # -- cache ----------------------------------------------------------------
+    # -- caches ---------------------------------------------------------------
 
     def remember(self, cid: str, doc: dict[str, Any]) -> None:
         """Cache a document. Callers must not mutate it afterwards (it is shared)."""
@@ -133,51 +113,148 @@ class ChainReader:
     def cached(self, cid: str) -> dict[str, Any] | None:
         return self._cache.get(cid)
 
+    def remember_head(self, cid: str, info: HeadInfo) -> None:
+        self._heads.put(cid, info)
+
+    # -- reading --------------------------------------------------------------
+
     async def document(self, cid: str) -> dict[str, Any]:
         """The full document of ``cid``; CheckpointNotFoundError if it was never stored."""
         cached = self.cached(cid)
         if cached is not None:
             return cached
-        chain, base = await self._walk(cid)
-        doc = base
-        for link_id, key, envelope in reversed(chain):
-            if envelope.kind == "snapshot":
-                doc = migrate(envelope.payload, key)
-            else:
-                assert doc is not None  # _walk ends at a snapshot or a cached parent
-                doc = apply_delta(doc, envelope.payload, key)
-            self.remember(link_id, doc)
-        assert doc is not None
+        key = self._key(cid)
+        data = await self._get(key)
+        if data is None:
+            raise self._missing(cid, key, None)
+        envelope = decode_as(cid, key, data)
+        if envelope.kind == "snapshot":
+            doc = migrate(envelope.payload, key)
+        elif envelope.chain is not None:
+            doc = await self._replay(cid, key, envelope)
+        else:
+            doc, _ = await self._walk_v1(cid, key, envelope)
+        self.remember(cid, doc)
         return doc
 
-    async def _walk(
-        self, cid: str
-    ) -> tuple[list[tuple[str, str, Envelope]], dict[str, Any] | None]:
-        chain: list[tuple[str, str, Envelope]] = []
-        fetched: dict[str, bytes | None] = {}
-        current = cid
-        while True:
-            run_id, branch_id, step = parse_checkpoint_id(current)
-            key = step_key(run_id, branch_id, step)
-            if key not in fetched and chain:
-                fetched.update(await self._prefetch(run_id, branch_id, step))
-            data = fetched.pop(key) if key in fetched else await self._get(key)
+    async def head_info(self, cid: str) -> HeadInfo:
+        """Counts and chain of `cid` for writing its child: cached, one GET, or (for a
+        format-v1 object, or a fork's first step that changed the system prompt) the document."""
+        info = self._heads.get(cid)
+        if info is not None:
+            return info
+        key = self._key(cid)
+        data = await self._get(key)
+        if data is None:
+            raise self._missing(cid, key, None)
+        envelope = decode_as(cid, key, data)
+        _run, branch, step = parse_checkpoint_id(cid)
+        payload = envelope.payload
+        if envelope.kind == "snapshot":
+            info = HeadInfo(len(payload["messages"]), len(payload["tool_call_cache"]), [(branch, step, step)])
+        elif envelope.chain is not None and payload.get("system_prompt") is None:
+            info = HeadInfo(
+                payload["base_message_count"] + len(payload["new_messages"]),
+                payload["base_tool_count"] + len(payload["new_tool_records"]),
+                chain_after(envelope.chain, branch, step),
+            )
+        elif envelope.chain is not None:
+            doc = await self.document(cid)
+            info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), chain_after(envelope.chain, branch, step))
+        else:
+            # Format v1: the whole walk (not from a cached document) tells the chain.
+            doc, ids = await self._walk_v1(cid, key, envelope, use_cache=False)
+            self.remember(cid, doc)
+            info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), _ranges(ids))
+        self.remember_head(cid, info)
+        return info
+
+    async def _replay(self, cid: str, key: str, head: Envelope) -> dict[str, Any]:
+        """A v2 delta: its whole chain fetched at once, checked link by link, replayed."""
+        run_id = parse_checkpoint_id(cid)[0]
+        assert head.chain is not None
+        ids = chain_ids(run_id, head.chain)
+        if not ids or head.payload.get("parent_id") != ids[-1]:
+            raise CorruptCheckpointError(
+                f"checkpoint object {key} is a delta of {head.payload.get('parent_id')!r:.80}, but its chain "
+                f"ends at {ids[-1] if ids else 'nothing'!r}; rebuild the run with `rewind mirror RUN`"
+            )
+        start = next((i for i in range(len(ids) - 1, -1, -1) if self.cached(ids[i]) is not None), -1)
+        doc = self.cached(ids[start]) if start >= 0 else None
+        wanted = ids[start + 1:]
+        keys = [self._key(link) for link in wanted]
+        fetched = await read_many(self._objects, keys, self._concurrency)
+        previous = ids[start] if start >= 0 else None
+        for position, (link, link_key) in enumerate(zip(wanted, keys)):
+            data = fetched[link_key]
             if data is None:
-                raise self._missing(current, key, chain)
-            envelope = decode_as(current, key, data)
-            chain.append((current, key, envelope))
-            if envelope.kind == "snapshot":
-                return chain, None
+                child = wanted[position + 1] if position + 1 < len(wanted) else cid
+                raise self._missing(link, link_key, child)
+            envelope = decode_as(link, link_key, data)
+            if doc is None:
+                if envelope.kind != "snapshot":
+                    raise CorruptCheckpointError(
+                        f"checkpoint object {link_key} starts the chain of {cid} but is not a snapshot; "
+                        "rebuild the run with `rewind mirror RUN`"
+                    )
+                doc = migrate(envelope.payload, link_key)
+            else:
+                if envelope.kind == "snapshot" or envelope.payload.get("parent_id") != previous:
+                    raise CorruptCheckpointError(
+                        f"checkpoint object {link_key} is not the child of {previous} that the chain of {cid} "
+                        "names; rebuild the run with `rewind mirror RUN`"
+                    )
+                doc = apply_delta(doc, envelope.payload, link_key)
+            previous = link
+        assert doc is not None
+        return apply_delta(doc, head.payload, key)
+
+    async def _walk_v1(
+        self, cid: str, key: str, head: Envelope, *, use_cache: bool = True,
+    ) -> tuple[dict[str, Any], list[str]]:
+        """A format-v1 delta: walk parent links back to a snapshot (or, with `use_cache`,
+        a cached document), then replay forward. Returns the document and the ids walked."""
+        chain: list[tuple[str, str, Envelope]] = [(cid, key, head)]
+        fetched: dict[str, bytes | None] = {}
+        base: dict[str, Any] | None = None
+        base_id: str | None = None
+        while chain[-1][2].kind != "snapshot":
+            link_id, link_key, envelope = chain[-1]
             parent = envelope.payload["parent_id"]
             if not isinstance(parent, str) or any(parent == link[0] for link in chain):
                 raise CorruptCheckpointError(
-                    f"checkpoint object {key} is a delta with parent {parent!r:.80}, which does "
+                    f"checkpoint object {link_key} is a delta with parent {parent!r:.80}, which does "
                     "not lead back to a snapshot; rebuild the run with `rewind mirror RUN`"
                 )
-            base = self.cached(parent)
+            base = self.cached(parent) if use_cache else None
             if base is not None:
-                return chain, base
-            current = parent
+                base_id = parent
+                break
+            run_id, branch_id, step = parse_checkpoint_id(parent)
+            parent_key = step_key(run_id, branch_id, step)
+            if parent_key not in fetched:
+                fetched.update(await self._prefetch(run_id, branch_id, step))
+            data = fetched.pop(parent_key, None)
+            if data is None:
+                raise self._missing(parent, parent_key, link_id)
+            chain.append((parent, parent_key, decode_as(parent, parent_key, data)))
+        doc = base
+        for link_id, link_key, envelope in reversed(chain):
+            if envelope.kind == "snapshot":
+                doc = migrate(envelope.payload, link_key)
+            else:
+                assert doc is not None
+                doc = apply_delta(doc, envelope.payload, link_key)
+        assert doc is not None
+        ids = [link[0] for link in reversed(chain)]
+        return doc, ([base_id] if base_id is not None else []) + ids
+
+    # -- helpers --------------------------------------------------------------
+
+    @staticmethod
+    def _key(cid: str) -> str:
+        run_id, branch_id, step = parse_checkpoint_id(cid)
+        return step_key(run_id, branch_id, step)
 
     async def _get(self, key: str) -> bytes | None:
         try:
@@ -186,19 +263,17 @@ class ChainReader:
             return None
 
     async def _prefetch(self, run_id: str, branch_id: str, step: int) -> dict[str, bytes | None]:
-        low = max(step - self._window + 1, self._policy.snapshot_at_or_below(step), 0)
+        low = max(step - self._window + 1, 0)
         keys = [step_key(run_id, branch_id, s) for s in range(low, step + 1)]
         return await read_many(self._objects, keys, self._concurrency)
 
-    def _missing(
-        self, cid: str, key: str, chain: list[tuple[str, str, Envelope]]
-    ) -> CorruptCheckpointError | CheckpointNotFoundError:
-        if not chain:
+    def _missing(self, cid: str, key: str, child_id: str | None) -> CorruptCheckpointError | CheckpointNotFoundError:
+        if child_id is None:
             return CheckpointNotFoundError(
                 f"checkpoint {cid} not found in {self._objects.url} (no object {key}); "
                 "list the run's checkpoints with `rewind tree RUN`"
             )
-        child_id, child_key, _ = chain[-1]
+        child_key = self._key(child_id)
         return CorruptCheckpointError(
             f"checkpoint object {child_key} ({child_id}) is stored as a delta of {cid}, whose "
             f"object {key} is missing; restore it, or rebuild the run with `rewind mirror RUN`"

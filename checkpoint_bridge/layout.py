@@ -22,6 +22,7 @@ __all__ = [
     "branch_prefix",
     "step_key",
     "invalidation_key",
+    "invalidation_prefix",
     "ParsedKey",
     "parse_key",
     "check_key",
@@ -44,6 +45,10 @@ def branch_prefix(run_id: str, branch_id: str) -> str:
 
 def step_key(run_id: str, branch_id: str, step_index: int) -> str:
     return f"{branch_prefix(run_id, branch_id)}steps/{validate_step(step_index):08d}.json"
+
+
+def invalidation_prefix(run_id: str, branch_id: str) -> str:
+    return f"{branch_prefix(run_id, branch_id)}invalidations/"
 
 
 def invalidation_key(run_id: str, branch_id: str, after_step: int) -> str:

@@ -96,10 +96,17 @@ def _refuse_constant(token: str) -> Any:
     raise ValueError(f"{token} is not valid JSON")
 
 
+# One decoder for every object (json.loads with options builds a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def parse_json_object(raw: bytes | str, name: str) -> dict[str, Any]:
     """Parse strict JSON (no NaN/Infinity, no object hooks) that must be an object."""
     try:
-        value = json.loads(raw, parse_constant=_refuse_constant)
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+        if text.startswith("\ufeff"):
+            raise ValueError("Unexpected UTF-8 BOM (decode using utf-8-sig)")
+        value = _DECODER.decode(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptCheckpointError(
             f"checkpoint object {name} is not valid JSON ({exc}); restore it from a backup "

@@ -2,8 +2,9 @@
 
 The live mirror is the `mirror_step` activity (activities/mirror.py) that
 every step ends with; this rebuilds every checkpoint of a branch workflow
-from its history with the same fold (`projector.apply_record`), so it writes
-identical bytes and finds nothing to do for a run the live mirror kept up with.
+from the same step records in its history, written the same way
+(`CheckpointStore.save_step`), so it writes identical bytes and finds nothing
+to do for a run the live mirror kept up with.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from checkpoint_bridge.projector import project_workflow
+from checkpoint_bridge.projector import chain_events, record_parts, step_records
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import RunNotFoundError
+
 
 class MirrorReport(BaseModel):
     run_id: str
@@ -31,9 +33,12 @@ async def mirror_run(
     client: Client, store: CheckpointStore, workflow_id: str, *, run_id: str | None = None, branch_id: str | None = None,
 ) -> MirrorReport:
     """Write every checkpoint of one branch workflow that the store lacks (`run_id`
-    and `branch_id` name it for the report when Temporal no longer has it)."""
+    and `branch_id` name it for the report when Temporal no longer has it).
+
+    A branch's first step continues a checkpoint of another branch (a fork point):
+    that one must be in the store already (mirror `main` first)."""
     try:
-        checkpoints = await project_workflow(client, workflow_id, base_loader=store.load)
+        events = await chain_events(client, workflow_id)
     except RPCError as exc:
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise
@@ -47,15 +52,18 @@ async def mirror_run(
             ) from None
         return MirrorReport(run_id=run_id, branch_id=branch, checkpoints=len(stored), written=0,
                             already_present=len(stored), history=False)
-    if not checkpoints:
+    by_step = {}
+    for record in await step_records(events, client.data_converter):
+        by_step.setdefault(record.step_index, record)
+    if not by_step:
         return MirrorReport(run_id=workflow_id, branch_id="main", checkpoints=0, written=0, already_present=0)
-    first = checkpoints[0]
-    present = await store.existing_steps(first.run_id, first.branch_id)
+    records = [by_step[step] for step in sorted(by_step)]
     written = 0
-    for cp in checkpoints:
-        await store.save(cp)  # verifies identical content where it already exists
-        written += cp.step_index not in present
+    for record in records:
+        # Verifies identical content where the checkpoint already exists.
+        written += await store.save_step(record_parts(record))
+    first = records[0]
     return MirrorReport(
-        run_id=first.run_id, branch_id=first.branch_id, checkpoints=len(checkpoints),
-        written=written, already_present=len(checkpoints) - written,
+        run_id=first.run_id, branch_id=first.branch_id, checkpoints=len(records),
+        written=written, already_present=len(records) - written,
     )

@@ -17,7 +17,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
-from checkpoint_bridge.schema import AgentCheckpoint, ToolCallRecord
+from checkpoint_bridge.schema import AgentCheckpoint, StepParts, ToolCallRecord, checkpoint_to_dict
 from workflows.contracts import StepRecord, ToolCallLog
 from workflows.errors import ProjectionError
 from workflows.ids import checkpoint_id
@@ -45,19 +45,7 @@ def tool_record(log: ToolCallLog) -> ToolCallRecord:
     )
 
 
-def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentCheckpoint:
-    """The checkpoint after `record`'s step, given the checkpoint before it."""
-    if (parent is None) != (record.parent_id is None):
-        raise ProjectionError(
-            f"step {record.step_index} of run {record.run_id!r} names parent {record.parent_id!r} "
-            f"but {'none' if parent is None else parent.checkpoint_id!r} was given"
-        )
-    if parent is not None and parent.checkpoint_id != record.parent_id:
-        raise ProjectionError(f"step {record.step_index}: parent is {record.parent_id}, got {parent.checkpoint_id}")
-    messages = [*(parent.messages if parent else []), *record.new_messages]
-    if record.system_prompt is not None:
-        # A fork with a new system prompt: the branch's conversation uses it from here on.
-        messages = with_system_prompt(messages, record.system_prompt)
+def _checkpoint(record: StepRecord, messages: list[dict[str, Any]], tools: list[ToolCallRecord]) -> AgentCheckpoint:
     return AgentCheckpoint(
         checkpoint_id=checkpoint_id(record.run_id, record.branch_id, record.step_index),
         run_id=record.run_id,
@@ -67,7 +55,7 @@ def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentChe
         step_label=record.step_label,
         messages=messages,
         agent_variables=dict(record.agent_variables),
-        tool_call_cache=[*(parent.tool_call_cache if parent else []), *map(tool_record, record.new_tool_calls)],
+        tool_call_cache=tools,
         created_at=record.created_at,
         llm_tokens_used=record.llm_tokens_used,
         llm_cost_usd=record.llm_cost_usd,
@@ -83,6 +71,35 @@ def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentChe
         },
         model_view=record.model_view,
     )
+
+
+def apply_record(parent: AgentCheckpoint | None, record: StepRecord) -> AgentCheckpoint:
+    """The checkpoint after `record`'s step, given the checkpoint before it."""
+    _check_parent(parent.checkpoint_id if parent is not None else None, record)
+    messages = [*(parent.messages if parent else []), *record.new_messages]
+    if record.system_prompt is not None:
+        # A fork with a new system prompt: the branch's conversation uses it from here on.
+        messages = with_system_prompt(messages, record.system_prompt)
+    tools = [*(parent.tool_call_cache if parent else []), *map(tool_record, record.new_tool_calls)]
+    return _checkpoint(record, messages, tools)
+
+
+def record_parts(record: StepRecord) -> StepParts:
+    """What `record`'s step adds to its parent, as the store writes it (`save_step`):
+    the same checkpoint as `apply_record` once loaded, built from the step alone."""
+    doc = checkpoint_to_dict(_checkpoint(record, list(record.new_messages), list(map(tool_record, record.new_tool_calls))))
+    messages, tools, variables = doc.pop("messages"), doc.pop("tool_call_cache"), doc.pop("agent_variables")
+    return StepParts(doc, messages, tools, variables, record.system_prompt)
+
+
+def _check_parent(parent_id: str | None, record: StepRecord) -> None:
+    if (parent_id is None) != (record.parent_id is None):
+        raise ProjectionError(
+            f"step {record.step_index} of run {record.run_id!r} names parent {record.parent_id!r} "
+            f"but {'none' if parent_id is None else repr(parent_id)} was given"
+        )
+    if parent_id is not None and parent_id != record.parent_id:
+        raise ProjectionError(f"step {record.step_index}: parent is {record.parent_id}, got {parent_id}")
 
 
 def project(records: Iterable[StepRecord], base: AgentCheckpoint | None = None) -> list[AgentCheckpoint]:

@@ -12,6 +12,7 @@ the same bytes when it projects the same history twice.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -36,6 +37,7 @@ __all__ = [
     "ToolCallRecord",
     "AgentCheckpoint",
     "CheckpointSummary",
+    "StepParts",
     "dump_checkpoint",
     "checkpoint_to_dict",
     "format_datetime",
@@ -163,6 +165,20 @@ class CheckpointSummary(BaseModel):
     llm_cost_usd: float
     llm_tokens_used: int
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """What one step adds to its parent, as plain JSON (``projector.record_parts``):
+    the checkpoint's scalar fields, its new messages and tool records, its
+    variables, and the branch's new system prompt (the first step of a fork
+    that changed it). ``CheckpointStore.save_step`` stores a step from these."""
+
+    scalars: dict[str, Any]
+    new_messages: list[dict[str, Any]]
+    new_tool_records: list[dict[str, Any]]
+    agent_variables: dict[str, Any]
+    system_prompt: str | None = None
 
 
 def _plain(cp: AgentCheckpoint) -> dict[str, Any]:

@@ -3,10 +3,14 @@
     runs/<run>/branches/<branch>/steps/<step:08d>.json           (envelope: snapshot | delta)
     runs/<run>/branches/<branch>/invalidations/<after:08d>.json  (rollback markers)
 
-A step is written as a delta of its parent whenever the parent is on the same
-branch and the new messages and tool records extend the parent's; otherwise,
-and on the snapshot steps of ``SnapshotPolicy``, as a full snapshot. ``load``
-always returns the full checkpoint.
+The first checkpoint of a run is a snapshot; every later one is a delta of
+its parent, also across branches (the first step of a fork, of a rolled-back
+revision), so each message is stored once and storage stays close to the
+content. A delta names the chain of objects before it, so ``load`` fetches a
+whole chain in one round of parallel GETs after the head (chain.py), and
+``save_step`` writes a step from what the step added (a ``StepRecord``'s
+parts) plus one small read of its parent, or none when this process wrote
+the parent: a step's cost does not grow with the run.
 
 Objects are immutable. Saving identical content again is a no-op (the mirror
 is idempotent); saving different content under an existing id raises
@@ -17,8 +21,9 @@ invalidation marker makes every later step of that branch read as
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -26,19 +31,20 @@ from workflows.canonical import canonical_json
 from workflows.errors import CheckpointExistsError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
-from .chain import ChainReader, SnapshotPolicy, decode_as, read_many
-from .envelope import encode, make_delta
+from .chain import ChainReader, HeadInfo, decode_as, read_many
+from .envelope import apply_delta, chain_after, delta_payload, encode, make_delta
 from .layout import (
     ParsedKey,
     branch_prefix,
     invalidation_key,
+    invalidation_prefix,
     parse_key,
     run_prefix,
     step_key,
 )
 from .migrations import migrate, validate_document
 from .objects import ObjectStore, open_object_store
-from .schema import AgentCheckpoint, CheckpointSummary, checkpoint_to_dict
+from .schema import AgentCheckpoint, CheckpointSummary, StepParts, checkpoint_to_dict
 
 __all__ = ["CheckpointStore", "open_checkpoint_store", "DEFAULT_STORE_URL"]
 
@@ -49,20 +55,10 @@ _SUMMARY_FIELDS = tuple(CheckpointSummary.model_fields)
 class CheckpointStore:
     """Save, load, list and invalidate checkpoints on any ``ObjectStore``."""
 
-    def __init__(
-        self,
-        objects: ObjectStore,
-        *,
-        snapshot_every: int = 25,
-        snapshot_spacing: Literal["geometric", "fixed"] = "geometric",
-        max_delta_chain: int = 1000,
-        cache_size: int = 64,
-        concurrency: int = 16,
-    ) -> None:
+    def __init__(self, objects: ObjectStore, *, cache_size: int = 64, concurrency: int = 32) -> None:
         self.objects = objects
-        self.policy = SnapshotPolicy(snapshot_every, snapshot_spacing, max_delta_chain)
         self._concurrency = concurrency
-        self._chain = ChainReader(objects, self.policy, cache_size=cache_size, concurrency=concurrency)
+        self._chain = ChainReader(objects, cache_size=cache_size, concurrency=concurrency)
 
     @property
     def url(self) -> str:
@@ -83,41 +79,101 @@ class CheckpointStore:
     # -- writing --------------------------------------------------------------
 
     async def save(self, cp: AgentCheckpoint) -> str:
-        """Store ``cp`` and return its key; a no-op if the same checkpoint is already stored."""
+        """Store ``cp`` and return its key; a no-op if the same checkpoint is already stored.
+
+        A whole document: a delta of its parent when it extends it (the parent is
+        read for that), a snapshot otherwise. The mirror writes with ``save_step``.
+        """
         # AgentCheckpoint's validator has already checked that the id is run:branch:step.
         key = step_key(cp.run_id, cp.branch_id, cp.step_index)
         doc = checkpoint_to_dict(cp)
-        kind, payload = "snapshot", doc
-        parent = await self._delta_base(cp)
-        if parent is not None:
-            delta = make_delta(doc, parent)
-            if delta is not None:
-                kind, payload = "delta", delta
+        data, info = await self._encoded(cp, doc)
         try:
-            await self.objects.put_if_absent(key, encode(kind, payload))
+            await self.objects.put_if_absent(key, data)
         except CheckpointExistsError as exc:
-            # Same checkpoint, other bytes: written as a snapshot because its
-            # parent was not there yet, or by an older schema version.
             existing = await self._chain.document(cp.checkpoint_id)
             if canonical_json(existing) != canonical_json(doc):
-                raise CheckpointExistsError(
-                    f"checkpoint {cp.checkpoint_id} already exists in {self.url} with different "
-                    "content; checkpoints are immutable, so write the new state as a fork on a new "
-                    "branch (or delete the run first to rebuild it)"
-                ) from exc
+                raise self._conflict(cp.checkpoint_id) from exc
         self._chain.remember(cp.checkpoint_id, doc)
+        self._chain.remember_head(cp.checkpoint_id, info)
         return key
 
-    async def _delta_base(self, cp: AgentCheckpoint) -> dict[str, Any] | None:
-        if cp.parent_id is None or self.policy.is_snapshot_step(cp.step_index):
-            return None
-        _run, parent_branch, _step = parse_checkpoint_id(cp.parent_id)
-        if parent_branch != cp.branch_id:
-            return None  # the first step of a fork is a snapshot: branches stay self-contained
+    async def _encoded(self, cp: AgentCheckpoint, doc: dict[str, Any]) -> tuple[bytes, HeadInfo]:
+        own = (cp.branch_id, cp.step_index, cp.step_index)
+        if cp.parent_id is not None:
+            try:
+                parent = await self._chain.document(cp.parent_id)
+                parent_info = await self._chain.head_info(cp.parent_id)
+            except LookupError:  # CheckpointNotFoundError: mirrored out of order
+                parent = None
+            if parent is not None:
+                payload = make_delta(doc, parent)
+                if payload is not None:
+                    chain = parent_info.child_chain
+                    info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]),
+                                    chain_after(chain, cp.branch_id, cp.step_index))
+                    return encode("delta", payload, chain=chain), info
+        return encode("snapshot", doc), HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), [own])
+
+    async def save_step(self, parts: StepParts) -> bool:
+        """Store one step from what it added (the live mirror and ``rewind mirror``);
+        True if written, False if the same checkpoint was already there.
+
+        Reads nothing but the parent's object (nothing at all when this store wrote
+        the parent); CheckpointNotFoundError if the parent is not stored yet.
+        """
+        cid = parts.scalars["checkpoint_id"]
+        run_id, branch_id, step = parse_checkpoint_id(cid)
+        key = step_key(run_id, branch_id, step)
+        parent_id = parts.scalars.get("parent_id")
+        if parent_id is None:
+            doc = {**parts.scalars, "messages": parts.new_messages, "tool_call_cache": parts.new_tool_records,
+                   "agent_variables": parts.agent_variables}
+            if parts.system_prompt is not None:
+                from workflows.tool_calls import with_system_prompt
+
+                doc["messages"] = with_system_prompt(doc["messages"], parts.system_prompt)
+            data = encode("snapshot", doc)
+            info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), [(branch_id, step, step)])
+        else:
+            parent = await self._chain.head_info(parent_id)
+            payload = delta_payload(
+                parts.scalars, base_message_count=parent.message_count, new_messages=parts.new_messages,
+                base_tool_count=parent.tool_count, new_tool_records=parts.new_tool_records,
+                agent_variables=parts.agent_variables, system_prompt=parts.system_prompt,
+            )
+            data = encode("delta", payload, chain=parent.child_chain)
+            info = HeadInfo(parent.message_count + len(parts.new_messages), parent.tool_count + len(parts.new_tool_records),
+                            chain_after(parent.child_chain, branch_id, step))
+            if parts.system_prompt is not None:
+                info = None  # type: ignore[assignment]  # a prompt may add a message: counted from the document
         try:
-            return await self._chain.document(cp.parent_id)
-        except LookupError:  # CheckpointNotFoundError: mirrored out of order
-            return None
+            written = await self.objects.put_if_absent(key, data)
+        except CheckpointExistsError as exc:
+            await self._same_as_stored(cid, key, data, exc)
+            written = False
+        if info is not None:
+            self._chain.remember_head(cid, info)
+        return written
+
+    async def _same_as_stored(self, cid: str, key: str, data: bytes, exc: CheckpointExistsError) -> None:
+        """Other bytes under `cid`: fine if they hold the same checkpoint (an older format,
+        or written as a whole document); else the conflict."""
+        ours = decode_as(cid, key, data)
+        existing = decode_as(cid, key, await self.objects.get(key))
+        if existing.kind == ours.kind == "delta" and existing.chain is not None and canonical_json(existing.payload) == canonical_json(ours.payload):
+            return
+        expected = migrate(ours.payload, key) if ours.kind == "snapshot" else apply_delta(
+            await self._chain.document(ours.payload["parent_id"]), ours.payload, key)
+        if canonical_json(await self._chain.document(cid)) != canonical_json(expected):
+            raise self._conflict(cid) from exc
+
+    def _conflict(self, cid: str) -> CheckpointExistsError:
+        return CheckpointExistsError(
+            f"checkpoint {cid} already exists in {self.url} with different "
+            "content; checkpoints are immutable, so write the new state as a fork on a new "
+            "branch (or delete the run first to rebuild it)"
+        )
 
     async def invalidate_after(self, run_id: str, branch_id: str, step_index: int, reason: str) -> str:
         """Mark every step after ``step_index`` on this branch invalidated; returns the marker key."""
@@ -141,10 +197,13 @@ class CheckpointStore:
     async def load(self, checkpoint_id_: str) -> AgentCheckpoint:
         """The full checkpoint, with ``status="invalidated"`` if a marker covers it."""
         run_id, branch_id, step = parse_checkpoint_id(checkpoint_id_)
-        doc = await self._chain.document(checkpoint_id_)
+        # The chain and the branch's rollback markers (a short listing of their own) at once.
+        doc, markers = await asyncio.gather(
+            self._chain.document(checkpoint_id_), self._keys(invalidation_prefix(run_id, branch_id)),
+        )
         # A fresh copy: callers may mutate what they get without touching the cache.
-        cp = validate_document(json.loads(canonical_json(doc)), checkpoint_id_)
-        cutoff = _cutoff(await self._keys(branch_prefix(run_id, branch_id)), branch_id)
+        cp = validate_document(_fresh(doc), checkpoint_id_)
+        cutoff = _cutoff(markers, branch_id)
         if cutoff is not None and step > cutoff:
             cp.status = "invalidated"
         return cp
@@ -227,6 +286,15 @@ class CheckpointStore:
                 summary = summary.model_copy(update={"status": "invalidated"})
             out.append(summary)
         return out
+
+
+def _fresh(value: Any) -> Any:
+    """A copy of a JSON tree: new dicts and lists, the same (immutable) strings and numbers."""
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    return value
 
 
 def _cutoff(parsed: list[ParsedKey], branch_id: str) -> int | None:

@@ -85,7 +85,7 @@ async def test_objects_from_a_newer_rewind_ask_for_an_upgrade(store: CheckpointS
     doc = json.loads(run[0].model_dump_json())
     newer_payload = envelope.encode("snapshot", doc | {"schema_version": 4})
     newer_envelope = json.loads(envelope.encode("snapshot", doc)) | {"schema_version": 9}
-    newer_format = json.loads(envelope.encode("snapshot", doc)) | {"format": "rewind.checkpoint/v2"}
+    newer_format = json.loads(envelope.encode("snapshot", doc)) | {"format": "rewind.checkpoint/v3"}
     for data in (newer_payload, json.dumps(newer_envelope).encode(), json.dumps(newer_format).encode()):
         backend.tamper(store.objects, STEP.format(0), data)
         with pytest.raises(FutureSchemaError, match=r"00000000.*upgrade rewind"):
