@@ -19,6 +19,11 @@ async def heartbeating(*details: Any, interval_s: float = 1.0) -> AsyncIterator[
     """`details` (e.g. the tool's name) travel with each beat: `rewind status` shows
     them for a running activity, from Temporal's pending-activity info."""
 
+    if activity.info().is_local:
+        # A local activity has no heartbeat: the worker keeps its workflow task alive.
+        yield
+        return
+
     async def beat() -> None:
         while True:
             activity.heartbeat(*details)

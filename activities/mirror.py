@@ -1,8 +1,10 @@
-"""The live mirror: the `mirror_step` activity that ends every step.
+"""The live mirror: the `mirror_steps` activity, one at a time per run, with
+the step records that came since the last one (`mirror_step`, one record,
+for runs from before batches).
 
-It writes the step's checkpoint to the store, off the agent loop's critical
-path; Temporal retries it while the store is down, and `rewind status` shows
-the lag. `rewind mirror RUN` (checkpoint_bridge/mirror.py) rebuilds the same
+It writes the steps' checkpoints to the store, in order, off the agent
+loop's critical path; Temporal retries it while the store is down, and
+`rewind status` shows the lag. `rewind mirror RUN` (checkpoint_bridge/mirror.py) rebuilds the same
 bytes from history with the same fold.
 """
 
@@ -16,10 +18,10 @@ from temporalio.exceptions import ApplicationError
 from activities.redaction import Redactor
 from checkpoint_bridge.projector import record_parts
 from checkpoint_bridge.store import CheckpointStore
-from workflows.contracts import MirrorAck, StepRecord
+from workflows.contracts import MirrorAck, MirrorBatch, StepRecord
 from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError
 from workflows.ids import checkpoint_id
-from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP
+from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP, MIRROR_STEPS
 
 CONFLICT_ERROR_TYPE = CHECKPOINT_CONFLICT
 
@@ -39,18 +41,31 @@ class MirrorActivities:
 
     @activity.defn(name=MIRROR_STEP)
     async def mirror_step(self, record: StepRecord) -> MirrorAck:
-        cid = checkpoint_id(record.run_id, record.branch_id, record.step_index)
+        """One step (runs from before batches: one activity per step)."""
+        await self._save(record)
+        return MirrorAck(checkpoint_id=checkpoint_id(record.run_id, record.branch_id, record.step_index), written=True)
+
+    @activity.defn(name=MIRROR_STEPS)
+    async def mirror_steps(self, batch: MirrorBatch) -> list[MirrorAck]:
+        """The steps that piled up since the run's last mirror, in order. A retry after
+        a partial write finds the written ones there (a no-op) and goes on."""
+        acks = []
+        for record in batch.records:
+            await self._save(record)
+            acks.append(MirrorAck(checkpoint_id=checkpoint_id(record.run_id, record.branch_id, record.step_index),
+                                  written=True))
+        return acks
+
+    async def _save(self, record: StepRecord) -> None:
         try:
-            parts = record_parts(record)
             # What the step added, plus one small read of the parent's object
             # (none when this worker wrote it): no work that grows with the run.
-            await self._store.save_step(parts)
+            await self._store.save_step(record_parts(record))
         except CheckpointNotFoundError:
             # Every object is a delta of its parent, so checkpoints are written in
-            # step order: wait for the parent's mirror. Retry soon and at a fixed
-            # pace, not on the exponential store backoff: after a store hiccup
-            # every later step waits on this, and backing off to 10 s each would
-            # let the backlog grow at every step.
+            # step order: wait for the parent's mirror (the previous run of a
+            # continued run, or another branch's fork point). Retry soon and at a
+            # fixed pace, not on the exponential store backoff.
             raise ApplicationError(
                 f"checkpoint {record.parent_id} is not mirrored yet; step {record.step_index} waits for it",
                 type="ParentNotMirrored",
@@ -61,4 +76,3 @@ class MirrorActivities:
         except CheckpointError as exc:
             # Exists with other bytes, a corrupt parent, or not storable at all: retrying cannot help.
             raise self._failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
-        return MirrorAck(checkpoint_id=cid, written=True)

@@ -131,6 +131,7 @@ def tool(
     heartbeat_s: float = 5.0,
     max_attempts: int = 3,
     cache_ignore: tuple[str, ...] = (),
+    fast: bool = False,
 ) -> Any:
     """Register an async function as a tool.
 
@@ -138,6 +139,10 @@ def tool(
         never served from the tool-result cache.
     timeout_s / heartbeat_s / max_attempts: Temporal activity options for each call.
     cache_ignore: argument names left out of the cache key (volatile fields).
+    fast: run each call as a local activity on the workflow's own worker: no
+        round trip through the server, recorded in history with the workflow
+        task (a crash before that runs the call again, with the same
+        idempotency key). For short calls; see the README's "Fast path".
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> RegisteredTool:
@@ -155,6 +160,7 @@ def tool(
             heartbeat_s=heartbeat_s,
             max_attempts=max_attempts,
             cache_ignore=list(cache_ignore),
+            fast=fast,
         )
         return RegisteredTool(fn=f, spec=spec, args_model=model)
 

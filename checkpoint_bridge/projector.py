@@ -18,13 +18,11 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from checkpoint_bridge.schema import AgentCheckpoint, StepParts, ToolCallRecord, checkpoint_to_dict
-from workflows.contracts import StepRecord, ToolCallLog
+from workflows.contracts import MirrorBatch, StepRecord, ToolCallLog
 from workflows.errors import ProjectionError
 from workflows.ids import checkpoint_id
 from workflows.tool_calls import with_system_prompt
-from workflows.wire import MIRROR_STEP
-
-MIRROR_ACTIVITY = MIRROR_STEP
+from workflows.wire import MIRROR_STEP, MIRROR_STEPS
 
 
 
@@ -123,16 +121,19 @@ def project(records: Iterable[StepRecord], base: AgentCheckpoint | None = None) 
 
 
 async def step_records(events: Sequence[HistoryEvent], converter: DataConverter) -> list[StepRecord]:
-    """Decode the StepRecords (inputs of `mirror_step`) found in history events."""
+    """Decode the StepRecords (inputs of `mirror_steps`, and of `mirror_step` in
+    runs from before batches) found in history events."""
     records: list[StepRecord] = []
     for event in events:
         if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             continue
         attrs = event.activity_task_scheduled_event_attributes
-        if attrs.activity_type.name != MIRROR_ACTIVITY:
-            continue
-        (record,) = await converter.decode(attrs.input.payloads, [StepRecord])
-        records.append(record)
+        if attrs.activity_type.name == MIRROR_STEPS:
+            (batch,) = await converter.decode(attrs.input.payloads, [MirrorBatch])
+            records.extend(batch.records)
+        elif attrs.activity_type.name == MIRROR_STEP:
+            (record,) = await converter.decode(attrs.input.payloads, [StepRecord])
+            records.append(record)
     return records
 
 

@@ -10,6 +10,7 @@ floor pass their settings down.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any, Callable
 
 from temporalio.client import Client, WorkflowHandle
@@ -118,6 +119,13 @@ async def check_tools(client: Client, task_queue: str, names: list[str]) -> None
         )
 
 
+def fast_task_timeout(agent_input: AgentInput) -> timedelta | None:
+    """The workflow task timeout of a fast run: the worker records the results of
+    local activities in history at 80% of it (it completes the task and goes on in
+    the next one), so this paces how much a crash can cost. None: Temporal's default."""
+    return timedelta(seconds=agent_input.fast_record_s / 0.8) if agent_input.fast else None
+
+
 async def start_agent(
     client: Client, task_queue: str, agent_input: AgentInput, redact: Callable[[str], str], *,
     verify_tools: bool = True,
@@ -140,6 +148,7 @@ async def start_agent(
             # A run id names one run forever: its checkpoints and idempotency
             # keys derive from it, so a finished run's id is never reused.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            task_timeout=fast_task_timeout(agent_input),
         )
     except WorkflowAlreadyStartedError as exc:
         raise RunExistsError(
@@ -147,4 +156,4 @@ async def start_agent(
         ) from exc
 
 
-__all__ = ["branch_workflows", "check_limits", "check_input", "pollers", "missing_tools", "check_tools", "start_agent"]
+__all__ = ["branch_workflows", "fast_task_timeout", "check_limits", "check_input", "pollers", "missing_tools", "check_tools", "start_agent"]

@@ -83,6 +83,7 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
         tools=_names(args.tools) or [],
         model=args.model or settings.model,
         limits=RunLimits(max_steps=args.max_steps, max_cost_usd=args.max_cost, max_tokens=args.max_tokens),
+        fast=args.fast,
         **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
     )
     # A store that cannot work is one line naming its variable now, not a run that no worker takes.
@@ -555,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cost", type=_USD, help="pause before a step that would pass this many USD")
     p.add_argument("--max-tokens", type=_TOKENS, help="pause before a step that would pass this many tokens")
     p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")
+    p.add_argument("--fast", action="store_true",
+                   help="model calls and read-only tools as local activities, recorded every ~2 s: much less "
+                        "overhead per step; a crash re-runs the unrecorded last moments (README: Fast path)")
 
     p = command("tree", "every checkpoint of a run, all branches", handler=cmd_tree)
     p.add_argument("run")

@@ -153,7 +153,7 @@ def build_worker(
         workflows=workflows or [AgentWorkflow, CompensationWorkflow],
         # The tool activities stay on the main queue too, for runs started
         # before tool queues (they schedule tool calls here).
-        activities=[llm.call_llm, mirror.mirror_step, *tool_activities],
+        activities=[llm.call_llm, mirror.mirror_step, mirror.mirror_steps, *tool_activities],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
         # A bug in workflow code fails the run visibly instead of retrying its

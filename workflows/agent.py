@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         LlmRequest,
         LlmResponse,
         LoopState,
-        MirrorAck,
+        MirrorBatch,
         RunLimits,
         StepRecord,
         ToolCallLog,
@@ -52,13 +52,20 @@ with workflow.unsafe.imports_passed_through():
         CHECKPOINT_CONFLICT,
         DESCRIBE_TOOLS,
         LLM_REJECTED,
+        MIRROR_BATCH_PATCH,
         MIRROR_STEP,
+        MIRROR_STEPS,
         RAISE_LIMITS_SIGNAL,
         STATUS_QUERY,
         TOOL_QUEUES_PATCH,
         tool_task_queue,
     )
 
+
+
+# Records per mirror activity at most: a backlog (the store was down, a fast
+# run recorded many steps at once) is written in bounded pieces.
+MIRROR_BATCH_MAX = 50
 
 
 @workflow.defn(name=AGENT_WORKFLOW)
@@ -73,6 +80,9 @@ class AgentWorkflow:
         self._model_ledger = Ledger()  # this step's model calls; its tool calls are counted by ToolStep
         self._last_step_ledger = Ledger()  # the next step is assumed to cost about as much
         self._pending: dict[int, StepRecord] = {}
+        self._mirror_queue: list[StepRecord] = []
+        self._mirroring = False
+        self._batched: bool | None = None  # MIRROR_BATCH_PATCH, decided at the first record
         self._new_limits: RunLimits | None = None
 
     # -- queries and signals --------------------------------------------------
@@ -225,27 +235,35 @@ class AgentWorkflow:
     # -- model call -------------------------------------------------------------
     async def _call_model(self, inp: AgentInput, openai_tools: list[dict[str, Any]]) -> LlmResponse:
         state, tuning = self._state, inp.llm
+        request = LlmRequest(
+            run_id=inp.run_id, step=state.step, model=inp.model,
+            transcript_head=state.transcript_head, transcript_len=state.transcript_len,
+            new_messages=state.unsent, tools=openai_tools,
+            context_tokens=tuning.context_tokens, keep_last=tuning.keep_last,
+            tool_result_chars=tuning.tool_result_chars,
+        )
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=tuning.initial_retry_s),
+            maximum_interval=timedelta(seconds=tuning.max_retry_s),
+            backoff_coefficient=2.0,
+            maximum_attempts=tuning.max_attempts,
+            non_retryable_error_types=[LLM_REJECTED],
+        )
         try:
-            response = await workflow.execute_activity(
-                CALL_LLM,
-                LlmRequest(
-                    run_id=inp.run_id, step=state.step, model=inp.model,
-                    transcript_head=state.transcript_head, transcript_len=state.transcript_len,
-                    new_messages=state.unsent, tools=openai_tools,
-                    context_tokens=tuning.context_tokens, keep_last=tuning.keep_last,
-                    tool_result_chars=tuning.tool_result_chars,
-                ),
-                result_type=LlmResponse,
-                start_to_close_timeout=timedelta(seconds=tuning.timeout_s),
-                heartbeat_timeout=timedelta(seconds=tuning.heartbeat_s),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=tuning.initial_retry_s),
-                    maximum_interval=timedelta(seconds=tuning.max_retry_s),
-                    backoff_coefficient=2.0,
-                    maximum_attempts=tuning.max_attempts,
-                    non_retryable_error_types=[LLM_REJECTED],
-                ),
-            )
+            if inp.fast:
+                # On this worker, no round trip through the server; recorded with
+                # the workflow task (AgentInput.fast says what that gives up).
+                response = await workflow.execute_local_activity(
+                    CALL_LLM, request, result_type=LlmResponse,
+                    start_to_close_timeout=timedelta(seconds=tuning.timeout_s), retry_policy=retry,
+                )
+            else:
+                response = await workflow.execute_activity(
+                    CALL_LLM, request, result_type=LlmResponse,
+                    start_to_close_timeout=timedelta(seconds=tuning.timeout_s),
+                    heartbeat_timeout=timedelta(seconds=tuning.heartbeat_s),
+                    retry_policy=retry,
+                )
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err
@@ -321,16 +339,34 @@ class AgentWorkflow:
 
     def _mirror_later(self, record: StepRecord) -> None:
         self._pending[record.step_index] = record
-        asyncio.ensure_future(self._mirror(record))
+        if self._batched is None:
+            self._batched = workflow.patched(MIRROR_BATCH_PATCH)
+        if not self._batched:
+            asyncio.ensure_future(self._mirror([record], MIRROR_STEP, record))
+            return
+        # One mirror at a time, with every record that came since the last one:
+        # in order, never racing (a step's parent is always written first).
+        self._mirror_queue.append(record)
+        if not self._mirroring:
+            self._mirroring = True
+            asyncio.ensure_future(self._mirror_loop())
 
-    async def _mirror(self, record: StepRecord) -> None:
+    async def _mirror_loop(self) -> None:
+        try:
+            while self._mirror_queue:
+                batch = self._mirror_queue[:MIRROR_BATCH_MAX]
+                del self._mirror_queue[:MIRROR_BATCH_MAX]
+                await self._mirror(batch, MIRROR_STEPS, MirrorBatch(records=batch))
+        finally:
+            self._mirroring = False
+
+    async def _mirror(self, records: list[StepRecord], activity: str, arg: Any) -> None:
         status = self._status
         assert status is not None
         try:
             await workflow.execute_activity(
-                MIRROR_STEP,
-                record,
-                result_type=MirrorAck,
+                activity,
+                arg,
                 start_to_close_timeout=timedelta(seconds=60),
                 # A store that is down is retried for as long as it takes; the
                 # agent loop does not wait for it. `rewind status` shows the lag
@@ -346,8 +382,10 @@ class AgentWorkflow:
         except ActivityError as err:
             # Permanent (a conflicting or unstorable checkpoint): say why, and do
             # not make the run's end wait for a write that cannot happen.
-            status.mirror_error = f"checkpoint of step {record.step_index}: {failure_text(err)}"
-        self._pending.pop(record.step_index, None)
+            steps = ", ".join(str(r.step_index) for r in records)
+            status.mirror_error = f"checkpoint of step {steps}: {failure_text(err)}"
+        for record in records:
+            self._pending.pop(record.step_index, None)
         status.mirror_pending = len(self._pending)
 
     async def _drain_mirror(self, timeout_s: float) -> None:
@@ -367,7 +405,10 @@ class AgentWorkflow:
         state.pending_records = list(self._pending.values())
         state.continued_as_new += 1
         assert self._status is not None
-        workflow.continue_as_new(inp.model_copy(update={"resume": state, "limits": self._status.limits}))
+        next_input = inp.model_copy(update={"resume": state, "limits": self._status.limits})
+        if inp.fast:  # keeps the short workflow task timeout that paces recording (runs.start_agent)
+            workflow.continue_as_new(next_input, task_timeout=workflow.info().task_timeout)
+        workflow.continue_as_new(next_input)
 
     async def _finish_run(self) -> AgentResult:
         status, inp = self._status, self._input

@@ -45,6 +45,8 @@ class ToolSpec(BaseModel):
     max_attempts: int = 3
     # Argument names left out of the cache key (volatile fields such as request ids).
     cache_ignore: list[str] = Field(default_factory=list)
+    # Run as a local activity on the workflow's own worker (see AgentInput.fast).
+    fast: bool = False
 
     def openai_schema(self) -> dict[str, Any]:
         return {
@@ -128,6 +130,14 @@ class AgentInput(BaseModel):
     # Set when this workflow continues a logical run: after continue-as-new,
     # or as a fork / rollback seeded from a checkpoint.
     resume: "LoopState | None" = None
+    # The fast path: model calls and read-only tools run as local activities on
+    # the workflow's own worker (no round trip through the server per call),
+    # and their results are recorded in history when the workflow task
+    # completes, at least every `fast_record_s` seconds. What it gives up: a
+    # worker crash runs the calls of the unrecorded last moments again (a paid
+    # model call included); see the README's "Fast path".
+    fast: bool = False
+    fast_record_s: float = Field(default=2.0, gt=0)
 
     @field_validator("task", "system_prompt")
     @classmethod
@@ -300,6 +310,12 @@ class StepRecord(BaseModel):
 class MirrorAck(BaseModel):
     checkpoint_id: str
     written: bool
+
+
+class MirrorBatch(BaseModel):
+    """The input of `mirror_steps`: step records of one branch workflow, in step order."""
+
+    records: list[StepRecord]
 
 
 class LoopState(BaseModel):

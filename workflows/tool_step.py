@@ -120,6 +120,8 @@ class ToolStep:
         )
         try:
             try:
+                if spec.fast or (self._inp.fast and not spec.side_effects):
+                    return await self._run_here(request, spec)
                 return await self._schedule(request, spec, None)
             except ActivityError as err:
                 if not (self._routed and isinstance(err.cause, ApplicationError) and err.cause.type == TOOL_NOT_REGISTERED):
@@ -129,6 +131,15 @@ class ToolStep:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err  # the run is being stopped
             return f"{spec.name} failed after retries: {failure_text(err)}"
+
+    async def _run_here(self, request: ToolRequest, spec: ToolSpec) -> ToolOutcome:
+        """A fast call: a local activity on the workflow's own worker (if that worker
+        lacks the tool it refuses, and the call goes to the tool's queue as usual)."""
+        return await workflow.execute_local_activity(
+            RUN_TOOL, request, result_type=ToolOutcome,
+            start_to_close_timeout=timedelta(seconds=spec.timeout_s),
+            retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),
+        )
 
     async def _schedule(self, request: ToolRequest, spec: ToolSpec, task_queue: str | None) -> ToolOutcome:
         return await workflow.execute_activity(

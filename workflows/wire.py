@@ -19,7 +19,8 @@ CALL_LLM = "call_llm"
 DESCRIBE_TOOLS = "describe_tools"
 RUN_TOOL = "run_tool"
 COMPENSATE_TOOL = "compensate_tool"
-MIRROR_STEP = "mirror_step"
+MIRROR_STEP = "mirror_step"      # one step record (runs from before MIRROR_BATCH_PATCH)
+MIRROR_STEPS = "mirror_steps"    # the step records that piled up since the last one, in order
 
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"
@@ -36,6 +37,10 @@ AGENT_RUN_FAILED = "AgentRunFailed"          # the run's own failure, with its r
 # call a worker refuses (it lacks the tool) goes again to that queue, so a run
 # never fails on a worker that lacks a tool another worker has.
 TOOL_QUEUES_PATCH = "tool-task-queues"
+# One mirror activity at a time per run, carrying every step record that came
+# since the last one: checkpoints are written in order without racing each
+# other (a step's parent is always there), whatever the pace of the steps.
+MIRROR_BATCH_PATCH = "mirror-batches"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -52,8 +57,8 @@ def tool_task_queue(task_queue: str, tool_name: str) -> str:
 
 __all__ = [
     "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW",
-    "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP",
+    "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP", "MIRROR_STEPS",
     "STATUS_QUERY", "RAISE_LIMITS_SIGNAL",
     "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED",
-    "TOOL_QUEUES_PATCH", "tool_task_queue",
+    "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "tool_task_queue",
 ]

@@ -25,7 +25,8 @@ from activities.tools import ToolRegistry
 from checkpoint_bridge.mirror import mirror_run
 from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
-from fault_helpers import add_script, assert_chain, assert_well_formed
+from aiohttp import web
+from fault_helpers import S3Proxy, add_script, assert_chain, assert_well_formed
 from helpers import start_agent
 
 TOOL_STEPS = 9
@@ -195,10 +196,27 @@ async def test_three_concurrent_mirrors_rebuild_one_store(location, worker, clie
         await twin.aclose()
 
 
+class _SlowCheckpointWrites(S3Proxy):
+    """Delays the worker's checkpoint PUTs: the `rewind mirror` loops (straight to S3)
+    then get to write some steps first, so the race really happens."""
+
+    async def _handle(self, request):  # type: ignore[no-untyped-def]
+        body = await request.read()
+        if request.method == "PUT" and "/steps/" in request.path:
+            await asyncio.sleep(0.3)
+        status, headers, data = await self._forward(request, body)
+        return web.Response(status=status, headers=headers, body=data)
+
+
 async def test_live_mirror_races_rewind_mirror_loops(location, client, settings, model, events_file, tmp_path):
     from worker import build_worker
 
     settings.store_url = location.url  # the worker mirrors into this location
+    proxy = None
+    if location.backend == "s3":
+        proxy = _SlowCheckpointWrites(location.endpoint)
+        await proxy.start()
+        settings.s3_endpoint_url = proxy.url
     registry = ToolRegistry.from_modules(["agent_tools"])
     endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
     loop_stores = [location.open() for _ in range(3)]  # three `rewind mirror` processes
@@ -245,6 +263,8 @@ async def test_live_mirror_races_rewind_mirror_loops(location, client, settings,
               f"run; {raced} times a pass found a step the worker's mirror had not written yet and wrote it "
               f"({len(stored)} checkpoints); no conflict, one object per key, same bytes as a rebuild from history")
     finally:
+        if proxy is not None:
+            await proxy.stop()
         for task in loops:
             task.cancel()
         if watcher is not None:
