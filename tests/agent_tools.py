@@ -39,6 +39,13 @@ async def lookup(term: str) -> str:
     return f"definition of {term}"
 
 
+@tool(fast=True)
+async def quick(term: str) -> str:
+    """A fast tool (a local activity on the workflow's worker); counts executions."""
+    _event("quick", term=term)
+    return f"quick answer for {term}"
+
+
 @tool
 async def tagged(tags: set[str]) -> str:
     """Read-only tool whose argument is a set (cache key must not depend on order)."""
