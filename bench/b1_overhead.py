@@ -162,7 +162,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     brk = [
         ["model activity, start to close (ms)", prof("rewind", "call_llm", "run_ms"), prof("bare", "bare_llm", "run_ms")],
         ["tool activity, start to close (ms)", prof("rewind", "run_tool", "run_ms"), prof("bare", "bare_tool", "run_ms")],
-        ["mirror activity, start to close (ms; off the critical path)", prof("rewind", "mirror_step", "run_ms"), None],
+        ["mirror activity, start to close (ms; off the critical path)", prof("rewind", "mirror_steps", "run_ms"), None],
         ["workflow tasks per step", per_step("rewind", "workflow_tasks"), per_step("bare", "workflow_tasks")],
         ["workflow task, scheduled to completed (ms)", median([p["workflow_task_ms"] for p in sec.data["profiles"]["rewind"]]),
          median([p["workflow_task_ms"] for p in sec.data["profiles"]["bare"]])],

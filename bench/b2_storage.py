@@ -88,7 +88,7 @@ async def long_run(suite, client, settings, model, steps: int) -> dict:  # type:
         "continued_as_new": result.status.continued_as_new, "mirror_wait_s": mirror_wait,
         "mirror_error": result.status.mirror_error,
         "call_llm_ms": activity_times_by_step(events, "call_llm"),
-        "mirror_ms": activity_times_by_step(events, "mirror_step"),
+        "mirror_ms": activity_times_by_step(events, "mirror_steps"),
         "history_breakdown": history_breakdown(events),
     }
     suite.cache.setdefault("long_runs", {})[steps] = run
@@ -172,7 +172,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                        median(longest["mirror_ms"][lo + 1:hi + 1])])
     sec.data["step_cost_growth"] = growth
     sec.table(f"Step cost along the {n}-step run (medians, ms; from its history)",
-              ["", "step (model call to model call)", "call_llm activity", "mirror_step activity (off the critical path)"],
+              ["", "step (model call to model call)", "call_llm activity", "mirror_steps activity (off the critical path)"],
               growth)
     parent, child, model_name = last_pair
     parts = await step_cost(parent, child, model_name, [t.openai_schema() for t in registry.specs()])
@@ -181,12 +181,13 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
               f"({len(child.messages)} messages; ms, best of 3)", ["piece", "ms"], [[k, v] for k, v in parts.items()])
     early, late = growth[0], growth[-1]
     top = sorted(parts.items(), key=lambda kv: -kv[1])
+    def ms_(value: float | None) -> str:
+        return "–" if value is None else f"{value:.0f} ms"
+
     sec.notes.append(
-        f"Per-step time grows along the {n}-step run: the model call activity takes {early[2]:.0f} ms at steps 1–10 "
-        f"and {late[2]:.0f} ms at the end, the mirror {early[3]:.0f} → {late[3]:.0f} ms. Timed alone at step "
-        f"{child.step_index}: " + "; ".join(f"{k} {v:.0f} ms" for k, v in top)
-        + ". Each walks the whole conversation on every call, so a run's total cost grows with the square of its "
-        "length even though its storage does not have to.")
+        f"Along the {n}-step run: a step takes {ms_(early[1])} at steps 1–10 and {ms_(late[1])} at the end, the model "
+        f"call activity {ms_(early[2])} → {ms_(late[2])}, the mirror {ms_(early[3])} → {ms_(late[3])}. Timed alone at "
+        f"step {child.step_index}: " + "; ".join(f"{k} {v:.1f} ms" for k, v in top) + ".")
     bd = longest["history_breakdown"]
     raw_n = data[-1]["raw"]
     sec.data["history_breakdown"] = bd
@@ -247,7 +248,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 f"conversation: {d['model_view_bytes']:,} B of the store ({d['model_view_bytes'] / d['rewind']:.0%}) are "
                 f"`model_view`. Without it the store would hold {without:,} B = {without / d['raw']:.2f}x the raw "
                 f"content (growth exponent {exps['rewind_no_view']:.2f} instead of {exps['rewind']:.2f}). The same list "
-                "rides in every call_llm result and mirror_step input, so Temporal history per step grows too (see the "
+                "rides in every call_llm result and mirror_steps input, so Temporal history per step grows too (see the "
                 "history table). Storing the view as a difference from the previous step's (consecutive views share "
                 "all but the newest actions) would make both linear again.")
             break
