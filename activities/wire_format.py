@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from typing import Any
 
 __all__ = ["UNPARSED_ARGUMENTS_KEY", "outgoing_messages", "outgoing_message", "outgoing_tool_call", "tool_arguments"]
@@ -101,8 +102,55 @@ _TEXT_PART_TYPES = ("text", "refusal")  # an assistant's refusal part is text it
 
 
 def outgoing_messages(messages: list[dict]) -> list[dict]:
-    """The request messages for a stored conversation (see the module docstring)."""
-    return [outgoing_message(m) for m in messages]
+    """The request messages for a stored conversation (see the module docstring).
+
+    Each message is projected once per worker and remembered by what it says:
+    a model call sends the whole conversation, and projecting every old
+    message again made each call's work grow with the run. The projections
+    returned are shared: callers serialize them, never change them.
+    """
+    out = []
+    for message in messages:
+        key = _memo_key(message)
+        projected = _memo.get(key) if key is not None else None
+        if projected is None:
+            projected = outgoing_message(message)
+            if key is not None:
+                with _memo_lock:
+                    if len(_memo) >= _MEMO_LIMIT:
+                        _memo.clear()
+                    _memo[key] = projected
+        out.append(projected)
+    return out
+
+
+_MEMO_LIMIT = 100_000
+_memo: dict[tuple[Any, ...], dict] = {}
+_memo_lock = threading.Lock()
+_PLAIN = (str, type(None))
+
+
+def _memo_key(message: Any) -> tuple[Any, ...] | None:
+    """What the projection depends on, as a hashable tuple; None for shapes not worth it."""
+    if not isinstance(message, dict) or not all(isinstance(k, str) for k in message):
+        return None
+    items = []
+    for k, v in message.items():
+        if isinstance(v, _PLAIN) or isinstance(v, (bool, int, float)):
+            items.append((k, type(v).__name__, v))
+        elif k == "tool_calls" and isinstance(v, list):
+            calls = []
+            for call in v:
+                fn = call.get("function") if isinstance(call, dict) else None
+                if not (isinstance(call, dict) and isinstance(fn, dict)
+                        and all(isinstance(x, _PLAIN) for x in (call.get("id"), call.get("type"), fn.get("name"), fn.get("arguments")))
+                        and set(call) <= {"id", "type", "function", "index"} and set(fn) <= {"name", "arguments"}):
+                    return None
+                calls.append((call.get("id"), call.get("type"), call.get("index"), fn.get("name"), fn.get("arguments")))
+            items.append((k, "calls", tuple(calls)))
+        else:
+            return None  # content parts, nested objects: projected every time
+    return tuple(sorted(items, key=lambda kv: kv[0]))
 
 
 def outgoing_message(message: dict) -> dict:

@@ -165,3 +165,22 @@ def test_idempotent_and_deterministic(messages):
     once = outgoing_messages(messages)
     assert outgoing_messages(once) == once
     assert json.dumps(outgoing_messages(copy.deepcopy(messages))) == json.dumps(once)  # same bytes every time
+
+
+def test_projections_are_remembered_and_never_stale():
+    """Each message is projected once per worker; an equal message gets the same
+    projection, a changed one (other arguments, other content) its own."""
+    from activities.wire_format import outgoing_message, outgoing_messages
+
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "index": 0, "function": {"name": "f", "arguments": '{"a": 1}'}}]}
+    tool = {"role": "tool", "tool_call_id": "c1", "content": "out", "extra": None}
+    first = outgoing_messages([call, tool])
+    assert first == [outgoing_message(call), outgoing_message(tool)]
+    again = outgoing_messages([dict(call), dict(tool)])
+    assert again == first
+    edited = {**call, "tool_calls": [{**call["tool_calls"][0], "function": {"name": "f", "arguments": "not json"}}]}
+    assert outgoing_messages([edited]) == [outgoing_message(edited)] != [first[0]]
+    parts = {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    assert outgoing_messages([parts]) == [outgoing_message(parts)]
+    assert outgoing_messages([{**tool, "content": "other"}])[0]["content"] == "other"
