@@ -1,7 +1,7 @@
 """3. Resume after a worker crash (SIGKILL), with the timeouts the project ships.
 
 Each trial: worker A (`python worker.py --tools bench.tools`, a subprocess
-configured by environment only; REWIND_STICKY_TIMEOUT_S=5, the default)
+configured by environment only; REWIND_STICKY_TIMEOUT_S=2, the default)
 starts a run and is in the middle of a call when standby worker B joins the
 task queue; then A is SIGKILLed. Two kinds of call:
   tool   `nap` (heartbeat 5 s, the @tool default): its first attempt sleeps
@@ -27,7 +27,7 @@ from temporalio.api.enums.v1 import EventType, TimeoutType
 from bench.common import Section, WorkerProcess, history_events, log, median, turn_of, wait_polling
 
 HEARTBEAT_S = 5.0  # ToolSpec.heartbeat_s and LlmTuning.heartbeat_s defaults
-STICKY_S = 5.0  # Settings.sticky_timeout_s default
+STICKY_S = 2.0  # Settings.sticky_timeout_s default
 WAIT_S = 120.0
 
 
@@ -205,6 +205,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     sec.notes.append(
         f"Worst case here: {worst:.1f} s from the kill to the next step, about heartbeat timeout + retry interval + "
         f"sticky timeout ({HEARTBEAT_S:g} + 1 + {STICKY_S:g} s). The sticky part is a worker setting: "
-        "REWIND_STICKY_TIMEOUT_S=1 (what the test-suite uses) would cut it to ~1 s at the cost of more history "
-        "replays when a live worker is merely slow to poll.")
+        "REWIND_STICKY_TIMEOUT_S=1 (what the test-suite uses) would cut another second, at the cost of history "
+        "replays when a live worker is merely slow to poll (at 100 concurrent runs on one worker: 38 of 2,000 "
+        "steps replayed at 1 s, none at 2 s).")
     return sec
