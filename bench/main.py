@@ -25,10 +25,11 @@ BENCHMARKS = [
     ("storage", "bench.b2_storage"),
     ("fork", "bench.b4_fork"),
     ("checkpoint_io", "bench.b6_checkpoint_io"),
+    ("store_scaling", "bench.b7_store_scaling"),
     ("resume", "bench.b3_resume"),
     ("concurrency", "bench.b5_concurrency"),
 ]
-ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io"]
+ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:

@@ -79,6 +79,9 @@ class S3ObjectStore:
             retries={"mode": "standard", "total_max_attempts": max_attempts},
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
+            # A checkpoint's chain is read with up to 32 GETs at once (chain.py);
+            # botocore's default pool of 10 connections would queue them.
+            max_pool_connections=32,
             # Custom endpoints (MinIO, local servers) rarely resolve bucket subdomains.
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
