@@ -296,13 +296,22 @@ async def rollback(
     stopped = None
     if running and await _stop(workflows[-1][1], reason):
         stopped = workflows[-1][1].id
-    effects = await side_effects_after(client, [h.id for _, h in workflows], step)
+    # What this rollback undoes: the live steps after `step` on the branch's current
+    # line (and the running workflow's step in flight), not what an earlier rollback
+    # already invalidated and reported.
+    storage_of = {h.id: storage for storage, h in workflows}
+    undone = {(s.branch_id, s.step_index) for s in line if s.step_index > step}
+    head = line[-1]
+    effects = [
+        e for e in await side_effects_after(client, [h.id for _, h in workflows], step)
+        if (storage_of.get(e.workflow_id), e.step) in undone
+        or (running and e.workflow_id == workflows[-1][1].id and e.step > head.step_index)
+    ]
     stored = await revisions(store, run_id, branch)
-    invalidated = []
+    live_after = {s.checkpoint_id for s in await store.list_checkpoints(run_id)
+                  if s.branch_id in stored and s.step_index > step and s.status != "invalidated"}
+    invalidated = sorted(live_after)
     for storage in stored:
-        for s in await store.existing_steps(run_id, storage):
-            if s > step:
-                invalidated.append(f"{run_id}:{storage}:{s}")
         await store.invalidate_after(run_id, storage, step, reason)
     next_revision = max([split_revision(b)[1] for b in stored] + [len(workflows) - 1]) + 1
     source = await source_input(client, workflows[-1][1].id) if workflows else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from workflows.text import usd
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -93,11 +94,11 @@ class BranchDiff(_Row):
     """Plain equality: two branches that both ended without an answer count as the same."""
 
 
-def _check(lineage: Sequence[AgentCheckpoint], name: str) -> None:
+def _check(lineage: Sequence[AgentCheckpoint], name: str, *, rolled_back: bool = False) -> None:
     if not lineage:
         raise LineageError(f"the lineage of {name!r} is empty; pass its checkpoints from step 0 to its head")
     for i, cp in enumerate(lineage):
-        if cp.status == "invalidated":
+        if cp.status == "invalidated" and not rolled_back:
             raise LineageError(f"checkpoint {cp.checkpoint_id} in the lineage of {name!r} is invalidated; "
                                "leave rolled-back checkpoints out of lineages")
         if i and cp.parent_id != lineage[i - 1].checkpoint_id:
@@ -185,10 +186,13 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
 
 
 def diff_branches(run_id: str, name_a: str, lineage_a: Sequence[AgentCheckpoint],
-                  name_b: str, lineage_b: Sequence[AgentCheckpoint]) -> BranchDiff:
-    """What each branch did after the last checkpoint they share (everything, if none)."""
+                  name_b: str, lineage_b: Sequence[AgentCheckpoint], *, rolled_back: Sequence[str] = ()) -> BranchDiff:
+    """What each branch did after the last checkpoint they share (everything, if none).
+
+    `rolled_back`: names of lineages that may hold invalidated checkpoints (a
+    revision a rollback replaced, named as `main.r0`, `main.r1`, ...)."""
     for name, lineage in ((name_a, lineage_a), (name_b, lineage_b)):
-        _check(lineage, name)
+        _check(lineage, name, rolled_back=name in rolled_back)
         stray = next((cp for cp in lineage if cp.run_id != run_id), None)
         if stray is not None:
             raise LineageError(f"checkpoint {stray.checkpoint_id} in the lineage of {name!r} is not of run {run_id!r}")
@@ -261,7 +265,7 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
     row("", (lambda s: [f"{s.tool_calls_executed} run, {s.tool_calls_from_cache} cached, "
                               f"{s.tool_errors} failed"]))
     row("tokens", (lambda s: [f"{s.tokens.total} ({s.tokens.prompt} in / {s.tokens.completion} out)"]))
-    row("cost", (lambda s: [f"${s.cost_usd:.6f}"]))
+    row("cost", (lambda s: [usd(s.cost_usd)]))
     row("final answer", (lambda s: _wrapped(s.final_answer, cell) if s.final_answer is not None
                               else [f"(none: head {s.head_status})"]), not d.same_final_answer)
     return "\n".join(lines)
@@ -271,7 +275,10 @@ async def diff(store: "CheckpointStore", run_id: str, branch_a: str, branch_b: s
     """Compare two branches of a run as stored (the API behind `rewind diff`)."""
     from checkpoint_bridge.lineage import load_lineage
 
+    from checkpoint_bridge.lineage import is_revision_name
+
     return diff_branches(
         run_id, branch_a, await load_lineage(store, run_id, branch_a),
         branch_b, await load_lineage(store, run_id, branch_b),
+        rolled_back=[name for name in (branch_a, branch_b) if is_revision_name(name)],
     )

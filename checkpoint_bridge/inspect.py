@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from workflows.text import usd
 from typing import Any
 
 from checkpoint_bridge.lineage import split_revision
@@ -70,7 +71,7 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
         f"  run {cp.run_id}, branch {cp.branch_id}, step {cp.step_index}: {cp.step_label} [{cp.status}]",
         f"  parent     {cp.parent_id or '-'}",
         f"  created    {cp.created_at.isoformat()}",
-        f"  model      {cp.model or '-'}; tokens {cp.llm_tokens_used} ({cp.prompt_tokens} in / {cp.completion_tokens} out); cost ${cp.llm_cost_usd:.6f}",
+        f"  model      {cp.model or '-'}; tokens {cp.llm_tokens_used} ({cp.prompt_tokens} in / {cp.completion_tokens} out); cost {usd(cp.llm_cost_usd)}",
         f"  tool calls {len(cp.tool_call_cache)} ({sum(r.served_from_cache for r in cp.tool_call_cache)} from cache)",
     ]
     if cp.error_info:

@@ -17,7 +17,9 @@ from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import InvalidIdError, RunNotFoundError, StepNotFoundError
 from workflows.ids import validate_id
 
-_REVISION = re.compile(r"^(?P<name>.+)\.r(?P<rev>[1-9][0-9]*)$")
+# `main.r1`, `main.r2`, ... are the revisions rollbacks made; `main.r0` names the
+# original `main` itself (what a user compares a rolled-back branch against).
+_REVISION = re.compile(r"^(?P<name>.+)\.r(?P<rev>0|[1-9][0-9]*)$")
 
 
 
@@ -28,6 +30,11 @@ def split_revision(storage_branch: str) -> tuple[str, int]:
 
 def revision_branch(name: str, revision: int) -> str:
     return name if revision == 0 else f"{name}.r{revision}"
+
+
+def is_revision_name(name: str) -> bool:
+    """`main.r0`, `main.r1`, ...: one revision of a branch, named exactly."""
+    return _REVISION.match(name) is not None
 
 
 def validate_branch_name(name: str) -> str:
@@ -46,7 +53,8 @@ async def revisions(store: CheckpointStore, run_id: str, name: str) -> list[str]
     (`main.r1`, as `rewind fork` and `rewind tree` print it) names just that one."""
     stored = await store.branches(run_id)
     if _REVISION.match(name):
-        return [name] if name in stored else []
+        storage = revision_branch(*split_revision(name))
+        return [storage] if storage in stored else []
     found = [b for b in stored if split_revision(b)[0] == name]
     return sorted(found, key=lambda b: split_revision(b)[1])
 
@@ -54,11 +62,11 @@ async def revisions(store: CheckpointStore, run_id: str, name: str) -> list[str]
 async def current_name(store: CheckpointStore, run_id: str, name: str) -> str:
     """The branch a user means by `name`: `main.r2`, when it is main's newest
     revision, means `main`; an older revision cannot be continued in place."""
-    base, revision = split_revision(name)
-    if not revision:
+    if not is_revision_name(name):
         return name
+    base, revision = split_revision(name)
     newest = (await revisions(store, run_id, base) or [base])[-1]
-    if newest != name:
+    if newest != revision_branch(base, revision):
         raise InvalidIdError(
             f"{name!r} is not the newest revision of branch {base!r} (that is {newest!r}); name the branch "
             f"{base!r}, or fork {name!r} at a step to try something from it"
@@ -73,8 +81,10 @@ async def lineage(store: CheckpointStore, run_id: str, name: str) -> list[Checkp
         raise RunNotFoundError(f"no checkpoints for run {run_id!r} in {store.url}; check the id or REWIND_STORE")
     by_id = {s.checkpoint_id: s for s in summaries}
     head: CheckpointSummary | None = None
+    exact = _REVISION.match(name) is not None
     for storage in reversed(await revisions(store, run_id, name)):
-        live = [s for s in summaries if s.branch_id == storage and s.status != "invalidated"]
+        # A revision named exactly is what it was, rolled-back steps included.
+        live = [s for s in summaries if s.branch_id == storage and (exact or s.status != "invalidated")]
         if live:
             head = max(live, key=lambda s: s.step_index)
             break

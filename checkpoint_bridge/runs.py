@@ -18,7 +18,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from checkpoint_bridge.lineage import revision_branch
+from checkpoint_bridge.lineage import is_revision_name, revision_branch, split_revision
 from workflows.contracts import AgentInput, AgentResult
 from workflows.errors import RunExistsError, UsageError
 from workflows.ids import echo, validate_id, workflow_id_for
@@ -33,6 +33,16 @@ async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple
     """
     validate_id("run", run_id)
     validate_id("branch", name)
+    if is_revision_name(name):  # one revision, named exactly (`main.r0` is `main` itself)
+        storage = revision_branch(*split_revision(name))
+        handle = client.get_workflow_handle(workflow_id_for(run_id, storage), result_type=AgentResult)
+        try:
+            await handle.describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return []
+            raise
+        return [(storage, handle)]
     found = []
     revision = 0
     while True:

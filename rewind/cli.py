@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import traceback
@@ -117,6 +118,7 @@ async def _wait_and_report(
         if _interactive(args):
             result = await follow(client, run_id, handle, sys.stdout, branch)
         else:
+            await _say_if_nobody_runs_it(client, handle)
             result = await wait_for_outcome(handle)
     except WorkflowFailureError as exc:
         if isinstance(exc.cause, CancelledError):
@@ -137,6 +139,16 @@ async def _wait_and_report(
         text += f" ({result.status.budget_reason}; {continue_hint(run_id, result.status)})"
     _emit(doc, args.json, text + (f"\n{result.final_answer}" if result.final_answer else ""))
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
+
+
+async def _say_if_nobody_runs_it(client: Any, handle: Any) -> None:
+    """Waiting quietly (no terminal) on a run no worker polls for would look like a hang: say so once."""
+    from checkpoint_bridge.runs import pollers
+
+    queue = (await handle.describe()).raw_description.execution_config.task_queue.name
+    if queue and not await pollers(client, queue, workflows=True):
+        print(f"rewind: no worker is polling task queue {queue!r} yet; waiting for one "
+              "(Ctrl-C stops the waiting, not the run)", file=sys.stderr, flush=True)
 
 
 def continue_hint(run_id: str, status: Any) -> str:
@@ -169,7 +181,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if view is None:
             raise unreachable
         view.workflow_status = "unknown"
-        view.failure = f"Temporal is not reachable ({settings.temporal_address}): shown from the newest checkpoint"
+        view.note = f"Temporal is not reachable ({settings.temporal_address}): shown from the newest checkpoint"
     else:
         # A checkpoint store that is down must not hide the live run (whose
         # status then says how far the mirror is behind and why).
@@ -214,6 +226,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         lines.append(f"  running      {what} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
     if view.failure:
         lines.append(f"  failure      {view.failure}")
+    if view.note:
+        lines.append(f"  note         {view.note}")
     if view.store_error:
         lines.append(f"  store        unreachable: {view.store_error}")
     print("\n".join(lines))
@@ -277,8 +291,15 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     # Cancellation reaches the loop, which ends the run as `cancelled` with its
     # checkpoints kept; a call in flight is cancelled (heartbeating tools see it).
     await handle.cancel()
-    _emit({"run_id": args.run, "branch": args.branch, "workflow_id": handle.id, "cancel_requested": True}, args.json,
-          f"cancellation of run {args.run} ({args.branch}) requested; `rewind status {args.run}` shows when it has stopped")
+    from checkpoint_bridge.runs import pollers
+
+    queue = desc.raw_description.execution_config.task_queue.name
+    waiting = bool(queue) and not await pollers(client, queue, workflows=True)
+    _emit({"run_id": args.run, "branch": args.branch, "workflow_id": handle.id, "cancel_requested": True,
+           "no_worker": waiting}, args.json,
+          f"cancellation of run {args.run} ({args.branch}) requested; "
+          + (f"no worker is polling task queue {queue!r}, so it takes effect when one picks the run up"
+             if waiting else f"`rewind status {args.run}` shows when it has stopped"))
     return 0
 
 
@@ -374,8 +395,9 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
         )
     info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id, "fork_point": result.fork_point}
     if args.wait:
-        if _interactive(args):
-            print(f"forked {result.fork_point} into branch {result.branch}; progress:", flush=True)
+        if not args.json:  # which checkpoint it started from: after a rollback, a revision's
+            print(f"forked {result.fork_point} into branch {result.branch}" + ("; progress:" if _interactive(args) else ""),
+                  flush=True)
         return await _wait_and_report(args, client, result.handle, result.run_id, result.branch, info)
     _emit(info, args.json, f"forked {result.fork_point} into branch {result.branch} of run {result.run_id} (workflow {result.workflow_id})")
     return 0
@@ -478,7 +500,16 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.health import worker_health
 
-    report = worker_health(settings.worker_health_file, max_age_s=args.max_age)
+    if args.task_queue:
+        validate_id("task queue", args.task_queue)
+        settings.task_queue = args.task_queue
+    path = settings.worker_health_file
+    report = worker_health(path, max_age_s=args.max_age)
+    if not path.exists() and settings.health_file is None:
+        others = sorted(p.name[len("worker-health."):-len(".json")] for p in path.parent.glob("worker-health.*.json"))
+        if others:
+            report["reason"] += (f"; this folder has workers of task queue(s) {', '.join(others)}: "
+                                 "say which with --task-queue or REWIND_TASK_QUEUE")
     _emit(report, args.json, f"worker {'healthy' if report['healthy'] else 'unhealthy'}: {report['reason']}")
     return 0 if report["healthy"] else 1
 
@@ -491,8 +522,12 @@ def _at_least(minimum: float, kind: Callable[[str], Any], what: str, *, strictly
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{echo(text, 30)} is not {what}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{echo(text, 30)} is not a finite number")
         if strictly and not value > minimum:
             raise argparse.ArgumentTypeError(f"{text} must be more than {minimum:g}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{echo(text, 30)} is not a finite number")
         if not value >= minimum:
             raise argparse.ArgumentTypeError(f"{value} must be at least {minimum:g}")
         return value
@@ -541,8 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("worker", "run a worker (same as python worker.py)", sync=cmd_worker)
     add_worker_arguments(p)
 
-    command("health", "exit 0 if the worker on this machine polls Temporal (container health check)",
-            sync=cmd_health).add_argument("--max-age", type=float, default=30.0, help="seconds (default 30)")
+    p = command("health", "exit 0 if the worker on this machine polls Temporal (container health check)", sync=cmd_health)
+    p.add_argument("--max-age", type=float, default=30.0, help="seconds (default 30)")
+    p.add_argument("--task-queue", help="the worker's task queue (default: REWIND_TASK_QUEUE, rewind)")
 
     command("demo", "whole embedded stack + the research agent, with live progress", handler=cmd_demo)
 

@@ -117,6 +117,8 @@ class RunView(BaseModel):
     no_worker: str | None = None
     # The checkpoint store could not be used (the view then comes from Temporal alone).
     store_error: str | None = None
+    # Where the view comes from when that is not the usual (Temporal unreachable).
+    note: str | None = None
 
 
 async def _failure_message(client: Client, failure: Failure) -> str:
@@ -207,6 +209,8 @@ async def run_view(
             await query()
         else:
             view.no_worker = f"no worker is polling task queue {queue!r}; start one (`rewind worker`) and the run goes on"
+            if await _cancel_requested(handle):
+                view.no_worker += "; a cancellation is requested and takes effect when a worker picks the run up"
     elif workflow_status == "completed":
         try:
             result = await handle.result()
@@ -231,6 +235,16 @@ async def run_view(
     else:
         view.state = {"canceled": "cancelled"}.get(workflow_status, workflow_status)
     return view
+
+
+async def _cancel_requested(handle: WorkflowHandle[Any, AgentResult]) -> bool:
+    """Whether `rewind cancel` reached a run (read from its history; only asked when no worker runs it)."""
+    from temporalio.api.enums.v1 import EventType
+
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+            return True
+    return False
 
 
 async def view_from_store(store: CheckpointStore | None, run_id: str, branch_id: str) -> RunView | None:

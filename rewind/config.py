@@ -17,6 +17,7 @@ either (botocore reads `AWS_PROFILE=` as a profile named "" and
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -217,7 +218,10 @@ class Settings:
 
     @property
     def worker_health_file(self) -> Path:
-        return self.health_file or self.home / "worker-health.json"
+        # One file per task queue: two workers of different queues in one folder
+        # (the README's own try-your-tools setup) must not report for each other.
+        queue = re.sub(r"[^A-Za-z0-9._-]", "_", self.task_queue)
+        return self.health_file or self.home / f"worker-health.{queue}.json"
 
     def redactor(self, extra_secrets: Mapping[str, str] | None = None) -> Any:
         """The Redactor for these settings: the REWIND_SECRET_ENV values, `extra_secrets`

@@ -87,9 +87,8 @@ class UserWorker(LoggedProcess):
 
     async def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Until the worker polls (its health file appears), or fail with its log."""
-        health = self.cwd / ".rewind" / "worker-health.json"
         deadline = time.monotonic() + timeout_s
-        while not health.exists():
+        while not list((self.cwd / ".rewind").glob("worker-health.*.json")):
             if self.process.poll() is not None:
                 raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()[-3000:]}")
             if time.monotonic() > deadline:

@@ -33,7 +33,7 @@ TECH_PROMPT = "Emphasize technical analysis"
 # What a worker may leave in its own directory: its health file (REWIND_HOME defaults to
 # .rewind in the working directory) and the outbox of the research agent's save_report
 # tool (the tool's own local side effect). Nothing of the run's state.
-ALLOWED_WORKER_FILES = re.compile(r"\.rewind/(worker-health\.json|\.worker-health\.json\.\d+\.tmp|outbox/idem-[0-9a-f]+\.md)")
+ALLOWED_WORKER_FILES = re.compile(r"\.rewind/(worker-health\.[^/]+\.json|\.worker-health\.[^/]+\.json\.\d+\.tmp|outbox/idem-[0-9a-f]+\.md)")
 
 
 class Cli:
@@ -85,10 +85,9 @@ def _s3_url(url: str) -> tuple[str, str]:
 async def _wait_healthy(worker: Proc, check: list[str], timeout_s: float) -> None:
     """The compose health check, in the worker's directory and environment, until it passes."""
     deadline = time.monotonic() + timeout_s
-    health_file = worker.cwd / ".rewind" / "worker-health.json"
     while time.monotonic() < deadline:
         assert worker.alive(), f"{worker.name} exited with {worker.process.returncode}:\n{worker.log()}"
-        if health_file.exists():
+        if list((worker.cwd / ".rewind").glob("worker-health.*.json")):
             code, out = await worker.healthcheck(check)
             if code == 0:
                 return

@@ -96,11 +96,28 @@ async def test_revision_names_work_wherever_a_branch_is_named(world):
         code, out, err = await rewind(cli, env, "fork", "rev-1", "--step", "2", "--from-branch", "main.r1",
                                       "--branch", "from-r1", "--wait", "--json")
         assert code == 0 and json.loads(out)["fork_point"] == "rev-1:main.r1:2", out + err
-        code, out, err = await rewind(cli, env, "rollback", "rev-1", "--step", "1", "--branch", "main.r1", "--wait")
-        assert code == 0 and "rolled branch main of run rev-1 back to step 1" in out, out + err
-        # main.r1 is an older revision now: it cannot be continued in place.
+        code, out, err = await rewind(cli, env, "rollback", "rev-1", "--step", "1", "--branch", "main.r1", "--wait", "--json")
+        assert code == 0, out + err
+        second = json.loads(out)
+        # Only what this rollback undid: main.r1's own steps and its own save_report, not main's again.
+        assert second["invalidated"] == ["rev-1:main.r1:2", "rev-1:main.r1:3"], second
+        assert [(e["step"], e["tool_name"], e["workflow_id"]) for e in second["side_effects"]] == [
+            (2, "save_report", "rev-1--main.r1")], second["side_effects"]
+        # main.r1 is an older revision now: it cannot be continued in place...
         code, out, err = await rewind(cli, env, "rollback", "rev-1", "--step", "1", "--branch", "main.r1")
         one_line_error(code, err, "'main.r1' is not the newest revision of branch 'main' (that is 'main.r2')")
+        # ...but it can be forked and compared, as can the original main (main.r0).
+        code, out, err = await rewind(cli, env, "fork", "rev-1", "--step", "1", "--from-branch", "main.r1",
+                                      "--branch", "from-old", "--json")
+        assert code == 0 and json.loads(out)["fork_point"] == "rev-1:main:1", out + err
+        for a, b in (("main.r1", "main.r2"), ("main.r0", "main")):
+            code, out, err = await rewind(cli, env, "diff", "rev-1", a, b, "--json")
+            assert code == 0, err
+            d = json.loads(out)
+            assert d["fork_point"]["checkpoint_id"] == "rev-1:main:1", d["fork_point"]
+            assert d["a"]["head_checkpoint_id"] == f"rev-1:{'main.r1' if a == 'main.r1' else 'main'}:3", d["a"]
+        code, out, err = await rewind(cli, env, "fork", "rev-1", "--step", "1", "--branch", "said", "--wait")
+        assert code == 0 and out.startswith("forked rev-1:main:1 into branch said\n"), out + err
 
 
 async def test_status_shows_the_live_run_while_the_checkpoint_store_is_down(world):
@@ -198,9 +215,8 @@ async def test_health_says_gone_for_a_killed_worker_not_yet_reaped(world):
     worker = subprocess.Popen([str(BIN / "rewind"), "worker", "--tool-modules", "examples.research_agent"], cwd=wdir,
                               env=world.env(wdir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        health = wdir / ".rewind" / "worker-health.json"
         deadline = time.monotonic() + 90
-        while not health.exists():
+        while not list((wdir / ".rewind").glob("worker-health.*.json")):
             assert time.monotonic() < deadline and worker.poll() is None, "worker never became ready"
             await asyncio.sleep(0.1)
         code, out, err = await rewind(wdir, world.env(wdir), "health")
@@ -212,3 +228,31 @@ async def test_health_says_gone_for_a_killed_worker_not_yet_reaped(world):
     finally:
         worker.kill()
         worker.wait()
+
+
+async def test_health_per_task_queue_and_waiting_on_nobody_is_said(world):
+    folder = world.folder("both")  # two workers of different queues in one folder, as the README's try-it does
+    env_a, env_b = world.env(folder), world.env(folder, REWIND_TASK_QUEUE=world.queue + "-try")
+    with UserWorker(folder / "a", env_a, "--tool-modules", "examples.research_agent") as a, \
+            UserWorker(folder / "b", env_b, "--tool-modules", "examples.research_agent") as b:
+        await a.wait_ready()
+        await b.wait_ready()
+        b.kill()
+        code, out, err = await rewind(folder / "b", env_b, "health")
+        assert code == 1 and "gone" in out, out + err  # b's own file: it does not report a's health
+        code, out, err = await rewind(folder / "a", env_a, "health")
+        assert code == 0, out + err
+    cli = world.folder("cli")
+    nobody = world.env(cli, REWIND_TASK_QUEUE=world.queue + "-nobody")
+    waiting = await _start_wait(cli, nobody, "--task", "t", "--run-id", "nobody-1")
+    line = await asyncio.wait_for(waiting.stderr.readline(), 60)
+    assert b"no worker is polling task queue" in line and b"Ctrl-C stops the waiting, not the run" in line, line
+    code, out, err = await rewind(cli, nobody, "cancel", "nobody-1")
+    assert code == 0 and "so it takes effect when one picks the run up" in out, out + err
+    code, out, err = await rewind(cli, nobody, "status", "nobody-1")
+    assert "a cancellation is requested" in out, out
+    waiting.kill()
+    await waiting.wait()
+    for bad in ("inf", "nan"):
+        code, out, err = await rewind(cli, nobody, "start", "--task", "t", "--max-cost", bad)
+        one_line_error(code, err, f"--max-cost: '{bad}' is not a finite number")
