@@ -91,16 +91,38 @@ async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -
 
     kind = TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW if workflows else TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
     queue = TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
-    plain = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=queue, task_queue_type=kind))
+    plain = await _describe(client, DescribeTaskQueueRequest(namespace=client.namespace, task_queue=queue,
+                                                             task_queue_type=kind))
     found = {p.identity for p in plain.pollers}
-    enhanced = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=queue, report_pollers=True,
-        api_mode=DescribeTaskQueueMode.DESCRIBE_TASK_QUEUE_MODE_ENHANCED, task_queue_types=[kind]))
+    try:
+        enhanced = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+            namespace=client.namespace, task_queue=queue, report_pollers=True,
+            api_mode=DescribeTaskQueueMode.DESCRIBE_TASK_QUEUE_MODE_ENHANCED, task_queue_types=[kind]))
+    except RPCError as exc:
+        # The enhanced call fans out to every partition; under load the server can
+        # cancel it ("operation was canceled"). The root partition's answer stands.
+        if exc.status in _PASSING:
+            return found
+        raise
     for version in enhanced.versions_info.values():
         for info in version.types_info.values():
             found |= {p.identity for p in info.pollers}
     return found
+
+
+_PASSING = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE)
+
+
+async def _describe(client: Client, request: Any) -> Any:
+    """DescribeTaskQueue, asked again when a loaded server cancels it ("operation was canceled")."""
+    for attempt in range(4):
+        try:
+            return await client.workflow_service.describe_task_queue(request)
+        except RPCError as exc:
+            if exc.status not in _PASSING or attempt == 3:
+                raise
+            await asyncio.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 async def missing_tools(client: Client, task_queue: str, names: list[str]) -> list[str] | None:

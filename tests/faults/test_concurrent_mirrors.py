@@ -208,15 +208,25 @@ class _SlowCheckpointWrites(S3Proxy):
         return web.Response(status=status, headers=headers, body=data)
 
 
-async def test_live_mirror_races_rewind_mirror_loops(location, client, settings, model, events_file, tmp_path):
+@pytest.fixture
+def s3_location(tmp_path, moto_endpoint) -> Location:
+    return Location("s3", tmp_path, moto_endpoint)
+
+
+# S3 only: the worker's writes go through a proxy that delays them, so the
+# `rewind mirror` loops (straight to S3) really get to write steps first. A
+# local folder cannot be slowed from outside, and the live mirror, which
+# writes a step from its record at once, would always win the race (file
+# stores' exclusive creates under concurrency: the three-mirrors test above).
+async def test_live_mirror_races_rewind_mirror_loops(s3_location, client, settings, model, events_file, tmp_path):
     from worker import build_worker
 
+    location = s3_location
+
     settings.store_url = location.url  # the worker mirrors into this location
-    proxy = None
-    if location.backend == "s3":
-        proxy = _SlowCheckpointWrites(location.endpoint)
-        await proxy.start()
-        settings.s3_endpoint_url = proxy.url
+    proxy = _SlowCheckpointWrites(location.endpoint)
+    await proxy.start()
+    settings.s3_endpoint_url = proxy.url
     registry = ToolRegistry.from_modules(["agent_tools"])
     endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
     loop_stores = [location.open() for _ in range(3)]  # three `rewind mirror` processes
@@ -263,8 +273,7 @@ async def test_live_mirror_races_rewind_mirror_loops(location, client, settings,
               f"run; {raced} times a pass found a step the worker's mirror had not written yet and wrote it "
               f"({len(stored)} checkpoints); no conflict, one object per key, same bytes as a rebuild from history")
     finally:
-        if proxy is not None:
-            await proxy.stop()
+        await proxy.stop()
         for task in loops:
             task.cancel()
         if watcher is not None:
