@@ -123,11 +123,7 @@ class ChainReader:
         cached = self.cached(cid)
         if cached is not None:
             return cached
-        key = self._key(cid)
-        data = await self._get(key)
-        if data is None:
-            raise self._missing(cid, key, None)
-        envelope = decode_as(cid, key, data)
+        key, envelope = await self._head(cid)
         if envelope.kind == "snapshot":
             doc = migrate(envelope.payload, key)
         elif envelope.chain is not None:
@@ -143,11 +139,7 @@ class ChainReader:
         info = self._heads.get(cid)
         if info is not None:
             return info
-        key = self._key(cid)
-        data = await self._get(key)
-        if data is None:
-            raise self._missing(cid, key, None)
-        envelope = decode_as(cid, key, data)
+        key, envelope = await self._head(cid)
         _run, branch, step = parse_checkpoint_id(cid)
         payload = envelope.payload
         if envelope.kind == "snapshot":
@@ -250,6 +242,14 @@ class ChainReader:
         return doc, ([base_id] if base_id is not None else []) + ids
 
     # -- helpers --------------------------------------------------------------
+
+    async def _head(self, cid: str) -> tuple[str, Envelope]:
+        """The object of `cid`, read and checked; CheckpointNotFoundError if there is none."""
+        key = self._key(cid)
+        data = await self._get(key)
+        if data is None:
+            raise self._missing(cid, key, None)
+        return key, decode_as(cid, key, data)
 
     @staticmethod
     def _key(cid: str) -> str:
