@@ -125,7 +125,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                         view = envelope["payload"].get("model_view")
                         if view:
                             view_bytes += len(json.dumps(view, separators=(",", ":")))
-                            viewed.append(envelope["payload"]["step_index"])
+                            # Format v2 leaves the step out of the payload: it is in the key.
+                            viewed.append(int(key.rsplit("/", 1)[-1].split(".")[0]))
                 summaries = [s for s in await store.list_checkpoints(r["run_id"]) if s.branch_id == "main"]
                 checkpoints = [await store.load(s.checkpoint_id) for s in summaries]
             raw = len(json.dumps(checkpoints[-1].messages).encode())
