@@ -221,8 +221,9 @@ async def test_an_unreachable_model_endpoint_is_named_while_retries_go_on(world,
         env = world.env(cli)
         shown = await asyncio.to_thread(
             _run_in_pty, [str(BIN / "rewind"), "start", "--task", "Research these companies: Acme", "--run-id",
-                          "dead-1", "--wait"], cli, env, 60, "attempt 3")
-        assert f"retrying call_llm (attempt 2: model API at {dead} is unreachable" in shown, shown
+                          "dead-1", "--wait"], cli, env, 60, "is unreachable")
+        # The progress line is polled, so which attempt it catches first depends on the machine's load.
+        assert re.search(rf"retrying call_llm \(attempt \d+: model API at {re.escape(dead)} is unreachable", shown), shown
         code, out, err = await rewind(cli, env, "status", "dead-1", "--json")
         pending = json.loads(out)["pending"]
         assert pending and pending[0]["activity"] == "call_llm" and dead in pending[0]["last_failure"], out
