@@ -6,6 +6,8 @@ with the scripted model at zero latency, four ways:
   (b) bare     bench.bare_workflow on its own worker: same activities, no bridge
   (a) asyncio  the openai client + in-process tools, nothing persisted
   (c) LangGraph the loop as a graph checkpointed by SqliteSaver
+  (d) DBOS      the loop as a DBOS Transact workflow (steps in SQLite), in its
+                own process (bench.dbos_baseline)
 Per-step time = model call start to the next model call start (for Temporal
 runs read from history: model activity scheduled to the next one scheduled).
 """
@@ -13,6 +15,9 @@ runs read from history: model activity scheduled to the next one scheduled).
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 import uuid
 
@@ -21,7 +26,9 @@ from temporalio.worker import Worker
 from activities.tools import ToolRegistry
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.baselines import asyncio_loop, langgraph_available, langgraph_loop
+from bench.dbos_baseline import dbos_available
 from bench.common import (
+    REPO,
     TOOLS_MODULE,
     Section,
     activity_profile,
@@ -92,6 +99,22 @@ async def _langgraph(suite, model, registry: ToolRegistry, steps: int) -> dict: 
     return {"durations": out["durations"][:-1], "wall_s": out["wall_s"]}
 
 
+async def _dbos(suite, model, steps: int) -> dict:  # type: ignore[no-untyped-def]
+    """One measured DBOS run (after a warm-up run in the same process)."""
+    name, _ = blob_script(model, steps, TOOL_BYTES)
+    db = suite.tmp / f"overhead-dbos-{uuid.uuid4().hex[:6]}.sqlite"
+    out = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "bench.dbos_baseline", model.base_url, name, str(db), str(steps + 5), "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"DBOS baseline failed: {out.stderr[-2000:]}")
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    measured = doc["runs"][-1]
+    assert measured["steps"] == steps, measured
+    return {"durations": measured["durations"][:-1], "wall_s": measured["wall_s"], "db_bytes": doc["db_bytes"],
+            "recorded_steps": doc["recorded_steps"]}
+
+
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     steps, reps = (30, 3) if suite.quick else (100, 3)
     sec = Section("overhead", "1. Durability overhead per agent step",
@@ -104,6 +127,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     settings = suite.settings(server, "overhead")
     registry = ToolRegistry.from_modules([TOOLS_MODULE])
     skip_lg = langgraph_available()
+    skip_dbos = dbos_available()
 
     # Warm-up: imports, HTTP connections, the tokenizer's first load, the dev server's caches.
     await _rewind(client, settings, model, 4)
@@ -113,7 +137,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     if skip_lg is None:
         await _langgraph(suite, model, registry, 4)
 
-    runs: dict[str, list[dict]] = {"rewind": [], "rewind_fast": [], "bare": [], "asyncio": [], "langgraph": []}
+    runs: dict[str, list[dict]] = {"rewind": [], "rewind_fast": [], "bare": [], "asyncio": [], "langgraph": [],
+                                   "dbos": []}
     for rep in range(reps):
         log(f"overhead: repetition {rep + 1}/{reps}")
         runs["rewind"].append(await _rewind(client, settings, model, steps))
@@ -122,6 +147,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         runs["asyncio"].append(await _asyncio(model, registry, steps))
         if skip_lg is None:
             runs["langgraph"].append(await _langgraph(suite, model, registry, steps))
+        if skip_dbos is None:
+            runs["dbos"].append(await _dbos(suite, model, steps))
     suite.stop_model(model)
     suite.stop_temporal(server)
 
@@ -145,7 +172,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     labels = {"rewind": "**Rewind** (AgentWorkflow + bridge)",
               "rewind_fast": "**Rewind --fast** (local activities; per step: wall time / steps)",
               "bare": "(b) bare Temporal workflow, same activities",
-              "asyncio": "(a) plain asyncio, no persistence", "langgraph": "(c) LangGraph + SqliteSaver"}
+              "asyncio": "(a) plain asyncio, no persistence", "langgraph": "(c) LangGraph + SqliteSaver",
+              "dbos": "(d) DBOS Transact, SQLite (own process)"}
     rows = []
     for key, label in labels.items():
         s = st[key]
@@ -204,6 +232,20 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                              "met" if fast_wall / lg_wall <= 1.0 else "**not met**"])
     else:
         sec.notes.append(f"(c) skipped: {skip_lg}")
+    if st["dbos"]:
+        db, db_wall = st["dbos"]["median_ms"], st["dbos"]["wall_ms_per_step"]
+        fast_wall = st["rewind_fast"]["wall_ms_per_step"]
+        sec.headline.append(["1 overhead", "per-step median, Rewind / DBOS Transact + SQLite (d)",
+                             f"{rw:.1f} ms / {db:.1f} ms", f"**{rw / db:.2f}x**", "–", "–"])
+        sec.headline.append(["1 overhead", "wall time per step, Rewind --fast / DBOS Transact + SQLite (d)",
+                             f"{fast_wall:.1f} ms / {db_wall:.1f} ms", f"**{fast_wall / db_wall:.2f}x**", "–", "–"])
+        recorded = runs["dbos"][-1]["recorded_steps"]
+        sec.notes.append(
+            f"(d) records every step (model call and tool call) in its SQLite system database before the workflow "
+            f"goes on ({recorded} step outputs in the last run's database, two runs of {steps} steps); like (c) it "
+            "needs no server; on SQLite a run lives in one machine's file (DBOS takes Postgres for several).")
+    else:
+        sec.notes.append(f"(d) skipped: {skip_dbos}")
 
     llm_r, llm_b = brk[0][1] or 0, brk[0][2] or 0
     tool_r, tool_b = brk[1][1] or 0, brk[1][2] or 0
