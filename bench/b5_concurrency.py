@@ -7,7 +7,8 @@ second over the whole batch, per-step latency from the runs' histories,
 mirror lag (checkpoint created_at, the workflow time the step ended, to its
 file's mtime), CPU and memory of the worker (and of the dev server and of
 this process, which hosts the model server) sampled from /proc.
-Baseline: the model latency.
+Baseline: the model latency. While the batch runs, py-spy samples the
+worker (bench.profile): where its CPU goes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from itertools import zip_longest as _zip_longest
 
 from temporalio.api.enums.v1 import TimeoutType
 
@@ -31,11 +33,14 @@ from bench.common import (
     start_agent,
     wait_polling,
 )
+from bench.profile import Profiler, profile_note
 from checkpoint_bridge.store import open_checkpoint_store
 from rewind.timing import step_marks
 
 LATENCY_MS = 200.0
 TOOL_BYTES = 1024
+CPU_TARGET_MS = 10.0  # worker CPU per step
+LATENCY_TARGET = 3.0  # step latency p50 / model latency
 
 
 async def _mirror_lags(settings, run_id: str) -> list[float]:  # type: ignore[no-untyped-def]
@@ -67,6 +72,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         name, _ = blob_script(model, steps, TOOL_BYTES)
         samplers = {"worker": ProcSampler(worker.pid).start(), "dev server": ProcSampler(server.process.pid).start(),
                     "bench process (client + model server)": ProcSampler(os.getpid()).start()}
+        profiler = Profiler(worker.pid, suite.tmp / "concurrency-worker.pyspy.txt").start()
         log(f"concurrency: {runs} runs × {steps} steps")
         t0 = time.monotonic()
         handles = await asyncio.gather(*(start_agent(client, settings, name, steps) for _ in range(runs)))
@@ -74,6 +80,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         t1 = time.monotonic()
         for s in samplers.values():
             s.stop()
+        profiler.stop()
     finally:
         worker.stop()
     bad = [r.status for r in results if r.status.state != "completed" or r.status.step != steps]
@@ -112,11 +119,14 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     p50, p99 = percentile(durations, 50), percentile(durations, 99)
     lag50, lag99, lagmax = percentile(lags, 50), percentile(lags, 99), max(lags)
     usage = {k: s.summary(t0, t1) for k, s in samplers.items()}
+    profile = profiler.summary()
+    cpu_ms_per_step = (usage["worker"]["cpu_avg_pct"] or 0) / 100 * wall / total * 1000
     sec.data = {"runs": runs, "steps": steps, "wall_s": wall, "steps_per_s": sps, "step_p50_s": p50, "step_p99_s": p99,
                 "mirror_lag_p50_s": lag50, "mirror_lag_p99_s": lag99, "mirror_lag_max_s": lagmax,
                 "activities_per_s": activities / wall, "workflow_tasks_per_s": wfts / wall, "retried_attempts": retries,
                 "retry_kinds": retry_kinds,
-                "mirror_errors": errors, "usage": usage}
+                "mirror_errors": errors, "usage": usage, "worker_cpu_ms_per_step": cpu_ms_per_step,
+                "worker_profile": profile, "profile_skipped": profiler.skipped}
     ideal = 1000 / LATENCY_MS * runs  # steps/s if every step took exactly the model latency
     sec.table("Throughput and latency", ["figure", "value", "ratio to baseline"], [
         ["steps per second (whole batch)", sps, f"**{sps / ideal:.2f}x** of {ideal:.0f}/s (all {runs} runs at one model latency per step)"],
@@ -138,15 +148,28 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     w = usage["worker"]
     sec.headline = [
         ["5 concurrency", f"step latency p50 / model latency ({runs} runs × {steps} steps)",
-         f"{p50 * 1000:.0f} ms / {LATENCY_MS:.0f} ms", f"**{p50 * 1000 / LATENCY_MS:.2f}x**", "–", "–"],
+         f"{p50 * 1000:.0f} ms / {LATENCY_MS:.0f} ms", f"**{p50 * 1000 / LATENCY_MS:.2f}x**", f"≤ {LATENCY_TARGET:.0f}x",
+         "met" if p50 * 1000 / LATENCY_MS <= LATENCY_TARGET else "**not met**"],
         ["5 concurrency", "step latency p99 / model latency", f"{p99 * 1000:.0f} ms / {LATENCY_MS:.0f} ms",
          f"**{p99 * 1000 / LATENCY_MS:.2f}x**", "–", "–"],
         ["5 concurrency", "steps per second / ideal (every step = one model latency)", f"{sps:.1f} / {ideal:.0f}",
          f"**{sps / ideal:.2f}x**", "–", "–"],
-        ["5 concurrency", "mirror lag p99 / model latency", f"{lag99 * 1000:.0f} ms / {LATENCY_MS:.0f} ms",
-         f"**{lag99 * 1000 / LATENCY_MS:.2f}x**", "–", "–"],
+        ["5 concurrency", "mirror lag p99 / step latency p50", f"{lag99 * 1000:.0f} ms / {p50 * 1000:.0f} ms",
+         f"**{lag99 / p50:.2f}x**", "≤ 1x (one step)", "met" if lag99 <= p50 else "**not met**"],
+        ["5 concurrency", "worker CPU per step (CPU time / steps)", f"{cpu_ms_per_step:.1f} ms",
+         f"**{cpu_ms_per_step / CPU_TARGET_MS:.2f}x** the target", f"≤ {CPU_TARGET_MS:.0f} ms",
+         "met" if cpu_ms_per_step <= CPU_TARGET_MS else "**not met**"],
         ["5 concurrency", "worker CPU avg, RSS peak", f"{w['cpu_avg_pct']:.0f}% of a core, {w['rss_peak_mb']:.0f} MB", "–", "–", "–"],
     ]
+    if profile:
+        sec.table(f"Where the worker's CPU goes (py-spy, {profile['samples']:,} samples during the batch; share of samples)",
+                  ["on the CPU: package (innermost frame)", "share", "on the CPU: function", "share",
+                   "inside Rewind module (any frame)", "share"],
+                  [[a[0] if a else "", f"{a[1]:.1%}" if a else "", b[0] if b else "", f"{b[1]:.1%}" if b else "",
+                    c[0] if c else "", f"{c[1]:.1%}" if c else ""]
+                   for a, b, c in _zip_longest(profile["self_by_package"], profile["self_by_function"],
+                                               profile["inside_rewind_module"])])
+    sec.notes.append(profile_note(profile, profiler.skipped))
     srv = usage["dev server"]
     busy = (w["cpu_avg_pct"] or 0) + (srv["cpu_avg_pct"] or 0) + (usage["bench process (client + model server)"]["cpu_avg_pct"] or 0)
     sec.verdicts.append(
