@@ -16,7 +16,6 @@ read, after their imports and connection set-up), at several depths.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import subprocess
@@ -32,6 +31,7 @@ from checkpoint_bridge.projector import record_parts
 from checkpoint_bridge.schema import dump_checkpoint
 from checkpoint_bridge.store import CheckpointStore
 from rewind.embedded import free_port, port_open
+from workflows.canonical import cache_key
 from workflows.contracts import Ledger, StepRecord, ToolCallLog
 from workflows.ids import checkpoint_id
 
@@ -60,7 +60,7 @@ def _records(run_id: str, steps: int) -> list[StepRecord]:
                 {"role": "tool", "tool_call_id": call_id, "content": output}]
             calls = [ToolCallLog(step=step, tool_call_id=call_id, tool_name="blob", arguments=json.loads(arguments),
                                  output=output, called_at=T0 + timedelta(seconds=step), duration_ms=2,
-                                 cache_key=hashlib.sha256(arguments.encode()).hexdigest())]
+                                 cache_key=cache_key("blob", json.loads(arguments)))]
         out.append(StepRecord(
             run_id=run_id, branch_id="main", step_index=step,
             parent_id=checkpoint_id(run_id, "main", step - 1) if step else None,

@@ -2,10 +2,12 @@
 
 A v2 delta names, in its `chain`, every object between the run's root
 snapshot and its parent. ``ChainReader`` reads the head, then fetches the
-whole chain at once (bounded parallel GETs, skipping what it has cached),
-checks that every link names the one before it as its parent, and replays
-the deltas forward: a checkpoint at any step loads in two sequential rounds
-of requests, however long the run.
+whole chain at once (bounded parallel GETs, skipping what it has cached;
+finished blocks of steps from their packs, see packs.py), checks that every
+link names the one before it as its parent, and replays the deltas forward:
+a checkpoint at any step loads in two sequential rounds of requests (three
+if a pack is missing), however long the run, and with about one request per
+``PACK_STEPS`` steps.
 
 Objects of format v1 name only their parent; those chains are walked back to
 their snapshot, the steps below fetched in parallel windows (their keys are
@@ -24,12 +26,15 @@ from typing import Any
 
 from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
+from workflows.tool_calls import with_system_prompt
 
 from .envelope import Chain, Envelope, apply_delta, chain_after, decode
 from .layout import step_key
 from .lru import LRU
 from .migrations import migrate
 from .objects import ObjectStore
+from .packs import Block, block_of, decode_pack
+from .schema import CURRENT_SCHEMA_VERSION
 
 __all__ = ["ChainReader", "HeadInfo", "decode_as", "read_many", "chain_ids"]
 
@@ -44,9 +49,10 @@ class HeadInfo:
     """The chain of a child of this checkpoint: everything up to and including it."""
 
 
-def decode_as(cid: str, key: str, data: bytes) -> Envelope:
-    """Decode ``data`` stored at ``key`` and check that it really is ``cid``."""
-    envelope = decode(data, key)
+def decode_as(cid: str, key: str, data: bytes, *, link: bool = False) -> Envelope:
+    """Decode ``data`` stored at ``key`` and check that it really is ``cid``
+    (``link``: as a middle link of a chain, see ``envelope.decode``)."""
+    envelope = decode(data, key, link=link)
     # Compare the upgraded id: older schema versions spelled ids differently.
     found = migrate(envelope.payload, key).get("checkpoint_id")
     if found != cid:
@@ -87,6 +93,44 @@ def _ranges(ids: list[str]) -> Chain:
     return chain
 
 
+class _Growing:
+    """A document being replayed along a chain: its lists grow in place."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self._doc = doc
+        self._messages = list(doc["messages"])
+        self._tools = list(doc["tool_call_cache"])
+        self._variables = doc["agent_variables"]
+        self._exact = True  # False once a link needed the general (per-document) replay
+
+    def add(self, envelope: Envelope, key: str) -> None:
+        payload = envelope.payload
+        if envelope.format_version != 2 or payload.get("schema_version") != CURRENT_SCHEMA_VERSION:
+            # An older object (decoded whole): the general replay, which also migrates it.
+            self.__init__(apply_delta(self.document(), payload, key))  # type: ignore[misc]
+            return
+        if payload["base_message_count"] != len(self._messages) or payload["base_tool_count"] != len(self._tools):
+            apply_delta(self.document(), payload, key)  # raises the error that names the mismatch
+        new_messages, new_tools = payload["new_messages"], payload["new_tool_records"]
+        if not (isinstance(new_messages, list) and isinstance(new_tools, list)):
+            apply_delta(self.document(), payload, key)  # names the malformed field
+        variables = payload.get("agent_variables", {})
+        if not isinstance(variables, dict):
+            apply_delta(self.document(), payload, key)
+        self._messages.extend(new_messages)
+        prompt = payload.get("system_prompt")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                apply_delta(self.document(), payload, key)
+            self._messages = with_system_prompt(self._messages, prompt)
+        self._tools.extend(new_tools)
+        self._variables = variables
+
+    def document(self) -> dict[str, Any]:
+        return {**self._doc, "messages": list(self._messages), "tool_call_cache": list(self._tools),
+                "agent_variables": self._variables}
+
+
 class ChainReader:
     """Full, current-version checkpoint documents (plain dicts) by checkpoint id."""
 
@@ -119,7 +163,8 @@ class ChainReader:
     # -- reading --------------------------------------------------------------
 
     async def document(self, cid: str) -> dict[str, Any]:
-        """The full document of ``cid``; CheckpointNotFoundError if it was never stored."""
+        """The full document of ``cid`` (cached, shared: never mutate it);
+        CheckpointNotFoundError if it was never stored."""
         cached = self.cached(cid)
         if cached is not None:
             return cached
@@ -175,31 +220,83 @@ class ChainReader:
         doc = self.cached(ids[start]) if start >= 0 else None
         wanted = ids[start + 1:]
         keys = [self._key(link) for link in wanted]
-        fetched = await read_many(self._objects, keys, self._concurrency)
+        fetched, from_packs = await self._fetch_links(run_id, wanted, keys)
         previous = ids[start] if start >= 0 else None
+        # The links' messages and tool records are gathered in growing lists; only
+        # the head's document is built whole (a document per link would copy the
+        # conversation once per step: quadratic in the chain's length).
+        grown: _Growing | None = _Growing(doc) if doc is not None else None
         for position, (link, link_key) in enumerate(zip(wanted, keys)):
             data = fetched[link_key]
             if data is None:
                 child = wanted[position + 1] if position + 1 < len(wanted) else cid
                 raise self._missing(link, link_key, child)
-            envelope = decode_as(link, link_key, data)
-            if doc is None:
+            try:
+                envelope = decode_as(link, link_key, data, link=True)
+            except CorruptCheckpointError:
+                if link_key not in from_packs:
+                    raise
+                # The pack's copy is damaged: the object itself is the record.
+                data = await self._get(link_key)
+                if data is None:
+                    raise self._missing(link, link_key, wanted[position + 1] if position + 1 < len(wanted) else cid) from None
+                envelope = decode_as(link, link_key, data, link=True)
+            if grown is None:
                 if envelope.kind != "snapshot":
                     raise CorruptCheckpointError(
                         f"checkpoint object {link_key} starts the chain of {cid} but is not a snapshot; "
                         "rebuild the run with `rewind mirror RUN`"
                     )
-                doc = migrate(envelope.payload, link_key)
+                grown = _Growing(migrate(envelope.payload, link_key))
             else:
                 if envelope.kind == "snapshot" or envelope.payload.get("parent_id") != previous:
                     raise CorruptCheckpointError(
                         f"checkpoint object {link_key} is not the child of {previous} that the chain of {cid} "
                         "names; rebuild the run with `rewind mirror RUN`"
                     )
-                doc = apply_delta(doc, envelope.payload, link_key)
+                grown.add(envelope, link_key)
             previous = link
-        assert doc is not None
-        return apply_delta(doc, head.payload, key)
+        assert grown is not None
+        return apply_delta(grown.document(), head.payload, key)
+
+    async def _fetch_links(
+        self, run_id: str, wanted: list[str], keys: list[str],
+    ) -> tuple[dict[str, bytes | None], set[str]]:
+        """The bytes of every link (None where missing), reading finished blocks from
+        their packs: one round of parallel GETs, plus one for blocks whose pack is
+        missing or damaged. Also returns the keys whose bytes came from a pack."""
+        parsed = [parse_checkpoint_id(link) for link in wanted]
+        last_of: dict[str, int] = {}
+        for _run, branch, step in parsed:
+            last_of[branch] = max(last_of.get(branch, -1), step)
+        by_block: dict[Block, list[int]] = {}
+        singles: list[int] = []
+        for position, (_run, branch, step) in enumerate(parsed):
+            block = block_of(run_id, branch, step)
+            # A block is packed once its last step is stored: below the chain's end on that branch.
+            if block.last <= last_of[branch]:
+                by_block.setdefault(block, []).append(position)
+            else:
+                singles.append(position)
+        for block in [b for b, positions in by_block.items() if len(positions) < 2]:
+            singles += by_block.pop(block)
+        got = await read_many(self._objects, [keys[p] for p in singles] + [b.key for b in by_block], self._concurrency)
+        out: dict[str, bytes | None] = {keys[p]: got[keys[p]] for p in singles}
+        from_packs: set[str] = set()
+        fallback: list[str] = []
+        for block, positions in by_block.items():
+            data = got[block.key]
+            objects = decode_pack(block, data) if data is not None else None
+            for position in positions:
+                step = parsed[position][2]
+                if objects is not None and step in objects:
+                    out[keys[position]] = objects[step]
+                    from_packs.add(keys[position])
+                else:
+                    fallback.append(keys[position])
+        if fallback:
+            out.update(await read_many(self._objects, fallback, self._concurrency))
+        return out, from_packs
 
     async def _walk_v1(
         self, cid: str, key: str, head: Envelope, *, use_cache: bool = True,

@@ -352,10 +352,13 @@ def _parse_chain(value: Any, key: str) -> Chain:
     return out
 
 
-def decode(data: bytes, key: str) -> Envelope:
+def decode(data: bytes, key: str, *, link: bool = False) -> Envelope:
     """Parse and verify one stored object; every failure names ``key``.
 
-    The payload comes back whole: what format v2 leaves out is put back.
+    The payload comes back whole: what format v2 leaves out is put back. With
+    ``link`` (an object in the middle of a chain being replayed, whose own
+    facts the loaded document does not show) only its tool records are put
+    back whole; its scalar fields stay as stored.
     """
     raw = parse_json_object(data, key)
     version_of_format = _format_version(raw.get("format"), key)
@@ -392,7 +395,11 @@ def decode(data: bytes, key: str) -> Envelope:
         chain = []
     records_field = _LISTS[kind][1]
     payload = _expand_outputs(kind, payload, key)
-    if version_of_format == 2:
+    if version_of_format == 2 and link and kind == "delta" and payload.get("schema_version") == CURRENT_SCHEMA_VERSION:
+        records = payload.get(records_field)
+        if isinstance(records, list):
+            payload = {**payload, records_field: [_expand_record(r) for r in records]}
+    elif version_of_format == 2:
         payload = _expand_doc(payload, records_field, key)
         if kind == "snapshot":
             payload.setdefault("agent_variables", {})

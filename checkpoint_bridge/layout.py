@@ -2,6 +2,7 @@
 
     runs/<run_id>/branches/<branch_id>/steps/<step:08d>.json
     runs/<run_id>/branches/<branch_id>/invalidations/<after_step:08d>.json
+    runs/<run_id>/branches/<branch_id>/packs/<first:08d>-<last:08d>.json.gz   (copies: packs.py)
 
 Keys are only ever built here, from validated ids, so no user string reaches
 a file path or S3 key unchecked. ``check_key`` is the backends' second line of
@@ -23,6 +24,7 @@ __all__ = [
     "step_key",
     "invalidation_key",
     "invalidation_prefix",
+    "pack_key",
     "ParsedKey",
     "parse_key",
     "check_key",
@@ -55,6 +57,10 @@ def invalidation_key(run_id: str, branch_id: str, after_step: int) -> str:
     return f"{branch_prefix(run_id, branch_id)}invalidations/{validate_step(after_step):08d}.json"
 
 
+def pack_key(run_id: str, branch_id: str, first: int, last: int) -> str:
+    return f"{branch_prefix(run_id, branch_id)}packs/{validate_step(first):08d}-{validate_step(last):08d}.json.gz"
+
+
 @dataclass(frozen=True)
 class ParsedKey:
     kind: Literal["step", "invalidation"]
@@ -64,7 +70,8 @@ class ParsedKey:
 
 
 def parse_key(key: str) -> ParsedKey | None:
-    """Decode a layout key; ``None`` for anything else found under a run prefix."""
+    """Decode a step or invalidation key; ``None`` for anything else found under a
+    run prefix (packs, which are copies, and foreign files)."""
     match = _KEY.fullmatch(key)
     if match is None:
         return None

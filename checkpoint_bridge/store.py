@@ -2,6 +2,7 @@
 
     runs/<run>/branches/<branch>/steps/<step:08d>.json           (envelope: snapshot | delta)
     runs/<run>/branches/<branch>/invalidations/<after:08d>.json  (rollback markers)
+    runs/<run>/branches/<branch>/packs/<first:08d>-<last:08d>.json.gz (copies of finished blocks)
 
 The first checkpoint of a run is a snapshot; every later one is a delta of
 its parent, also across branches (the first step of a fork, of a rolled-back
@@ -32,7 +33,7 @@ from workflows.errors import CheckpointExistsError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
 from .chain import ChainReader, HeadInfo, decode_as, read_many
-from .envelope import apply_delta, chain_after, delta_payload, encode, make_delta
+from .envelope import Chain, apply_delta, chain_after, delta_payload, encode, make_delta
 from .layout import (
     ParsedKey,
     branch_prefix,
@@ -43,13 +44,16 @@ from .layout import (
     step_key,
 )
 from .migrations import migrate, validate_document
+from .lru import LRU
 from .objects import ObjectStore, open_object_store
+from .packs import MAX_PACK_BYTES, PACK_STEPS, block_of, encode_pack
 from .schema import AgentCheckpoint, CheckpointSummary, StepParts, checkpoint_to_dict
 
 __all__ = ["CheckpointStore", "open_checkpoint_store", "DEFAULT_STORE_URL"]
 
 DEFAULT_STORE_URL = "file://.rewind/checkpoints"
 _SUMMARY_FIELDS = tuple(CheckpointSummary.model_fields)
+_REMEMBERED_OBJECT_MAX = 256 * 1024
 
 
 class CheckpointStore:
@@ -59,6 +63,8 @@ class CheckpointStore:
         self.objects = objects
         self._concurrency = concurrency
         self._chain = ChainReader(objects, cache_size=cache_size, concurrency=concurrency)
+        # The bytes of objects this store wrote lately: what a block's pack copies.
+        self._written: LRU[bytes] = LRU(2 * PACK_STEPS * 64)
 
     @property
     def url(self) -> str:
@@ -90,12 +96,14 @@ class CheckpointStore:
         data, info = await self._encoded(cp, doc)
         try:
             await self.objects.put_if_absent(key, data)
+            self._remember_bytes(key, data)
         except CheckpointExistsError as exc:
             existing = await self._chain.document(cp.checkpoint_id)
             if canonical_json(existing) != canonical_json(doc):
                 raise self._conflict(cp.checkpoint_id) from exc
         self._chain.remember(cp.checkpoint_id, doc)
         self._chain.remember_head(cp.checkpoint_id, info)
+        await self._pack_if_block_done(cp.run_id, cp.branch_id, cp.step_index, info.child_chain)
         return key
 
     async def _encoded(self, cp: AgentCheckpoint, doc: dict[str, Any]) -> tuple[bytes, HeadInfo]:
@@ -152,9 +160,40 @@ class CheckpointStore:
         except CheckpointExistsError as exc:
             await self._same_as_stored(cid, key, data, exc)
             written = False
+        if written:
+            self._remember_bytes(key, data)
         if info is not None:
             self._chain.remember_head(cid, info)
+        own_chain = [(branch_id, step, step)] if parent_id is None else chain_after(parent.child_chain, branch_id, step)
+        await self._pack_if_block_done(run_id, branch_id, step, own_chain)
         return written
+
+    def _remember_bytes(self, key: str, data: bytes) -> None:
+        if len(data) <= _REMEMBERED_OBJECT_MAX:
+            self._written.put(key, data)
+
+    async def _pack_if_block_done(self, run_id: str, branch_id: str, step: int, own_chain: Chain) -> None:
+        """After the last step of a block: store the block's objects as one pack (packs.py)."""
+        block = block_of(run_id, branch_id, step)
+        if step != block.last:
+            return
+        branch_first = own_chain[-1][1]  # the branch's own range ends the chain
+        first = max(block.first, branch_first)
+        if first == step:
+            return  # one object: nothing to gain
+        keys = [step_key(run_id, branch_id, s) for s in range(first, step + 1)]
+        known = {k: self._written.get(k) for k in keys}
+        missing = [k for k, v in known.items() if v is None]
+        if missing:
+            known.update(await read_many(self.objects, missing, self._concurrency))
+        objects = [known[k] for k in keys]
+        if any(o is None for o in objects) or sum(len(o) for o in objects if o) > MAX_PACK_BYTES:
+            return  # a step is missing (mirrored out of order) or the block is huge: read one by one
+        data = encode_pack(block, first, objects)  # type: ignore[arg-type]
+        try:
+            await self.objects.put_if_absent(block.key, data)
+        except CheckpointExistsError:
+            pass  # packed already (the same objects make the same bytes)
 
     async def _same_as_stored(self, cid: str, key: str, data: bytes, exc: CheckpointExistsError) -> None:
         """Other bytes under `cid`: fine if they hold the same checkpoint (an older format,
