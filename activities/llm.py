@@ -133,12 +133,17 @@ class LlmActivities:
             base = await self._transcripts.load(request.transcript_head, request.transcript_len)
             # Stored before the call, so a store failure never wastes a paid call.
             head = await self._transcripts.append(request.transcript_head, request.transcript_len, request.new_messages)
+            if request.tools_ref is not None and not request.tools:
+                tools, tools_ref = await self._transcripts.tools(request.tools_ref), request.tools_ref
+            else:
+                tools = request.tools
+                tools_ref = await self._transcripts.put_tools(tools) if tools else None
         except (StoreUnavailableError, TranscriptError) as exc:
             raise ApplicationError(self._redact.redact_text(f"transcript store: {exc}")[:1000], type="TranscriptUnavailable") from None
         messages = [*base, *request.new_messages]
         sent = list(messages)
         model_view = None
-        budget = message_budget(request.model, request.tools, request.context_tokens)
+        budget = message_budget(request.model, tools, request.context_tokens)
         # Tokenizing a long conversation is CPU work: keep it off the event loop.
         fitted = await asyncio.to_thread(
             compress_messages, sent, model=request.model, budget_tokens=budget,
@@ -174,8 +179,8 @@ class LlmActivities:
             # (OpenAI, vLLM, Ollama, llama.cpp): see activities/wire_format.py.
             "messages": outgoing_messages(sent),
         }
-        if request.tools:
-            kwargs["tools"] = request.tools
+        if tools:
+            kwargs["tools"] = tools
         try:
             # The openai client's own `chat.completions.create` first walks every
             # message through its TypedDict transform: pure-Python work that grew
@@ -214,5 +219,6 @@ class LlmActivities:
             response_id=data.get("id"),
             transcript_head=head,
             transcript_len=len(messages),
+            tools_ref=tools_ref,
             model_view=model_view,
         )

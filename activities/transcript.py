@@ -24,6 +24,7 @@ from workflows.canonical import canonical_json
 from workflows.errors import CheckpointNotFoundError, TranscriptError
 
 SEGMENT_FORMAT = "rewind.transcript-segment/v1"
+TOOLS_FORMAT = "rewind.tool-schemas/v1"
 
 
 
@@ -31,10 +32,15 @@ def segment_key(digest: str) -> str:
     return f"segments/{digest[:2]}/{digest}.json"
 
 
+def tools_key(digest: str) -> str:
+    return f"tools/{digest[:2]}/{digest}.json"
+
+
 class TranscriptStore:
     def __init__(self, objects: ObjectStore, cache_size: int = 128) -> None:
         self._objects = objects
         self._cache: LRU[list[dict[str, Any]]] = LRU(cache_size)
+        self._tools: LRU[list[dict[str, Any]]] = LRU(cache_size)
 
     async def append(self, head: str | None, head_len: int, messages: list[dict[str, Any]]) -> str:
         """Store `messages` after the prefix `head`; returns the new head."""
@@ -46,6 +52,37 @@ class TranscriptStore:
         if prefix is not None:
             self._cache.put(digest, [*prefix, *messages])
         return digest
+
+    # The tool schemas of a run change rarely (a fork may change them), and they
+    # would otherwise ride in every model call's input: stored once, by digest.
+
+    async def put_tools(self, tools: list[dict[str, Any]]) -> str:
+        data = canonical_json({"format": TOOLS_FORMAT, "tools": tools}).encode()
+        digest = hashlib.sha256(data).hexdigest()
+        if self._tools.get(digest) is None:
+            await self._objects.put_if_absent(tools_key(digest), data)
+            self._tools.put(digest, tools)
+        return digest
+
+    async def tools(self, digest: str) -> list[dict[str, Any]]:
+        cached = self._tools.get(digest)
+        if cached is not None:
+            return cached
+        key = tools_key(digest)
+        try:
+            data = await self._objects.get(key)
+        except CheckpointNotFoundError as exc:
+            raise TranscriptError(
+                f"tool schemas {digest} are missing from {self._objects.url}; every worker must "
+                "use the same REWIND_PAYLOADS store"
+            ) from exc
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise TranscriptError(f"tool schemas {digest} in {self._objects.url} do not match their hash")
+        doc = json.loads(data)
+        if doc.get("format") != TOOLS_FORMAT or not isinstance(doc.get("tools"), list):
+            raise TranscriptError(f"tool schemas {digest} have unknown format {doc.get('format')!r}")
+        self._tools.put(digest, doc["tools"])
+        return doc["tools"]
 
     async def _segment(self, digest: str) -> dict[str, Any]:
         try:

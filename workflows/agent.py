@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         ToolCallLog,
     )
+    from workflows.canonical import canonical_json
     from workflows.ids import checkpoint_id
     from workflows.text import usd
     from workflows.tool_calls import failure_text, step_label
@@ -83,6 +84,7 @@ class AgentWorkflow:
         self._mirror_queue: list[StepRecord] = []
         self._mirroring = False
         self._batched: bool | None = None  # MIRROR_BATCH_PATCH, decided at the first record
+        self._stored_tools: tuple[str, str] | None = None  # (canonical JSON of the tools, their digest)
         self._new_limits: RunLimits | None = None
 
     # -- queries and signals --------------------------------------------------
@@ -235,10 +237,15 @@ class AgentWorkflow:
     # -- model call -------------------------------------------------------------
     async def _call_model(self, inp: AgentInput, openai_tools: list[dict[str, Any]]) -> LlmResponse:
         state, tuning = self._state, inp.llm
+        # Tool schemas go to the first call whole; once a call has stored them, the
+        # next ones name them by digest while they stay the same.
+        tools_text = canonical_json(openai_tools)
+        stored = self._stored_tools if self._stored_tools is not None and self._stored_tools[0] == tools_text else None
         request = LlmRequest(
             run_id=inp.run_id, step=state.step, model=inp.model,
             transcript_head=state.transcript_head, transcript_len=state.transcript_len,
-            new_messages=state.unsent, tools=openai_tools,
+            new_messages=state.unsent, tools=openai_tools if stored is None else [],
+            tools_ref=None if stored is None else stored[1],
             context_tokens=tuning.context_tokens, keep_last=tuning.keep_last,
             tool_result_chars=tuning.tool_result_chars,
         )
@@ -272,6 +279,8 @@ class AgentWorkflow:
         state.transcript_head, state.transcript_len, state.unsent = (
             response.transcript_head, response.transcript_len, [],
         )
+        if response.tools_ref is not None:
+            self._stored_tools = (tools_text, response.tools_ref)
         usage = response.usage
         ledger = self._model_ledger
         ledger.prompt_tokens += usage.prompt_tokens

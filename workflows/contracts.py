@@ -8,10 +8,11 @@ of runs that are still in flight (new fields always get defaults).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, computed_field, field_validator
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, computed_field, field_validator, model_serializer, model_validator
 
 from workflows.text import scrub_text
 
@@ -165,6 +166,9 @@ class LlmRequest(BaseModel):
     transcript_len: int = 0
     new_messages: list[dict[str, Any]] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    # The digest under which an earlier call of this run stored the same `tools`
+    # (LlmResponse.tools_ref): sent instead of the list, which is then empty.
+    tools_ref: str | None = None
     context_tokens: int | None = None
     keep_last: int = 6
     tool_result_chars: int = 400
@@ -177,6 +181,8 @@ class LlmResponse(BaseModel):
     priced: bool = True
     finish_reason: str | None = None
     response_id: str | None = None
+    # Where this call's tool schemas are stored (payload store): later calls may send this instead.
+    tools_ref: str | None = None
     # The stored transcript now covering the request's messages (not the reply).
     transcript_head: str | None = None
     transcript_len: int = 0
@@ -305,6 +311,87 @@ class StepRecord(BaseModel):
     system_prompt: str | None = None
     # What the model saw, when the context was compressed for this step.
     model_view: dict[str, Any] | None = None
+
+    # -- the wire form: what this step added, once ---------------------------------
+    # A StepRecord rides in Temporal history (the mirror's input), next to the tool
+    # results it repeats. Its serialized form leaves out what it says twice and the
+    # validator puts it back, so every reader sees whole records: a tool call's
+    # output equal to its tool message's content, zero ledger fields, and a branch
+    # ledger equal to the total (nothing inherited). `_WIRE` says what was left
+    # out; records without it (older histories) are read as they are.
+
+    @model_serializer(mode="wrap")
+    def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        wire: dict[str, Any] = {}
+        contents = {m.get("tool_call_id"): m.get("content") for m in data.get("new_messages") or []
+                    if isinstance(m, dict) and m.get("role") == "tool" and isinstance(m.get("content"), str)}
+        outputs = []
+        for index, call in enumerate(data.get("new_tool_calls") or []):
+            how = _output_in_message(call.get("output"), contents.get(call.get("tool_call_id")))
+            if how is not None:
+                call = {**call, "output": None}
+                outputs.append([index, how])
+            data["new_tool_calls"][index] = {k: v for k, v in call.items() if not _is_default(_CALL_DEFAULTS, k, v)}
+        if outputs:
+            wire["outputs"] = outputs
+        if data.get("branch_ledger") is not None and data.get("branch_ledger") == data.get("total_ledger"):
+            del data["branch_ledger"]
+            wire["branch_is_total"] = True
+        for name in ("step_ledger", "branch_ledger", "total_ledger"):
+            if isinstance(data.get(name), dict):
+                data[name] = {k: v for k, v in data[name].items() if not _is_default(_ZERO_LEDGER, k, v)}
+        if wire:
+            data[_WIRE] = wire
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_again(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or _WIRE not in data:
+            return data
+        data = dict(data)
+        wire = data.pop(_WIRE)
+        if wire.get("branch_is_total") and "total_ledger" in data:
+            data["branch_ledger"] = data["total_ledger"]
+        outputs = wire.get("outputs") or []
+        if outputs:
+            contents = {m.get("tool_call_id"): m.get("content") for m in data.get("new_messages") or []
+                        if isinstance(m, dict) and m.get("role") == "tool"}
+            calls = list(data.get("new_tool_calls") or [])
+            for index, how in outputs:
+                call = calls[index]
+                content = contents[call["tool_call_id"]]
+                calls[index] = {**call, "output": content if how == "text" else json.loads(content)}
+            data["new_tool_calls"] = calls
+        return data
+
+
+_WIRE = "said_once"
+_ZERO_LEDGER = {name: field.default for name, field in Ledger.model_fields.items()}
+# Fields of a tool call with a plain default (None, False, 0): left out when they hold it.
+_CALL_DEFAULTS = {name: field.default for name, field in ToolCallLog.model_fields.items()
+                  if not field.is_required() and field.default in (None, False, 0)}
+
+
+def _is_default(defaults: dict[str, Any], name: str, value: Any) -> bool:
+    # `type` too: 0, 0.0 and False are equal in Python but not the same JSON.
+    return name in defaults and value == defaults[name] and type(value) is type(defaults[name])
+
+
+def _output_in_message(output: Any, content: str | None) -> str | None:
+    """How a tool call's output can be read back from its tool message's content
+    ("text", "json"), or None when it cannot be exactly (see tool_calls.tool_message)."""
+    if output is None or content is None:
+        return None
+    if isinstance(output, str):
+        return "text" if output == content else None
+    try:
+        canonical = json.dumps(output, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        again = json.dumps(json.loads(content), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+    return "json" if canonical == again else None
 
 
 class MirrorAck(BaseModel):
