@@ -131,7 +131,7 @@ async def test_s3_checkpoints_and_payloads_end_to_end(temporal_server, moto_endp
     assert under(keys, "live/idempotency/") == [f"live/idempotency/{saved['idempotency_key']}.json"], keys
     assert not [k for k in under(keys, "checkpoints/") if "idempotency" in k or "segments" in k], keys
     # Nothing else: no probe left behind, nothing outside the two prefixes but the SDK's large payloads.
-    assert all(k.startswith(("checkpoints/runs/", "live/segments/", "live/idempotency/", "v0/")) for k in keys), keys
+    assert all(k.startswith(("checkpoints/runs/", "live/segments/", "live/tools/", "live/idempotency/", "v0/")) for k in keys), keys
     # And nothing of the run's state on the worker's disk: it is all in S3.
     local = sorted(str(p.relative_to(wdir)) for p in wdir.rglob("*") if p.is_file())
     assert not [p for p in local if "checkpoints" in p or "payloads" in p], local
@@ -163,7 +163,7 @@ async def test_s3_store_derives_an_s3_payload_store(temporal_server, moto_endpoi
     assert len(under(keys, f"checkpoints/runs/{run}/branches/main/steps/")) == 4, keys
     assert under(keys, "rewind-payloads/segments/"), keys
     assert under(keys, "rewind-payloads/idempotency/") == [f"rewind-payloads/idempotency/{saved['idempotency_key']}.json"], keys
-    assert all(k.startswith(("checkpoints/runs/", "rewind-payloads/segments/", "rewind-payloads/idempotency/", "v0/"))
+    assert all(k.startswith(("checkpoints/runs/", "rewind-payloads/segments/", "rewind-payloads/tools/", "rewind-payloads/idempotency/", "v0/"))
                for k in keys), keys
     local = sorted(str(p.relative_to(wdir)) for p in wdir.rglob("*") if p.is_file())
     assert not [p for p in local if "checkpoints" in p or "payloads" in p], local
