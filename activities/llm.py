@@ -29,6 +29,7 @@ from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
 from activities.redaction import NO_REDACTION, Redactor
 from activities.transcript import TranscriptError, TranscriptStore
+from checkpoint_bridge.outputs import OutputStore
 from activities.wire_format import outgoing_messages
 from workflows.contracts import LlmRequest, LlmResponse, Usage
 from workflows.errors import StoreUnavailableError
@@ -102,10 +103,12 @@ def map_openai_error(
 class LlmActivities:
     def __init__(
         self, endpoint: ModelEndpoint, prices: PriceTable, transcripts: TranscriptStore, redactor: Redactor,
+        outputs: OutputStore | None = None,
     ) -> None:
         self._endpoint = endpoint
         self._prices = prices
         self._transcripts = transcripts
+        self._outputs = outputs
         # Built by the worker with the key in use among its secrets.
         self._redact = redactor
         self._client: openai.AsyncOpenAI | None = None
@@ -131,8 +134,11 @@ class LlmActivities:
     async def _call_llm(self, request: LlmRequest) -> LlmResponse:
         try:
             base = await self._transcripts.load(request.transcript_head, request.transcript_len)
+            # Tool outputs stored by reference come back as the content of their messages.
+            new_messages = (await self._outputs.resolve_messages(request.new_messages)
+                            if self._outputs is not None else request.new_messages)
             # Stored before the call, so a store failure never wastes a paid call.
-            head = await self._transcripts.append(request.transcript_head, request.transcript_len, request.new_messages)
+            head = await self._transcripts.append(request.transcript_head, request.transcript_len, new_messages)
             if request.tools_ref is not None and not request.tools:
                 tools, tools_ref = await self._transcripts.tools(request.tools_ref), request.tools_ref
             else:
@@ -140,7 +146,7 @@ class LlmActivities:
                 tools_ref = await self._transcripts.put_tools(tools) if tools else None
         except (StoreUnavailableError, TranscriptError) as exc:
             raise ApplicationError(self._redact.redact_text(f"transcript store: {exc}")[:1000], type="TranscriptUnavailable") from None
-        messages = [*base, *request.new_messages]
+        messages = [*base, *new_messages]
         sent = list(messages)
         model_view = None
         budget = message_budget(request.model, tools, request.context_tokens)

@@ -16,10 +16,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.redaction import Redactor
+from checkpoint_bridge.outputs import OutputStore
 from checkpoint_bridge.projector import record_parts
 from checkpoint_bridge.store import CheckpointStore
 from workflows.contracts import MirrorAck, MirrorBatch, StepRecord
-from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError
+from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, TranscriptError
 from workflows.ids import checkpoint_id
 from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP, MIRROR_STEPS
 
@@ -27,8 +28,9 @@ CONFLICT_ERROR_TYPE = CHECKPOINT_CONFLICT
 
 
 class MirrorActivities:
-    def __init__(self, store: CheckpointStore, redactor: Redactor) -> None:
+    def __init__(self, store: CheckpointStore, redactor: Redactor, outputs: OutputStore | None = None) -> None:
         self._store = store
+        self._outputs = outputs  # where tool outputs named by reference are (the payload store)
         # Step records arrive redacted (the model and tool activities redact);
         # what is left to redact is the store's own error text (an S3 error
         # can quote a signed URL or a credential).
@@ -58,6 +60,8 @@ class MirrorActivities:
 
     async def _save(self, record: StepRecord) -> None:
         try:
+            if self._outputs is not None:
+                record = await self._outputs.resolve_record(record)
             # What the step added, plus one small read of the parent's object
             # (none when this worker wrote it): no work that grows with the run.
             await self._store.save_step(record_parts(record))
@@ -71,7 +75,8 @@ class MirrorActivities:
                 type="ParentNotMirrored",
                 next_retry_delay=timedelta(milliseconds=250),
             ) from None
-        except StoreUnavailableError as exc:
+        except (StoreUnavailableError, TranscriptError) as exc:
+            # The checkpoint store or the payload store (a referenced tool output): retried.
             raise self._failure(exc, "StoreUnavailable") from None
         except CheckpointError as exc:
             # Exists with other bytes, a corrupt parent, or not storable at all: retrying cannot help.

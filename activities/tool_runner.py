@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.redaction import Redactor
+from checkpoint_bridge.outputs import OutputStore, worth_a_reference
 from activities.tools import (
     RegisteredTool,
     ToolContext,
@@ -85,10 +86,11 @@ def _jsonable(value: Any, tool_name: str, limit: int) -> Any:
 class ToolActivities:
     def __init__(
         self, registry: ToolRegistry, ledger: IdempotencyLedger, redactor: Redactor,
-        *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, outputs: OutputStore | None = None,
     ) -> None:
         self._registry = registry
         self._ledger = ledger
+        self._outputs = outputs  # None: every output stays in history
         self._redact = redactor
         self._max_output = max_output_bytes
 
@@ -187,6 +189,15 @@ class ToolActivities:
                                            raised=f"tool {request.tool_name!r}", raised_type="ToolRaised")
         if kind == "refused":
             return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {value}"), error_kind="tool_error")
+        if self._outputs is not None and not registered.spec.side_effects and worth_a_reference(value):
+            # Stored once; history names it (checkpoint_bridge/outputs.py).
+            try:
+                return outcome(output_ref=await self._outputs.put(value))
+            except CheckpointError as exc:
+                raise ApplicationError(
+                    self._redact.redact_text(f"cannot store the output of {request.tool_name} in the payload store: {exc}")[:1000],
+                    type="OutputStoreUnavailable",
+                ) from None
         return outcome(output=value, replayed_from_record=kind == "recorded")
 
     @activity.defn(name=COMPENSATE_TOOL)

@@ -13,9 +13,10 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from checkpoint_bridge.outputs import OutputStore
 from checkpoint_bridge.projector import chain_events, record_parts, step_records
 from checkpoint_bridge.store import CheckpointStore
-from workflows.errors import RunNotFoundError
+from workflows.errors import RunNotFoundError, TranscriptError
 
 
 class MirrorReport(BaseModel):
@@ -31,9 +32,12 @@ class MirrorReport(BaseModel):
 
 async def mirror_run(
     client: Client, store: CheckpointStore, workflow_id: str, *, run_id: str | None = None, branch_id: str | None = None,
+    outputs: OutputStore | None = None,
 ) -> MirrorReport:
     """Write every checkpoint of one branch workflow that the store lacks (`run_id`
     and `branch_id` name it for the report when Temporal no longer has it).
+    `outputs` is the payload store's tool outputs, which history names by
+    reference (checkpoint_bridge/outputs.py).
 
     A branch's first step continues a checkpoint of another branch (a fork point):
     that one must be in the store already (mirror `main` first)."""
@@ -60,6 +64,13 @@ async def mirror_run(
     records = [by_step[step] for step in sorted(by_step)]
     written = 0
     for record in records:
+        if outputs is not None:
+            record = await outputs.resolve_record(record)
+        elif any(c.output_ref for c in record.new_tool_calls):
+            raise TranscriptError(
+                f"step {record.step_index} of {workflow_id} names tool outputs stored in the payload store; "
+                "rebuild it with the payload store at hand (`rewind mirror` opens REWIND_PAYLOADS)"
+            )
         # Verifies identical content where the checkpoint already exists.
         written += await store.save_step(record_parts(record))
     first = records[0]

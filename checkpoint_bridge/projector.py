@@ -153,10 +153,13 @@ async def chain_events(client: Client, workflow_id: str) -> list[HistoryEvent]:
     return [e for history in reversed(histories) for e in history]
 
 
-async def project_workflow(client: Client, workflow_id: str, base_loader=None) -> list[AgentCheckpoint]:  # type: ignore[no-untyped-def]
-    """Checkpoints of one branch workflow; `base_loader(checkpoint_id)` supplies a fork point."""
+async def project_workflow(client: Client, workflow_id: str, base_loader=None, outputs=None) -> list[AgentCheckpoint]:  # type: ignore[no-untyped-def]
+    """Checkpoints of one branch workflow; `base_loader(checkpoint_id)` supplies a fork point,
+    `outputs` (an OutputStore) the tool outputs history names by reference."""
     events = await chain_events(client, workflow_id)
     records = await step_records(events, client.data_converter)
+    if outputs is not None:
+        records = [await outputs.resolve_record(r) for r in records]
     base = None
     if records:
         first = min(records, key=lambda r: r.step_index)

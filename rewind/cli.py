@@ -349,12 +349,20 @@ async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
     validate_id("run", args.run)
     if args.branch:
         validate_id("branch", args.branch)
+    from checkpoint_bridge.outputs import OutputStore
+    from rewind.stores import payload_store
+
     client = await _client(settings)
     reports = []
-    async with _checkpoints(settings) as store:
-        branches = [args.branch] if args.branch else sorted({"main", *await store.branches(args.run)})
-        for branch in branches:
-            reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch), run_id=args.run, branch_id=branch))
+    payloads = payload_store(settings)
+    try:
+        async with _checkpoints(settings) as store:
+            branches = [args.branch] if args.branch else sorted({"main", *await store.branches(args.run)})
+            for branch in branches:
+                reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch), run_id=args.run,
+                                                branch_id=branch, outputs=OutputStore(payloads)))
+    finally:
+        await payloads.aclose()
     docs = [r.model_dump() for r in reports]
     text = "\n".join(
         f"{r.run_id} branch {r.branch_id}: {r.checkpoints} checkpoint{'' if r.checkpoints == 1 else 's'}, "

@@ -41,6 +41,7 @@ from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry
 from activities.transcript import TranscriptStore
 from activities.mirror import MirrorActivities
+from checkpoint_bridge.outputs import OutputStore
 from checkpoint_bridge.store import CheckpointStore
 from rewind.client import connect
 from rewind.config import Settings, drop_empty_library_variables
@@ -139,12 +140,15 @@ def build_worker(
     payloads = object_store(settings, settings.payload_url)
     if redactor is None:
         redactor = settings.redactor({"model_api_key": endpoint.api_key})
-    llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor)
+    # Large read-only tool outputs are stored once in the payload store and named
+    # in history (checkpoint_bridge/outputs.py); one store, so one cache, serves all.
+    outputs = OutputStore(payloads)
+    llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor, outputs)
     # Idempotency records live with the run's live data, not in the checkpoint
     # archive (activities/idempotency.py says why).
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
-                           max_output_bytes=settings.max_tool_output_bytes)
-    mirror = MirrorActivities(CheckpointStore(objects), redactor)
+                           max_output_bytes=settings.max_tool_output_bytes, outputs=outputs)
+    mirror = MirrorActivities(CheckpointStore(objects), redactor, outputs)
     tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool]
     options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     main = Worker(

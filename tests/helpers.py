@@ -50,3 +50,11 @@ def scripted(model, turns: list[dict]) -> str:
     name = f"s-{uuid.uuid4().hex[:8]}"
     model.add_script(name, turns)
     return f"script:{name}"
+
+
+def outputs_of(settings):  # type: ignore[no-untyped-def]
+    """The tool outputs that history names by reference (the run's payload store)."""
+    from checkpoint_bridge.objects import open_object_store
+    from checkpoint_bridge.outputs import OutputStore
+
+    return OutputStore(open_object_store(settings.payload_url))

@@ -213,6 +213,9 @@ class ToolOutcome(BaseModel):
     """Result of one tool call. Errors the model can act on are data, not exceptions."""
 
     output: Any = None
+    # A large read-only output is stored in the payload store and named here
+    # instead (checkpoint_bridge/outputs.py); `output` is then None.
+    output_ref: str | None = None
     error: str | None = None
     error_kind: Literal["invalid_arguments", "tool_error"] | None = None
     started_at: datetime
@@ -229,6 +232,7 @@ class ToolCallLog(BaseModel):
     tool_name: str
     arguments: Any
     output: Any = None
+    output_ref: str | None = None  # the output by reference (see ToolOutcome)
     error: str | None = None
     called_at: datetime
     duration_ms: int = 0

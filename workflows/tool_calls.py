@@ -75,11 +75,19 @@ def step_label(assistant_message: dict[str, Any]) -> str:
     return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
 
 
+# The key of a tool message whose content is a tool output stored by reference
+# (checkpoint_bridge/outputs.py): it never leaves Rewind, activities put the
+# content back before a model or a checkpoint sees the message.
+OUTPUT_REF = "rewind_output_ref"
+
+
+def output_text(output: Any) -> str:
+    """A tool output as the content of its tool message."""
+    return output if isinstance(output, str) else json.dumps(output, sort_keys=True, ensure_ascii=False)
+
+
 def tool_message(log: ToolCallLog) -> dict[str, Any]:
-    if log.error is not None:
-        content = f"error: {log.error}"
-    elif isinstance(log.output, str):
-        content = log.output
-    else:
-        content = json.dumps(log.output, sort_keys=True, ensure_ascii=False)
+    if log.error is None and log.output_ref is not None:
+        return {"role": "tool", "tool_call_id": log.tool_call_id, OUTPUT_REF: log.output_ref}
+    content = f"error: {log.error}" if log.error is not None else output_text(log.output)
     return {"role": "tool", "tool_call_id": log.tool_call_id, "content": content}

@@ -40,6 +40,16 @@ with workflow.unsafe.imports_passed_through():
 
 
 
+# A cached output that is stored by reference (LoopState.tool_cache holds outputs).
+_CACHED_REF = "$rewind_output_ref"
+
+
+def _from_cache(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(_CACHED_REF), str):
+        return {"output_ref": value[_CACHED_REF]}
+    return {"output": value}
+
+
 class ToolStep:
     def __init__(
         self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], *, routed: bool = False,
@@ -89,7 +99,7 @@ class ToolStep:
         if key in self._cache:
             self.ledger.cache_hits += 1
             log.served_from_cache = True
-            return self._finish(log, output=self._cache[key])
+            return self._finish(log, **_from_cache(self._cache[key]))
         pending = self._inflight.get(key)
         if pending is not None:
             # The same read-only call is already running in this step: share it.
@@ -160,11 +170,13 @@ class ToolStep:
         if result.error is not None:
             return self._finish(log, error=result.error)
         if log.cache_key is not None and log.cache_key not in self._cache:
-            self._cache[log.cache_key] = result.output
-        return self._finish(log, output=result.output)
+            self._cache[log.cache_key] = result.output if result.output_ref is None else {_CACHED_REF: result.output_ref}
+        return self._finish(log, output=result.output, output_ref=result.output_ref)
 
-    def _finish(self, log: ToolCallLog, *, output: Any = None, error: str | None = None) -> dict[str, Any]:
-        log.output, log.error = output, error
+    def _finish(
+        self, log: ToolCallLog, *, output: Any = None, output_ref: str | None = None, error: str | None = None,
+    ) -> dict[str, Any]:
+        log.output, log.output_ref, log.error = output, output_ref, error
         if error is not None:
             self.last_error = f"step {log.step}: {error}"
         self._log.append(log)

@@ -9,7 +9,7 @@ import uuid
 
 import boto3
 import pytest
-from helpers import start_agent
+from helpers import outputs_of, start_agent
 from moto.server import ThreadedMotoServer
 
 from activities.llm import ModelEndpoint
@@ -51,12 +51,12 @@ async def test_live_mirror_matches_mirror_from_history(worker, client, settings,
 
         # Rebuilt from history alone into an empty store: the same objects, byte for byte.
         async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
-            report = await mirror_run(client, rebuilt, run_id)
+            report = await mirror_run(client, rebuilt, run_id, outputs=outputs_of(settings))
             assert (report.checkpoints, report.written) == (4, 4)
             assert await rebuilt.raw_objects(run_id) == live_objects
 
         # Mirroring again into the live store finds everything present.
-        again = await mirror_run(client, live, run_id)
+        again = await mirror_run(client, live, run_id, outputs=outputs_of(settings))
         assert (again.written, again.already_present) == (0, 4)
         assert await live.raw_objects(run_id) == live_objects
 
@@ -145,7 +145,7 @@ async def test_store_down_mid_run_then_mirror_catches_up(client, settings, model
         assert await store.existing_steps(run_id, "main") == {0, 1, 2, 3, 4, 5}
         live_objects = await store.raw_objects(run_id)
         async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
-            await mirror_run(client, rebuilt, run_id)
+            await mirror_run(client, rebuilt, run_id, outputs=outputs_of(settings))
             assert await rebuilt.raw_objects(run_id) == live_objects
 
 

@@ -27,7 +27,7 @@ from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
 from aiohttp import web
 from fault_helpers import S3Proxy, add_script, assert_chain, assert_well_formed
-from helpers import start_agent
+from helpers import outputs_of, start_agent
 
 TOOL_STEPS = 9
 LAST_STEP = TOOL_STEPS + 1
@@ -161,9 +161,9 @@ async def test_three_concurrent_mirrors_rebuild_one_store(location, worker, clie
     try:
         watcher.start()
         tasks = [
-            asyncio.ensure_future(mirror_run(client, shared, run_id)),
-            asyncio.ensure_future(mirror_run(client, shared, run_id)),
-            asyncio.ensure_future(mirror_run(client, twin, run_id)),
+            asyncio.ensure_future(mirror_run(client, shared, run_id, outputs=outputs_of(settings))),
+            asyncio.ensure_future(mirror_run(client, shared, run_id, outputs=outputs_of(settings))),
+            asyncio.ensure_future(mirror_run(client, twin, run_id, outputs=outputs_of(settings))),
         ]
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         # As soon as one mirror has finished, every object exists; note who they are.
@@ -236,7 +236,7 @@ async def test_live_mirror_races_rewind_mirror_loops(s3_location, client, settin
 
     async def rewind_mirror_loop(store: CheckpointStore, done: asyncio.Event) -> None:
         while not done.is_set():
-            reports.append(await mirror_run(client, store, run_id))
+            reports.append(await mirror_run(client, store, run_id, outputs=outputs_of(settings)))
             await asyncio.sleep(0.01)
 
     try:
@@ -250,7 +250,7 @@ async def test_live_mirror_races_rewind_mirror_loops(s3_location, client, settin
             result = await asyncio.wait_for(handle.result(), 90)
             done.set()
             await asyncio.gather(*loops)
-            reports.append(await mirror_run(client, loop_stores[0], run_id))
+            reports.append(await mirror_run(client, loop_stores[0], run_id, outputs=outputs_of(settings)))
             seen = watcher.stop()
         replaced = {k: v for k, v in seen.items() if len(v) > 1}
         assert not replaced, f"objects replaced while the mirrors raced: {replaced}"
@@ -267,7 +267,7 @@ async def test_live_mirror_races_rewind_mirror_loops(s3_location, client, settin
         location.assert_one_object_per_key(run_id, set(stored))
         # The same bytes as a rebuild from history into an empty store.
         async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
-            await mirror_run(client, rebuilt, run_id)
+            await mirror_run(client, rebuilt, run_id, outputs=outputs_of(settings))
             assert await rebuilt.raw_objects(run_id) == stored
         print(f"\n[live mirror vs rewind mirror, {location.backend}] {len(reports)} `rewind mirror` passes during the "
               f"run; {raced} times a pass found a step the worker's mirror had not written yet and wrote it "

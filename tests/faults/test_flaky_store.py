@@ -25,7 +25,7 @@ from checkpoint_bridge.mirror import mirror_run
 from checkpoint_bridge.objects import S3ObjectStore
 from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
 from fault_helpers import FlakyS3Proxy, add_script, assert_chain, assert_well_formed, percentile
-from helpers import start_agent
+from helpers import outputs_of, start_agent
 
 STEPS = 30
 SEED = 30  # its first 31 draws: 10 failures (32%) of all six kinds, 6 delays (19%); 4 + 1 in the first 10
@@ -84,7 +84,7 @@ async def test_store_failing_30pct_of_checkpoint_writes(client, settings, model,
             assert not page.get("DeleteMarkers")
         assert len(versions) == len(stored) and set(versions.values()) <= {1}, versions
         async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
-            report = await mirror_run(client, rebuilt, run_id)
+            report = await mirror_run(client, rebuilt, run_id, outputs=outputs_of(settings))
             assert report.written == STEPS + 1
             from_history = await rebuilt.raw_objects(run_id)
         assert {k: from_history[k] for k in stored} == stored

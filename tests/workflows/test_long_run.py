@@ -9,7 +9,7 @@ import pytest
 
 
 from checkpoint_bridge.store import open_checkpoint_store
-from helpers import start_agent
+from helpers import outputs_of, start_agent
 
 
 def _long_script(model, steps: int, size: int) -> str:
@@ -96,7 +96,7 @@ async def test_continue_as_new_keeps_one_logical_run(worker, client, settings, m
         live = await store.raw_objects(handle.id)
     # Rebuilt from the whole continue-as-new chain of histories: the same bytes.
     async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
-        report = await mirror_run(client, rebuilt, handle.id)
+        report = await mirror_run(client, rebuilt, handle.id, outputs=outputs_of(settings))
         assert report.checkpoints == steps + 1
         assert await rebuilt.raw_objects(handle.id) == live
 
