@@ -63,14 +63,15 @@ async def mirror_run(
         return MirrorReport(run_id=workflow_id, branch_id="main", checkpoints=0, written=0, already_present=0)
     records = [by_step[step] for step in sorted(by_step)]
     written = 0
+    # Every referenced tool output first: a rebuild that cannot finish writes nothing.
+    if outputs is not None:
+        records = [await outputs.resolve_record(record) for record in records]
+    elif any(c.output_ref for record in records for c in record.new_tool_calls):
+        raise TranscriptError(
+            f"{workflow_id} names tool outputs stored in the payload store; rebuild it with the payload "
+            "store at hand (`rewind mirror` opens REWIND_PAYLOADS)"
+        )
     for record in records:
-        if outputs is not None:
-            record = await outputs.resolve_record(record)
-        elif any(c.output_ref for c in record.new_tool_calls):
-            raise TranscriptError(
-                f"step {record.step_index} of {workflow_id} names tool outputs stored in the payload store; "
-                "rebuild it with the payload store at hand (`rewind mirror` opens REWIND_PAYLOADS)"
-            )
         # Verifies identical content where the checkpoint already exists.
         written += await store.save_step(record_parts(record))
     first = records[0]

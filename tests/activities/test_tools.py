@@ -104,3 +104,36 @@ async def test_invalid_arguments_never_reach_the_tool(tmp_path):
     outcome = await ActivityEnvironment().run(activities.run_tool, request)
     assert outcome.error_kind == "invalid_arguments" and "cents" in outcome.error
     assert executions == []
+
+
+@tool
+async def long_page(n: int) -> str:
+    """Read-only: a long page."""
+    return f"page {n} " + "word " * 200
+
+
+@tool(side_effects=True)
+async def long_receipt(n: int) -> str:
+    """Side-effecting: a long receipt."""
+    return f"receipt {n} " + "line " * 200
+
+
+async def test_large_read_only_outputs_go_by_reference_and_side_effects_stay_inline(tmp_path):
+    from checkpoint_bridge.outputs import OutputStore
+
+    outputs = OutputStore(FileObjectStore(tmp_path / "payloads"))
+    activities = ToolActivities(ToolRegistry([long_page, long_receipt, charge]), IdempotencyLedger(FileObjectStore(tmp_path)),
+                                Redactor(), outputs=outputs)
+    env = ActivityEnvironment()
+
+    def request(name: str, **args: object) -> ToolRequest:
+        return ToolRequest(run_id="r", branch_id="main", step=1, tool_call_id="c1", tool_name=name, arguments=args,
+                           idempotency_key=idempotency_key("r", "main", 1, name))
+
+    page = await env.run(activities.run_tool, request("long_page", n=1))
+    assert page.output is None and page.output_ref
+    assert await OutputStore(FileObjectStore(tmp_path / "payloads")).get(page.output_ref) == f"page 1 " + "word " * 200
+    receipt = await env.run(activities.run_tool, request("long_receipt", n=1))  # compensation reads it from history
+    assert receipt.output_ref is None and receipt.output.startswith("receipt 1 ")
+    small = await env.run(activities.run_tool, request("charge", customer="a", cents=1))
+    assert small.output_ref is None and small.output == "charged a 1"
