@@ -1,8 +1,8 @@
 """Record real AgentWorkflow histories for the replay tests.
 
-    .venv/bin/python tests/histories/record.py
+    .venv/bin/python tests/histories/record.py [SCENARIO ...]
 
-Runs each scenario against a fresh dev server, worker and scripted model, and
+Runs each scenario (or only the named ones) against a fresh dev server, worker and scripted model, and
 writes one JSON history per workflow run into this folder. Re-record only on
 purpose: the point of the files is that they come from the code as it was.
 After a change to the loop's logic, guard it with `workflow.patched(...)` so
@@ -52,7 +52,10 @@ async def _save_chain(client, workflow_id: str, name: str) -> None:  # type: ign
         print(f"recorded {name}{suffix}.json ({len(history.events)} events)")
 
 
-async def main() -> None:
+async def main(only: set[str]) -> None:
+    def want(name: str) -> bool:
+        return not only or name in only
+
     tmp = Path(tempfile.mkdtemp(prefix="rewind-record-"))
     os.environ.update({"REWIND_OUTBOX": str(tmp / "outbox"), "REWIND_DEMO_FAILURE_RATE": "0",
                        "REWIND_TEST_EVENTS": str(tmp / "events.jsonl"), "REWIND_TEST_OUTBOX": str(tmp / "test-outbox")})
@@ -72,7 +75,8 @@ async def main() -> None:
         async with build_worker(client, settings, registry, endpoint):
             short = await start_run(client, settings, AgentInput(run_id="hist-short", task=TASK))
             await short.result()
-            await _save_chain(client, short.id, "short")
+            if want("short"):
+                await _save_chain(client, short.id, "short")
 
             model.add_script("long", [{"tool_calls": [{"name": "lookup", "arguments": {"term": f"t{i % 7}"}},
                                                       {"name": "blob", "arguments": {"index": i, "size": 300}}]}
@@ -80,18 +84,21 @@ async def main() -> None:
             long = await start_run(client, settings, AgentInput(run_id="hist-long", task="long", model="script:long",
                                                                 limits=RunLimits(max_steps=40)))
             await long.result()
-            await _save_chain(client, long.id, "long")
+            if want("long"):
+                await _save_chain(client, long.id, "long")
 
             can = await start_run(client, settings, AgentInput(run_id="hist-can", task="can", model="script:long",
                                                                limits=RunLimits(max_steps=40), history_limit_bytes=25_000))
             await can.result()
-            await _save_chain(client, can.id, "continued-as-new")
+            if want("continued-as-new"):
+                await _save_chain(client, can.id, "continued-as-new")
 
             async with open_checkpoint_store(settings.store_url) as store:
                 forked = await fork(client, settings, store, "hist-short", 1, branch="technical",
                                     system_prompt="Emphasize technical analysis over business metrics.")
                 await forked.handle.result()
-            await _save_chain(client, forked.workflow_id, "forked")
+            if want("forked"):
+                await _save_chain(client, forked.workflow_id, "forked")
 
             model.add_script("bad", [{"tool_calls": [{"name": "lookup", "arguments": "{nope"},
                                                      {"name": "nope", "arguments": {}},
@@ -100,7 +107,8 @@ async def main() -> None:
                                      {"content": "ok"}])
             bad = await start_run(client, settings, AgentInput(run_id="hist-bad-output", task="bad", model="script:bad"))
             await bad.result()
-            await _save_chain(client, bad.id, "bad-output")
+            if want("bad-output"):
+                await _save_chain(client, bad.id, "bad-output")
 
             paused = await start_run(client, settings, AgentInput(run_id="hist-budget", task=TASK,
                                                                   limits=RunLimits(max_steps=1)))
@@ -108,12 +116,22 @@ async def main() -> None:
                 await asyncio.sleep(0.1)
             await paused.signal("raise_limits", RunLimits(max_steps=10))
             await paused.result()
-            await _save_chain(client, paused.id, "budget-continue")
+            if want("budget-continue"):
+                await _save_chain(client, paused.id, "budget-continue")
+
+            # Tool outputs by reference (>= 512 B), a cache hit on one, tool schemas by digest.
+            model.add_script("refs", [{"tool_calls": [{"name": "blob", "arguments": {"index": i % 3, "size": 900}}]}
+                                      for i in range(5)] + [{"content": "finished"}])
+            refs = await start_run(client, settings, AgentInput(run_id="hist-refs", task="refs", model="script:refs",
+                                                                limits=RunLimits(max_steps=10)))
+            await refs.result()
+            if want("outputs-by-reference"):
+                await _save_chain(client, refs.id, "outputs-by-reference")
     finally:
         model.stop_thread()
         server.stop()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(set(sys.argv[1:])))
     os._exit(0)  # see rewind/cli.py: avoid the native runtime's shutdown race
