@@ -26,10 +26,11 @@ BENCHMARKS = [
     ("fork", "bench.b4_fork"),
     ("checkpoint_io", "bench.b6_checkpoint_io"),
     ("store_scaling", "bench.b7_store_scaling"),
+    ("long_run", "bench.b8_long_run"),
     ("resume", "bench.b3_resume"),
     ("concurrency", "bench.b5_concurrency"),
 ]
-ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling"]
+ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:
