@@ -79,6 +79,7 @@ class _Counting:
     def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
         self.inner, self.url = inner, inner.url
         self.counts = {"get": 0, "put": 0, "list": 0}
+        self.bytes_put = 0
 
     async def get(self, key: str) -> bytes:
         self.counts["get"] += 1
@@ -86,7 +87,9 @@ class _Counting:
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         self.counts["put"] += 1
-        return await self.inner.put_if_absent(key, data)
+        written = await self.inner.put_if_absent(key, data)
+        self.bytes_put += len(data) if written else 0
+        return written
 
     async def list(self, prefix: str) -> list[str]:
         self.counts["list"] += 1
@@ -141,7 +144,7 @@ def _moto_process(suite) -> tuple[subprocess.Popen, str]:  # type: ignore[no-unt
 async def _measure(label: str, objects, url: str, endpoint: str | None, records: list[StepRecord], depths: list[int]) -> dict:  # type: ignore[no-untyped-def]
     counting = _Counting(objects)
     store = CheckpointStore(counting)  # type: ignore[arg-type]
-    times, requests = [], []
+    times, requests, stored_curve, raw_so_far = [], [], [], 0
     for record in records:
         parts = record_parts(record)
         before = dict(counting.counts)
@@ -149,6 +152,8 @@ async def _measure(label: str, objects, url: str, endpoint: str | None, records:
         await store.save_step(parts)
         times.append(time.perf_counter() - t)
         requests.append({k: counting.counts[k] - before[k] for k in before})
+        raw_so_far += len(json.dumps(record.new_messages).encode())
+        stored_curve.append((record.step_index, counting.bytes_put, raw_so_far))
     run_id = records[0].run_id
     raw_objects = await store.raw_objects(run_id)
     stored = sum(map(len, raw_objects.values()))
@@ -175,6 +180,7 @@ async def _measure(label: str, objects, url: str, endpoint: str | None, records:
         "requests_early": requests[1], "requests_late": requests[-1],
         "stored": stored, "raw": loads[-1]["raw"], "loads": loads,
         "save_curve": [(i, times[i]) for i in range(1, len(times), max(1, n // 100))],
+        "storage_curve": stored_curve[1::max(1, n // 100)],
     }
 
 
@@ -256,14 +262,18 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+        fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
         for r in results:
             xs, ys = zip(*r["save_curve"])
             axes[0].plot(xs, [y * 1000 for y in ys], label=r["label"])
             axes[1].plot([ld["depth"] for ld in r["loads"]], [ld["cold_new_process_s"] * 1000 for ld in r["loads"]],
                          marker="o", label=r["label"])
-        axes[0].set(title="save_step time by step", xlabel="step", ylabel="ms")
+        steps_, stored_, raw_ = zip(*results[0]["storage_curve"])
+        axes[2].plot(steps_, [b / 1e6 for b in stored_], label="checkpoint store (packs included)")
+        axes[2].plot(steps_, [b / 1e6 for b in raw_], label="raw content (messages)", linestyle="--")
+        axes[0].set(title="save_step time by step (the mirror's work)", xlabel="step", ylabel="ms")
         axes[1].set(title="cold load from a new process", xlabel="step loaded", ylabel="ms")
+        axes[2].set(title="bytes stored by step", xlabel="step", ylabel="MB")
         for ax in axes:
             ax.legend()
         fig.tight_layout()

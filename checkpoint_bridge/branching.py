@@ -36,7 +36,7 @@ from checkpoint_bridge.lineage import (
     split_revision,
     validate_branch_name,
 )
-from checkpoint_bridge.projector import chain_events
+from checkpoint_bridge.projector import chain_events, first_started_event
 from checkpoint_bridge.runs import (
     branch_workflows,
     check_limits,
@@ -155,12 +155,12 @@ def usable(cp: AgentCheckpoint) -> AgentCheckpoint:
 async def source_input(client: Client, workflow_id: str) -> AgentInput | None:
     """The input the branch's workflow was started with (first run of its chain)."""
     try:
-        events = await chain_events(client, workflow_id)
+        started = await first_started_event(client, workflow_id)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             return None  # past Temporal's retention: rebuild what we can from the checkpoint
         raise
-    attrs = events[0].workflow_execution_started_event_attributes
+    attrs = started.workflow_execution_started_event_attributes
     (inp,) = await client.data_converter.decode(attrs.input.payloads, [AgentInput])
     return inp
 

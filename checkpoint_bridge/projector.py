@@ -153,6 +153,24 @@ async def chain_events(client: Client, workflow_id: str) -> list[HistoryEvent]:
     return [e for history in reversed(histories) for e in history]
 
 
+async def first_started_event(client: Client, workflow_id: str) -> HistoryEvent:
+    """The start event of the first run of a workflow's continue-as-new chain, reading
+    one event per run (a long run's whole history is not needed for its start input)."""
+    run_id: str | None = None
+    while True:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        first = None
+        async for event in handle.fetch_history_events(page_size=1):
+            first = event
+            break
+        if first is None:
+            raise ProjectionError(f"workflow {workflow_id} has an empty history")
+        previous = first.workflow_execution_started_event_attributes.continued_execution_run_id
+        if not previous:
+            return first
+        run_id = previous
+
+
 async def project_workflow(client: Client, workflow_id: str, base_loader=None, outputs=None) -> list[AgentCheckpoint]:  # type: ignore[no-untyped-def]
     """Checkpoints of one branch workflow; `base_loader(checkpoint_id)` supplies a fork point,
     `outputs` (an OutputStore) the tool outputs history names by reference."""
