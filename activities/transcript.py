@@ -18,10 +18,11 @@ import hashlib
 import json
 from typing import Any
 
+from checkpoint_bridge.addressed import get_addressed, put_addressed
 from checkpoint_bridge.lru import LRU
 from checkpoint_bridge.objects import ObjectStore
 from workflows.canonical import canonical_json
-from workflows.errors import CheckpointNotFoundError, TranscriptError
+from workflows.errors import TranscriptError
 
 SEGMENT_FORMAT = "rewind.transcript-segment/v1"
 TOOLS_FORMAT = "rewind.tool-schemas/v1"
@@ -45,9 +46,7 @@ class TranscriptStore:
     async def append(self, head: str | None, head_len: int, messages: list[dict[str, Any]]) -> str:
         """Store `messages` after the prefix `head`; returns the new head."""
         doc = {"format": SEGMENT_FORMAT, "parent": head, "length": head_len + len(messages), "messages": messages}
-        data = canonical_json(doc).encode()
-        digest = hashlib.sha256(data).hexdigest()
-        await self._objects.put_if_absent(segment_key(digest), data)
+        digest = await put_addressed(self._objects, segment_key, canonical_json(doc).encode())
         prefix = self._cache.get(head) if head is not None else []
         if prefix is not None:
             self._cache.put(digest, [*prefix, *messages])
@@ -59,8 +58,8 @@ class TranscriptStore:
     async def put_tools(self, tools: list[dict[str, Any]]) -> str:
         data = canonical_json({"format": TOOLS_FORMAT, "tools": tools}).encode()
         digest = hashlib.sha256(data).hexdigest()
-        if self._tools.get(digest) is None:
-            await self._objects.put_if_absent(tools_key(digest), data)
+        if self._tools.get(digest) is None:  # the common case: this worker stored them already
+            await put_addressed(self._objects, tools_key, data)
             self._tools.put(digest, tools)
         return digest
 
@@ -68,33 +67,14 @@ class TranscriptStore:
         cached = self._tools.get(digest)
         if cached is not None:
             return cached
-        key = tools_key(digest)
-        try:
-            data = await self._objects.get(key)
-        except CheckpointNotFoundError as exc:
-            raise TranscriptError(
-                f"tool schemas {digest} are missing from {self._objects.url}; every worker must "
-                "use the same REWIND_PAYLOADS store"
-            ) from exc
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise TranscriptError(f"tool schemas {digest} in {self._objects.url} do not match their hash")
-        doc = json.loads(data)
+        doc = json.loads(await get_addressed(self._objects, tools_key(digest), digest, "tool schemas", plural=True))
         if doc.get("format") != TOOLS_FORMAT or not isinstance(doc.get("tools"), list):
             raise TranscriptError(f"tool schemas {digest} have unknown format {doc.get('format')!r}")
         self._tools.put(digest, doc["tools"])
         return doc["tools"]
 
     async def _segment(self, digest: str) -> dict[str, Any]:
-        try:
-            data = await self._objects.get(segment_key(digest))
-        except CheckpointNotFoundError as exc:
-            raise TranscriptError(
-                f"transcript segment {digest} is missing from {self._objects.url}; every worker must "
-                "use the same REWIND_PAYLOADS store"
-            ) from exc
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise TranscriptError(f"transcript segment {digest} in {self._objects.url} does not match its hash")
-        doc = json.loads(data)
+        doc = json.loads(await get_addressed(self._objects, segment_key(digest), digest, "transcript segment"))
         if doc.get("format") != SEGMENT_FORMAT:
             raise TranscriptError(f"transcript segment {digest} has unknown format {doc.get('format')!r}")
         return doc

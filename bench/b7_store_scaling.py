@@ -24,14 +24,13 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from bench.common import FAKE_AWS_ENV, REPO, RESULTS, Section, log, median
+from bench.common import REPO, Section, log, median, moto_process, save_figure
 from bench.tools import blob_text
 from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.packs import PACK_STEPS
 from checkpoint_bridge.projector import record_parts
 from checkpoint_bridge.schema import dump_checkpoint
 from checkpoint_bridge.store import CheckpointStore
-from rewind.embedded import free_port, port_open
 from workflows.canonical import cache_key
 from workflows.contracts import Ledger, StepRecord, ToolCallLog
 from workflows.ids import checkpoint_id
@@ -129,19 +128,6 @@ def _load_in_new_process(url: str, endpoint: str | None, cid: str, plain: bool) 
     return json.loads(out.stdout.strip().splitlines()[-1])["s"]
 
 
-def _moto_process(suite) -> tuple[subprocess.Popen, str]:  # type: ignore[no-untyped-def]
-    os.environ.update(FAKE_AWS_ENV)  # for this process and the loader processes it starts
-    port = free_port()
-    proc = subprocess.Popen([str(os.path.join(sys.prefix, "bin", "moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while not port_open("127.0.0.1", port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("moto_server did not start")
-        time.sleep(0.1)
-    return proc, f"http://127.0.0.1:{port}"
-
-
 async def _measure(label: str, objects, url: str, endpoint: str | None, records: list[StepRecord], depths: list[int]) -> dict:  # type: ignore[no-untyped-def]
     counting = _Counting(objects)
     store = CheckpointStore(counting)  # type: ignore[arg-type]
@@ -197,7 +183,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     root = suite.tmp / f"scaling-{uuid.uuid4().hex[:6]}"
     log(f"store_scaling: {n} steps, local folder")
     results.append(await _measure("local folder", FileObjectStore(root), f"file://{root}", None, records, depths))
-    moto, endpoint = _moto_process(suite)
+    moto, endpoint = moto_process()
     try:
         import boto3
 
@@ -263,13 +249,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             f"and takes {load_ratio:.1f}x one GET + parse of the whole document: what is left is paid per step "
             f"(each of the {n:,} deltas parsed, hash-checked and replayed)"
             + (" and per request." if load_ratio > LOAD_TARGET else "."))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    def draw(axes):  # type: ignore[no-untyped-def]
         for r in results:
             xs, ys = zip(*r["save_curve"])
             axes[0].plot(xs, [y * 1000 for y in ys], label=r["label"])
@@ -281,13 +261,6 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         axes[0].set(title="save_step time by step (the mirror's work)", xlabel="step", ylabel="ms")
         axes[1].set(title="cold load from a new process", xlabel="step loaded", ylabel="ms")
         axes[2].set(title="bytes stored by step", xlabel="step", ylabel="MB")
-        for ax in axes:
-            ax.legend()
-        fig.tight_layout()
-        path = RESULTS / f"store_scaling{'-quick' if suite.quick else ''}.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        sec.plots.append(str(path.relative_to(REPO)))
-    except ImportError:
-        sec.notes.append("matplotlib not installed: no plot")
+
+    save_figure(sec, "store_scaling", suite.quick, draw, ncols=3, figsize=(14, 3.6))
     return sec

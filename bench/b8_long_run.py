@@ -17,18 +17,17 @@ are reported next to Rewind's.
 
 from __future__ import annotations
 
-import os
 import uuid
 
-from bench.b7_store_scaling import _moto_process
 from bench.common import (
-    FAKE_AWS_ENV,
     Section,
     WorkerProcess,
     blob_script,
     history_events,
     log,
     median,
+    moto_process,
+    save_figure,
     start_agent,
     wait_polling,
 )
@@ -93,13 +92,12 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     model = suite.model(0)
     bare = await _bare(client, model, 100)
     results = [await _run(suite, client, server, model, "local folder", steps)]
-    moto, endpoint = _moto_process(suite)
+    moto, endpoint = moto_process()
     try:
         import boto3
 
         bucket = f"long-{uuid.uuid4().hex[:8]}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-        os.environ.update(FAKE_AWS_ENV)
         results.append(await _run(suite, client, server, model, "S3 (moto_server)", steps,
                                   store_url=f"s3://{bucket}/checkpoints", payload_url=f"s3://{bucket}/rewind-payloads",
                                   s3_endpoint_url=endpoint))
@@ -128,25 +126,11 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         + f". Steps 1-20 are faster for a reason outside Rewind: the bare Temporal workflow's steps 21-40 take "
         f"{warm:.1f}x its steps 1-20 ({bare['first_s'] * 1000:.0f} → {bare['early_s'] * 1000:.0f} ms) — the dev "
         "server hands the first workflow tasks of a run over faster.")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from bench.common import REPO, RESULTS
-
-        fig, ax = plt.subplots(figsize=(7, 3.4))
+    def draw(axes):  # type: ignore[no-untyped-def]
         for r in results:
             xs, ys = zip(*r["curve"])
-            ax.plot(xs, [y * 1000 for y in ys], label=r["label"], linewidth=0.8)
-        ax.set(title=f"step time along a {steps}-step run", xlabel="step", ylabel="ms")
-        ax.legend()
-        fig.tight_layout()
-        path = RESULTS / f"long_run{'-quick' if suite.quick else ''}.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        sec.plots.append(str(path.relative_to(REPO)))
-    except ImportError:
-        sec.notes.append("matplotlib not installed: no plot")
+            axes[0].plot(xs, [y * 1000 for y in ys], label=r["label"], linewidth=0.8)
+        axes[0].set(title=f"step time along a {steps}-step run", xlabel="step", ylabel="ms")
+
+    save_figure(sec, "long_run", suite.quick, draw)
     return sec

@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -33,7 +34,7 @@ from activities.tools import ToolRegistry
 from checkpoint_bridge.runs import pollers
 from rewind.client import connect, start_run
 from rewind.config import Settings
-from rewind.embedded import DevServer
+from rewind.embedded import DevServer, free_port, port_open
 from rewind.scripted_model import ScriptedModelServer
 from rewind.testing import WorkerProcess as _SharedWorkerProcess
 from workflows.contracts import AgentInput
@@ -442,6 +443,44 @@ async def wait_polling(client, queue: str, worker: WorkerProcess) -> None:  # ty
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def moto_process() -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
+    """moto_server in a process of its own (its CPU apart from the benchmark's); returns it and its URL."""
+    os.environ.update(FAKE_AWS_ENV)  # for this process and the loader processes it starts
+    port = free_port()
+    proc = subprocess.Popen([str(os.path.join(sys.prefix, "bin", "moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not port_open("127.0.0.1", port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("moto_server did not start")
+        time.sleep(0.1)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def save_figure(sec: Section, stem: str, quick: bool, draw: Any, *, ncols: int = 1,
+                figsize: tuple[float, float] = (7, 3.4)) -> None:
+    """Draw a figure with `draw(axes)` (a list of `ncols` axes), save it as
+    results/<stem>[-quick].png and add it to the section; a note without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sec.notes.append("matplotlib not installed: no plot")
+        return
+    fig, axes = plt.subplots(1, ncols, figsize=figsize)
+    axes = list(axes) if ncols > 1 else [axes]
+    draw(axes)
+    for ax in axes:
+        ax.legend()
+    fig.tight_layout()
+    path = RESULTS / f"{stem}{'-quick' if quick else ''}.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    sec.plots.append(str(path.relative_to(REPO)))
 
 
 def dump_json(path: Path, data: Any) -> None:

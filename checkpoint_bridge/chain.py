@@ -97,31 +97,29 @@ class _Growing:
     """A document being replayed along a chain: its lists grow in place."""
 
     def __init__(self, doc: dict[str, Any]) -> None:
+        self._reset(doc)
+
+    def _reset(self, doc: dict[str, Any]) -> None:
         self._doc = doc
         self._messages = list(doc["messages"])
         self._tools = list(doc["tool_call_cache"])
         self._variables = doc["agent_variables"]
-        self._exact = True  # False once a link needed the general (per-document) replay
 
     def add(self, envelope: Envelope, key: str) -> None:
         payload = envelope.payload
-        if envelope.format_version != 2 or payload.get("schema_version") != CURRENT_SCHEMA_VERSION:
-            # An older object (decoded whole): the general replay, which also migrates it.
-            self.__init__(apply_delta(self.document(), payload, key))  # type: ignore[misc]
+        new_messages, new_tools = payload["new_messages"], payload.get("new_tool_records")
+        variables, prompt = payload.get("agent_variables", {}), payload.get("system_prompt")
+        if not (envelope.format_version == 2 and payload.get("schema_version") == CURRENT_SCHEMA_VERSION
+                and payload["base_message_count"] == len(self._messages)
+                and payload["base_tool_count"] == len(self._tools)
+                and isinstance(new_messages, list) and isinstance(new_tools, list)
+                and isinstance(variables, dict) and (prompt is None or isinstance(prompt, str))):
+            # An older object, or one that does not fit: the general replay migrates
+            # it, or names what is wrong with it.
+            self._reset(apply_delta(self.document(), payload, key))
             return
-        if payload["base_message_count"] != len(self._messages) or payload["base_tool_count"] != len(self._tools):
-            apply_delta(self.document(), payload, key)  # raises the error that names the mismatch
-        new_messages, new_tools = payload["new_messages"], payload["new_tool_records"]
-        if not (isinstance(new_messages, list) and isinstance(new_tools, list)):
-            apply_delta(self.document(), payload, key)  # names the malformed field
-        variables = payload.get("agent_variables", {})
-        if not isinstance(variables, dict):
-            apply_delta(self.document(), payload, key)
         self._messages.extend(new_messages)
-        prompt = payload.get("system_prompt")
         if prompt is not None:
-            if not isinstance(prompt, str):
-                apply_delta(self.document(), payload, key)
             self._messages = with_system_prompt(self._messages, prompt)
         self._tools.extend(new_tools)
         self._variables = variables

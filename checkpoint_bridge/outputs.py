@@ -20,15 +20,15 @@ rollback's compensation reads them from there).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from typing import Any
 
 from workflows.canonical import canonical_json
 from workflows.contracts import StepRecord
-from workflows.errors import CheckpointNotFoundError, TranscriptError
+from workflows.errors import TranscriptError
 from workflows.tool_calls import OUTPUT_REF, output_text
 
+from .addressed import get_addressed, put_addressed
 from .lru import LRU
 from .objects import ObjectStore
 
@@ -54,9 +54,8 @@ class OutputStore:
 
     async def put(self, output: Any) -> str:
         """Store `output` (JSON) and return its digest; a repeated put is a no-op."""
-        data = canonical_json({"format": OUTPUT_FORMAT, "output": output}).encode("utf-8")
-        digest = hashlib.sha256(data).hexdigest()
-        await self._objects.put_if_absent(output_key(digest), data)
+        digest = await put_addressed(self._objects, output_key,
+                                     canonical_json({"format": OUTPUT_FORMAT, "output": output}).encode("utf-8"))
         self._cache.put(digest, _Boxed(output))
         return digest
 
@@ -64,18 +63,7 @@ class OutputStore:
         cached = self._cache.get(digest)
         if cached is not None:
             return cached.value
-        if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
-            raise TranscriptError(f"tool output reference {digest!r:.80} is not a sha256 digest")
-        try:
-            data = await self._objects.get(output_key(digest))
-        except CheckpointNotFoundError as exc:
-            raise TranscriptError(
-                f"tool output {digest} is missing from {self._objects.url}; every worker and `rewind mirror` "
-                "must use the same REWIND_PAYLOADS store"
-            ) from exc
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise TranscriptError(f"tool output {digest} in {self._objects.url} does not match its hash")
-        doc = json.loads(data)
+        doc = json.loads(await get_addressed(self._objects, output_key(digest), digest, "tool output"))
         if not isinstance(doc, dict) or doc.get("format") != OUTPUT_FORMAT or "output" not in doc:
             raise TranscriptError(f"tool output {digest} in {self._objects.url} has an unknown format")
         self._cache.put(digest, _Boxed(doc["output"]))

@@ -43,8 +43,8 @@ from .layout import (
     run_prefix,
     step_key,
 )
-from .migrations import migrate, validate_document
 from .lru import LRU
+from .migrations import migrate, validate_document
 from .objects import ObjectStore, open_object_store
 from .packs import MAX_PACK_BYTES, PACK_STEPS, block_of, encode_pack
 from .schema import AgentCheckpoint, CheckpointSummary, StepParts, checkpoint_to_dict
@@ -53,7 +53,9 @@ __all__ = ["CheckpointStore", "open_checkpoint_store", "DEFAULT_STORE_URL"]
 
 DEFAULT_STORE_URL = "file://.rewind/checkpoints"
 _SUMMARY_FIELDS = tuple(CheckpointSummary.model_fields)
-_REMEMBERED_OBJECT_MAX = 256 * 1024
+# Larger objects are read back when their block is packed: the cache stays small
+# (at most its 4,096 entries times this) with many runs mirrored at once.
+_REMEMBERED_OBJECT_MAX = 16 * 1024
 
 
 class CheckpointStore:
@@ -142,7 +144,8 @@ class CheckpointStore:
 
                 doc["messages"] = with_system_prompt(doc["messages"], parts.system_prompt)
             data = encode("snapshot", doc)
-            info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), [(branch_id, step, step)])
+            own_chain: Chain = [(branch_id, step, step)]
+            info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), own_chain)
         else:
             parent = await self._chain.head_info(parent_id)
             payload = delta_payload(
@@ -151,8 +154,9 @@ class CheckpointStore:
                 agent_variables=parts.agent_variables, system_prompt=parts.system_prompt,
             )
             data = encode("delta", payload, chain=parent.child_chain)
+            own_chain = chain_after(parent.child_chain, branch_id, step)
             info = HeadInfo(parent.message_count + len(parts.new_messages), parent.tool_count + len(parts.new_tool_records),
-                            chain_after(parent.child_chain, branch_id, step))
+                            own_chain)
             if parts.system_prompt is not None:
                 info = None  # type: ignore[assignment]  # a prompt may add a message: counted from the document
         try:
@@ -164,7 +168,6 @@ class CheckpointStore:
             self._remember_bytes(key, data)
         if info is not None:
             self._chain.remember_head(cid, info)
-        own_chain = [(branch_id, step, step)] if parent_id is None else chain_after(parent.child_chain, branch_id, step)
         await self._pack_if_block_done(run_id, branch_id, step, own_chain)
         return written
 

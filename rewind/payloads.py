@@ -18,7 +18,6 @@ stored encrypted and history's claim points at ciphertext.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
 from typing import Sequence
 
@@ -34,9 +33,10 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from checkpoint_bridge.addressed import get_addressed, put_addressed
 from checkpoint_bridge.objects import FileObjectStore, parse_store_url
 from rewind.encryption import EncryptionCodec, parse_keys
-from workflows.errors import CheckpointNotFoundError, ConfigError, PayloadIntegrityError
+from workflows.errors import ConfigError, PayloadIntegrityError
 
 DEFAULT_THRESHOLD = 64 * 1024
 
@@ -69,9 +69,7 @@ class LocalStorageDriver(StorageDriver):
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
         claims = []
         for payload in payloads:
-            data = payload.SerializeToString()
-            digest = hashlib.sha256(data).hexdigest()
-            await self._objects.put_if_absent(self._key(digest), data)
+            digest = await put_addressed(self._objects, self._key, payload.SerializeToString())
             claims.append(StorageDriverClaim(claim_data={"sha256": digest}))
         return claims
 
@@ -79,15 +77,7 @@ class LocalStorageDriver(StorageDriver):
         out = []
         for claim in claims:
             digest = claim.claim_data["sha256"]
-            try:
-                data = await self._objects.get(self._key(digest))
-            except CheckpointNotFoundError as exc:
-                raise PayloadIntegrityError(
-                    f"payload {digest} is missing from {self._objects.url}; every worker and client "
-                    "must use the same REWIND_PAYLOADS"
-                ) from exc
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise PayloadIntegrityError(f"payload {digest} in {self._objects.url} does not match its hash; it was changed")
+            data = await get_addressed(self._objects, self._key(digest), digest, "payload", error=PayloadIntegrityError)
             payload = Payload()
             payload.ParseFromString(data)
             out.append(payload)
