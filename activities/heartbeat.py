@@ -13,6 +13,8 @@ from typing import Any, AsyncIterator
 
 from temporalio import activity
 
+from activities.takeover import release_stickiness_after_timeout
+
 
 @asynccontextmanager
 async def heartbeating(*details: Any, interval_s: float = 1.0) -> AsyncIterator[None]:
@@ -30,6 +32,8 @@ async def heartbeating(*details: Any, interval_s: float = 1.0) -> AsyncIterator[
             await asyncio.sleep(interval_s)
 
     task = asyncio.create_task(beat())
+    # Beside the call, not before it: the call never waits for the server here.
+    takeover = asyncio.create_task(release_stickiness_after_timeout())
     try:
         yield
     finally:
@@ -38,3 +42,6 @@ async def heartbeating(*details: Any, interval_s: float = 1.0) -> AsyncIterator[
             await task
         except asyncio.CancelledError:
             pass
+        # Done before the call completes, so the workflow task that follows
+        # already goes to the shared queue (activities/takeover.py).
+        await takeover

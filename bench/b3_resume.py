@@ -200,14 +200,16 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                      "took the run over and replayed its history. ")
         if quick:
             text += (f"In {len(quick)} of {len(rs)} trial(s) that task went to the standby at once "
-                     f"({median([r['after_retry_s'] for r in quick]):.2f} s after the retry): the server already knew "
-                     "the sticky queue had no poller. ")
+                     f"({median([r['after_retry_s'] for r in quick]):.2f} s after the retry started): the retry, "
+                     "started because its previous attempt timed out, had the server forget the run's sticky queue "
+                     "(activities/takeover.py). ")
         sec.verdicts.append(text)
     worst = max(r["progress_s"] for rs in results.values() for r in rs)
     sec.notes.append(
-        f"Worst case here: {worst:.1f} s from the kill to the next step, about heartbeat timeout + retry interval + "
-        f"sticky timeout ({HEARTBEAT_S:g} + 1 + {STICKY_S:g} s). The sticky part is a worker setting: "
-        "REWIND_STICKY_TIMEOUT_S=1 (what the test-suite uses) would cut another second, at the cost of history "
-        "replays when a live worker is merely slow to poll (at 100 concurrent runs on one worker: 38 of 2,000 "
-        "steps replayed at 1 s, none at 2 s).")
+        f"Worst case here: {worst:.1f} s from the kill to the next step. The parts: the heartbeat timeout "
+        f"({HEARTBEAT_S:g} s from the last beat the server received, which is up to 4 s before the kill), the 1 s "
+        "initial retry interval, the retried call, then one workflow task on the standby. The workflow task no "
+        f"longer waits out the dead worker's sticky queue (REWIND_STICKY_TIMEOUT_S={STICKY_S:g}), which cost "
+        f"{STICKY_S:g} s here before: a retry whose previous attempt timed out resets the run's stickiness, so the "
+        "task goes to the shared queue. A retry after an ordinary error keeps it (its worker is alive).")
     return sec

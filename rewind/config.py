@@ -135,6 +135,8 @@ class Settings:
     # handing the run's next workflow task to another worker.
     # 2 s: no sticky misses at 100 concurrent runs on one worker (1 s had 38 of
     # 2,000 steps replayed), and the standby takes over ~3 s sooner than at 5 s.
+    # Not waited for when the worker died in a call: the call's retry resets
+    # the run's stickiness (activities/takeover.py).
     sticky_timeout_s: float = 2.0
     # Payload encryption (rewind/encryption.py): `kid:<base64 32 bytes>,...`,
     # the first encrypts; and whether plaintext payloads are refused.

@@ -84,3 +84,40 @@ async def test_sigkill_after_side_effect_records_it_once(client, settings, model
     assert len(effects) == 1
     assert len(list((tmp_path / "test-outbox").glob("*.eml"))) == 1
     assert sum(1 for w in workers if w.process.poll() is not None) == 1
+
+
+async def test_a_killed_workers_run_goes_on_without_waiting_for_its_sticky_queue(
+        client, settings, model, events_file, spawn_worker, tmp_path):
+    """The workflow task after the retried call goes to a live worker at once: with a
+    60 s sticky timeout, waiting for the dead worker's queue would show up in history
+    as a timed-out workflow task (activities/takeover.py)."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    model_name = scripted(model, [
+        {"tool_calls": [{"name": "gate", "arguments": {"name": "open"}}]},
+        {"tool_calls": [{"name": "lookup", "arguments": {"term": "after"}}]},
+        {"content": "done"},
+    ])
+    env = {"REWIND_STICKY_TIMEOUT_S": "60", "REWIND_TEST_GATE_DIR": str(gates)}
+    first = spawn_worker(env)
+    handle = await start_agent(client, settings, f"sticky takeover {uuid.uuid4().hex[:6]}", model=model_name)
+    await _wait_for_event(events_file, "gate_wait")
+    spawn_worker(env)
+    await asyncio.sleep(1.0)  # the standby polls the shared queue
+    first.kill()
+    killed_at = time.time()
+    (gates / "open").touch()  # the retry on the standby returns at once
+    result = await asyncio.wait_for(handle.result(), 120)
+
+    assert result.status.state == "completed"
+    waits = [e for e in read_events(events_file) if e["kind"] == "gate_wait"]
+    assert [e["attempt"] for e in waits] == [1, 2] and waits[0]["pid"] == first.pid != waits[1]["pid"]
+    after = [e async for e in handle.fetch_history_events() if e.event_time.ToDatetime().timestamp() > killed_at]
+    kinds = [e.event_type for e in after]
+    retried = [e.activity_task_started_event_attributes for e in after
+               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED and e.activity_task_started_event_attributes.attempt == 2]
+    assert retried and retried[0].last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_HEARTBEAT
+    timed_out = [e.workflow_task_timed_out_event_attributes.timeout_type for e in after
+                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT]
+    assert timed_out == [], f"a workflow task waited for the dead worker's sticky queue: {timed_out}"
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED in kinds
