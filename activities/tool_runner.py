@@ -40,12 +40,15 @@ from workflows.contracts import (
     CompensationRequest,
     DescribeToolsRequest,
     DescribeToolsResponse,
+    ToolCheck,
+    ToolCheckRequest,
     ToolOutcome,
     ToolRequest,
 )
 from workflows.errors import CheckpointError
 from workflows.text import scrub_surrogates
 from workflows.wire import (
+    CHECK_TOOL_CALL,
     COMPENSATE_TOOL,
     DESCRIBE_TOOLS,
     RUN_TOOL,
@@ -122,6 +125,25 @@ class ToolActivities:
         specs = [self._registry.get(n).spec for n in names if self._registry.get(n) is not None]
         missing = [n for n in names if self._registry.get(n) is None]
         return DescribeToolsResponse(tools=specs, missing=missing)
+
+    @activity.defn(name=CHECK_TOOL_CALL)
+    async def check_tool_call(self, request: ToolCheckRequest) -> ToolCheck:
+        """Whether the arguments pass the tool's schema (the validator the call itself
+        meets) and whether the tool's approval rule wants a person to decide. Runs nothing."""
+        registered = self._registered(request.tool_name, "check")
+        try:
+            kwargs = registered.validate(request.arguments)
+        except pydantic.ValidationError as exc:
+            return ToolCheck(invalid=self._redact.redact_text(_validation_message(exc)))
+        rule = registered.approval_rule
+        if rule is None:
+            return ToolCheck(needs_approval=registered.spec.approval == "always")
+        try:
+            return ToolCheck(needs_approval=bool(rule(kwargs)))
+        except Exception as exc:  # noqa: BLE001 - a rule that fails asks a person: the safe side
+            activity.logger.warning("the approval rule of %s raised %s: %s; the call waits for a decision",
+                                    request.tool_name, type(exc).__name__, self._redact.redact_text(str(exc))[:300])
+            return ToolCheck(needs_approval=True)
 
     def _registered(self, name: str, purpose: str) -> RegisteredTool:
         registered = self._registry.get(name)

@@ -71,6 +71,8 @@ class RegisteredTool:
     args_model: type[pydantic.BaseModel]
     compensate: Callable[..., Awaitable[Any]] | None = field(default=None)
     arg_cap: int = DEFAULT_MAX_ARG_CHARS
+    # needs_approval=<function of the validated arguments>: asked before each call.
+    approval_rule: Callable[[dict[str, Any]], bool] | None = field(default=None)
 
     def with_arg_cap(self, cap: int) -> "RegisteredTool":
         """The same tool with plain `str` arguments capped at `cap` characters."""
@@ -132,6 +134,11 @@ def tool(
     max_attempts: int = 3,
     cache_ignore: tuple[str, ...] = (),
     fast: bool = False,
+    needs_approval: bool | Callable[[dict[str, Any]], bool] = False,
+    approval_timeout_s: float | None = None,
+    on_timeout: str = "reject",
+    effect_key: tuple[str, ...] | None = None,
+    on_repeat: str = "reuse",
 ) -> Any:
     """Register an async function as a tool.
 
@@ -143,6 +150,17 @@ def tool(
         round trip through the server, recorded in history with the workflow
         task (a crash before that runs the call again, with the same
         idempotency key). For short calls; see the README's "Fast path".
+    needs_approval: (side-effecting tools) a person approves or rejects each call
+        before it runs (`rewind approve` / `rewind reject`); True for every call,
+        or a function of the validated arguments (a dict) that says which ones.
+    approval_timeout_s / on_timeout: how long a call waits for its decision
+        (default: as long as it takes) and what is decided then ("reject" or "approve").
+    effect_key: the argument names that identify the effect (default: all of them);
+        two calls with equal values there are the same effect.
+    on_repeat: a call that repeats an effect its branch's lineage already caused
+        (before a fork point, or in steps a rollback discarded): "reuse" (return
+        the recorded result, do not run), "ask" (wait for approval, with the
+        earlier effect shown) or "run" (run it again, under its own new key).
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> RegisteredTool:
@@ -150,6 +168,8 @@ def tool(
         if not inspect.iscoroutinefunction(f):
             raise ToolRegistryError(f"tool {tool_name!r} must be an async function (async def)")
         model = _args_model(f, tool_name)
+        _check_effect_options(tool_name, model, side_effects, needs_approval, approval_timeout_s, on_timeout,
+                              effect_key, on_repeat)
         doc = inspect.getdoc(f) or ""
         spec = ToolSpec(
             name=tool_name,
@@ -161,10 +181,46 @@ def tool(
             max_attempts=max_attempts,
             cache_ignore=list(cache_ignore),
             fast=fast,
+            approval="by_arguments" if callable(needs_approval) else ("always" if needs_approval else "never"),
+            approval_timeout_s=approval_timeout_s,
+            approval_default=on_timeout,  # type: ignore[arg-type]
+            effect_key=list(effect_key) if effect_key is not None else None,
+            on_repeat=on_repeat,  # type: ignore[arg-type]
         )
-        return RegisteredTool(fn=f, spec=spec, args_model=model)
+        rule = needs_approval if callable(needs_approval) else None
+        return RegisteredTool(fn=f, spec=spec, args_model=model, approval_rule=rule)
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _check_effect_options(
+    name: str, model: type[pydantic.BaseModel], side_effects: bool, needs_approval: Any,
+    approval_timeout_s: float | None, on_timeout: str, effect_key: tuple[str, ...] | None, on_repeat: str,
+) -> None:
+    def bad(text: str) -> ToolRegistryError:
+        return ToolRegistryError(f"tool {name!r}: {text}")
+
+    if needs_approval is not False and not side_effects:
+        raise bad("needs_approval is for tools that change the world; declare side_effects=True as well")
+    if not (isinstance(needs_approval, bool) or callable(needs_approval)):
+        raise bad(f"needs_approval must be True, False or a function of the arguments, not {needs_approval!r}")
+    if approval_timeout_s is not None and not (isinstance(approval_timeout_s, (int, float)) and 0 < approval_timeout_s < float("inf")):
+        raise bad(f"approval_timeout_s must be a positive number of seconds (or None to wait as long as it takes), not {approval_timeout_s!r}")
+    if approval_timeout_s is not None and needs_approval is False and on_repeat != "ask":
+        raise bad("approval_timeout_s applies to calls that wait for approval; set needs_approval (or on_repeat='ask')")
+    if on_timeout not in ("reject", "approve"):
+        raise bad(f"on_timeout must be 'reject' or 'approve', not {on_timeout!r}")
+    if on_repeat not in ("reuse", "ask", "run"):
+        raise bad(f"on_repeat must be 'reuse', 'ask' or 'run', not {on_repeat!r}")
+    if effect_key is not None:
+        if not side_effects:
+            raise bad("effect_key names what identifies a side effect; declare side_effects=True as well")
+        if isinstance(effect_key, str) or not effect_key:
+            raise bad(f"effect_key must be a tuple of argument names, e.g. effect_key=('customer',), not {effect_key!r}")
+        unknown = [k for k in effect_key if k not in model.model_fields]
+        if unknown:
+            raise bad(f"effect_key names {', '.join(map(repr, unknown))}, which are not arguments of the tool "
+                      f"(it has {', '.join(model.model_fields) or 'none'})")
 
 
 class ToolRegistry:

@@ -9,7 +9,11 @@ next revision of the branch (see lineage.py).
 Either way the new workflow gets a `LoopState` built from the checkpoint: the
 conversation (written to the transcript store), the read-only tool-result
 cache, the step index and the totals. Tool calls answered before the fork
-point are therefore never executed again on the new branch.
+point are therefore never executed again on the new branch. It also gets the
+side effects of its lineage (`lineage_effects_of`): those before the fork
+point, those the source branch inherited, and those of the steps a rollback
+discards (unless compensated), so a call that repeats one of them follows
+its tool's `on_repeat` instead of causing the effect twice.
 
 Everything is checked before anything is changed: a bad id, an unknown run, a
 step out of range, a taken branch name or a corrupt checkpoint raises before
@@ -45,11 +49,13 @@ from checkpoint_bridge.runs import (
 )
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
+from workflows.canonical import canonical_json
 from workflows.contracts import (
     DEFAULT_MODEL,
     AgentInput,
     AgentResult,
     Ledger,
+    LineageEffect,
     LoopState,
     RunLimits,
 )
@@ -124,7 +130,33 @@ def tool_cache_of(cp: AgentCheckpoint) -> dict[str, Any]:
     return {r.cache_key: r.tool_output for r in cp.tool_call_cache if not r.side_effects and r.error is None}
 
 
-async def seed_from(cp: AgentCheckpoint, transcripts: TranscriptWriter, system_prompt: str | None) -> LoopState:
+def lineage_effects_of(
+    cp: AgentCheckpoint, source: AgentInput | None, discarded: list[LineageEffect] | None = None,
+) -> list[LineageEffect]:
+    """The side effects a branch started from `cp` must not cause again: the ones
+    its checkpoint records (every step of its lineage up to `cp`), the ones the
+    source branch was seeded with, and `discarded` (a rollback's undone steps)."""
+    found: list[LineageEffect] = []
+    for r in cp.tool_call_cache:
+        executed = r.side_effects and r.error is None and r.idempotency_key and not r.served_from_cache
+        rejected = bool(r.approval) and (r.approval or {}).get("verdict") == "rejected"
+        if executed and not rejected and r.reused is None:  # a reuse caused nothing: its original is listed
+            found.append(LineageEffect(tool_name=r.tool_name, arguments=r.tool_input, output=r.tool_output,
+                                       idempotency_key=r.idempotency_key or "", branch_id=cp.branch_id,
+                                       step=None, tool_call_id=r.tool_call_id, origin="ancestor"))
+    if source is not None and source.resume is not None:
+        found.extend(source.resume.lineage_effects)
+    found.extend(discarded or [])
+    unique: dict[str, LineageEffect] = {}
+    for effect in found:
+        unique.setdefault(canonical_json([effect.idempotency_key, effect.tool_name, effect.arguments]), effect)
+    return list(unique.values())
+
+
+async def seed_from(
+    cp: AgentCheckpoint, transcripts: TranscriptWriter, system_prompt: str | None,
+    lineage_effects: list[LineageEffect] | None = None,
+) -> LoopState:
     messages = [dict(m) for m in cp.messages]
     if system_prompt is not None:
         messages = with_system_prompt(messages, system_prompt)
@@ -134,7 +166,7 @@ async def seed_from(cp: AgentCheckpoint, transcripts: TranscriptWriter, system_p
         step=cp.step_index, parent_checkpoint=cp.checkpoint_id,
         transcript_head=head, transcript_len=len(messages),
         totals=totals, inherited=totals, tool_cache=tool_cache_of(cp),
-        announce_system_prompt=system_prompt,
+        announce_system_prompt=system_prompt, lineage_effects=list(lineage_effects or []),
     )
 
 
@@ -202,13 +234,15 @@ async def fork(
         await check_tools(client, launcher.task_queue, tools)
     source = await source_input(client, workflow_id_for(run_id, point.branch_id))
     return await _start_from(client, launcher, cp, _input_for(cp, source), branch, branch,
-                             system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits)
+                             system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
+                             effects=lineage_effects_of(cp, source))
 
 
 async def _start_from(
     client: Client, launcher: Launcher, cp: AgentCheckpoint, base: AgentInput, name: str, storage: str, *,
     system_prompt: str | None = None, model: str | None = None, tools: list[str] | None = None,
     variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
+    effects: list[LineageEffect] | None = None,
 ) -> ForkResult:
     if system_prompt is None:
         # The branch keeps its own system prompt, also when it continues from a
@@ -217,7 +251,7 @@ async def _start_from(
         current = next((m.get("content") for m in cp.messages if m.get("role") == "system"), None)
         if current is not None and current != base.system_prompt:
             system_prompt = base.system_prompt
-    seed = await seed_from(cp, launcher.transcripts, system_prompt)
+    seed = await seed_from(cp, launcher.transcripts, system_prompt, effects)
     inp = base.model_copy(update={
         "run_id": cp.run_id,
         "branch_id": storage,
@@ -315,10 +349,18 @@ async def rollback(
         await store.invalidate_after(run_id, storage, step, reason)
     next_revision = max([split_revision(b)[1] for b in stored] + [len(workflows) - 1]) + 1
     source = await source_input(client, workflows[-1][1].id) if workflows else None
-    continued = await _start_from(client, launcher, cp, _input_for(cp, source), branch, revision_branch(branch, next_revision))
-    result = RollbackResult(run_id, branch, step, stopped, sorted(invalidated), effects, continued)
-    if compensate and effects:
-        result.compensations = await run_compensations(client, launcher.task_queue, run_id, branch, step, effects)
+    # Compensated first, so the continuation knows which discarded effects still stand:
+    # a compensated effect is no longer one of its lineage, and a repeat of it runs again.
+    compensations = (await run_compensations(client, launcher.task_queue, run_id, branch, step, effects)
+                     if compensate and effects else [])
+    undone_keys = {c["idempotency_key"] for c in compensations if c.get("status") in ("compensated", "already_compensated")}
+    standing = [LineageEffect(tool_name=e.tool_name, arguments=e.arguments, output=e.output,
+                              idempotency_key=e.idempotency_key, branch_id=storage_of.get(e.workflow_id) or branch,
+                              step=e.step, origin="discarded")
+                for e in effects if e.idempotency_key not in undone_keys]
+    continued = await _start_from(client, launcher, cp, _input_for(cp, source), branch, revision_branch(branch, next_revision),
+                                  effects=lineage_effects_of(cp, source, standing))
+    result = RollbackResult(run_id, branch, step, stopped, sorted(invalidated), effects, continued, compensations)
     return result
 
 

@@ -60,6 +60,11 @@ class ToolCallRow(_Row):
     served_from_cache: bool
     error: str | None
     side_effects: bool
+    decision: str | None = None
+    """A person's decision on the call: ``approved by NAME``, ``approved by NAME, edited``
+    or ``rejected by NAME: REASON`` (``timeout`` as NAME when the wait ran out)."""
+    reused: bool = False
+    """The call returned the result of an effect its lineage already caused, without running."""
 
 
 class Tokens(_Row):
@@ -78,6 +83,9 @@ class BranchSide(_Row):
     tool_calls: list[ToolCallRow]
     tool_calls_executed: int
     tool_calls_from_cache: int
+    tool_calls_reused: int = 0
+    """Side-effecting calls answered with an effect of the lineage instead of running again."""
+    tool_calls_rejected: int = 0
     tool_errors: int
     tokens: Tokens
     cost_usd: float
@@ -160,7 +168,8 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
     records = head.tool_call_cache[len(base.tool_call_cache) if base else 0:]
     calls = [ToolCallRow(step_index=call_steps.get(r.tool_call_id or ""), tool_name=r.tool_name,
                          arguments=_arguments(r.tool_input), served_from_cache=r.served_from_cache,
-                         error=r.error, side_effects=r.side_effects) for r in records]
+                         error=r.error, side_effects=r.side_effects, decision=decision_text(r.approval),
+                         reused=r.reused is not None) for r in records]
     system = next((m for m in head.messages if m.get("role") == "system"), None)
     last = next((m for m in reversed(head.messages) if m.get("role") == "assistant"), None)
     answer = None
@@ -175,14 +184,32 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
         steps=[StepRow(step_index=cp.step_index, step_label=cp.step_label, status=cp.status,
                        checkpoint_id=cp.checkpoint_id) for cp in after],
         tool_calls=calls,
-        tool_calls_executed=sum(not c.served_from_cache for c in calls),
+        tool_calls_executed=sum(not (c.served_from_cache or c.reused or _rejected(c)) for c in calls),
         tool_calls_from_cache=sum(c.served_from_cache for c in calls),
+        tool_calls_reused=sum(c.reused for c in calls),
+        tool_calls_rejected=sum(_rejected(c) for c in calls),
         tool_errors=sum(c.error is not None for c in calls),
         tokens=Tokens(total=spent("llm_tokens_used"), prompt=spent("prompt_tokens"),
                       completion=spent("completion_tokens")),
         cost_usd=round(spent("llm_cost_usd"), 10),  # 0.0012, not 0.0012000000000000001
         final_answer=answer,
     )
+
+
+def decision_text(approval: dict[str, Any] | None) -> str | None:
+    """One line for a tool record's approval (see ToolCallRow.decision)."""
+    if not approval:
+        return None
+    text = f"{approval.get('verdict', '?')} by {approval.get('by', '?')}"
+    if approval.get("original_arguments") is not None:
+        text += ", edited"
+    if approval.get("verdict") == "rejected" and approval.get("reason"):
+        text += f": {approval['reason']}"
+    return text
+
+
+def _rejected(c: ToolCallRow) -> bool:
+    return (c.decision or "").startswith("rejected")
 
 
 def diff_branches(run_id: str, name_a: str, lineage_a: Sequence[AgentCheckpoint],
@@ -222,7 +249,9 @@ def _listed(rows: list[str]) -> list[str]:
 
 def _call_line(c: ToolCallRow, cell: int) -> str:
     tags = "".join(f" [{t}]" for t, on in (("cache", c.served_from_cache), ("error", c.error is not None),
-                                          ("side effects", c.side_effects and not c.served_from_cache)) if on)
+                                          ("reused", c.reused),
+                                          ("side effects", c.side_effects and not (c.served_from_cache or c.reused)),
+                                          (c.decision or "", c.decision is not None)) if on)
     prefix = f"{c.step_index if c.step_index is not None else '?':<3}"
     return prefix + _shorten(f"{c.tool_name}({c.arguments})", max(cell - len(prefix) - len(tags), 4)) + tags
 
@@ -263,7 +292,9 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
         "" if r.status == "completed" else f" [{r.status}]") for r in s.steps])))
     row("tool calls", (lambda s: _listed([_call_line(c, cell) for c in s.tool_calls])))
     row("", (lambda s: [f"{s.tool_calls_executed} run, {s.tool_calls_from_cache} cached, "
-                              f"{s.tool_errors} failed"]))
+                              f"{s.tool_errors} failed"
+                              + (f", {s.tool_calls_reused} reused" if s.tool_calls_reused else "")
+                              + (f", {s.tool_calls_rejected} rejected" if s.tool_calls_rejected else "")]))
     row("tokens", (lambda s: [f"{s.tokens.total} ({s.tokens.prompt} in / {s.tokens.completion} out)"]))
     row("cost", (lambda s: [usd(s.cost_usd)]))
     row("final answer", (lambda s: _wrapped(s.final_answer, cell) if s.final_answer is not None

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from workflows.text import usd
 from typing import Any
 
+from checkpoint_bridge.diff import decision_text
 from checkpoint_bridge.lineage import split_revision
 from checkpoint_bridge.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
@@ -76,6 +79,19 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
     ]
     if cp.error_info:
         lines.append(f"  error      {cp.error_info}")
+    for r in cp.tool_call_cache:
+        # Decisions and reused effects, the calls a person or the lineage changed.
+        if r.approval:
+            a = r.approval
+            line = f"  decision   {r.tool_name} call {r.tool_call_id}: {decision_text(a)} at {a.get('decided_at')}"
+            if a.get("original_arguments") is not None:
+                line += f"; asked {json.dumps(a['original_arguments'], ensure_ascii=False)[:120]}, ran {json.dumps(r.tool_input, ensure_ascii=False)[:120]}"
+            lines.append(line)
+        if r.reused:
+            u = r.reused
+            where = f"step {u.get('step')} of {u.get('branch_id')}" if u.get("step") is not None else f"its lineage ({u.get('branch_id')})"
+            lines.append(f"  reused     {r.tool_name} call {r.tool_call_id}: not run again; the result of the same effect at "
+                         f"{where}, key {u.get('idempotency_key')} ({u.get('origin')})")
     lines.append(f"  messages ({len(cp.messages)}):")
     for m in cp.messages:
         content = m.get("content") or ""

@@ -16,6 +16,9 @@ History of the schema:
   v2  ``branch_id`` (default "main"), ``llm_cost_usd``; ids ``run:branch:step``.
   v3  ledger fields ``prompt_tokens``, ``completion_tokens``, ``model``,
       ``model_view`` (what compression did), ``ledger`` (per step / branch).
+  v4  tool records may carry ``approval`` (a person's decision on the call) and
+      ``reused`` (the earlier effect whose result the call returned); both are
+      left out when absent, so a v3 document only changes its version.
 """
 
 from __future__ import annotations
@@ -63,7 +66,11 @@ def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "schema_version": 4}
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 """``MIGRATIONS[n]`` turns a version-n document into a version-(n+1) one."""
 
 

@@ -40,6 +40,8 @@ def tool_record(log: ToolCallLog) -> ToolCallRecord:
         idempotency_key=log.idempotency_key,
         side_effects=log.side_effects,
         served_from_cache=log.served_from_cache,
+        approval=log.approval.model_dump(mode="json") if log.approval is not None else None,
+        reused=log.reused.model_dump(mode="json") if log.reused is not None else None,
     )
 
 

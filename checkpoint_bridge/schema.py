@@ -21,8 +21,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -43,7 +45,7 @@ __all__ = [
     "format_datetime",
 ]
 
-CURRENT_SCHEMA_VERSION = 3
+CURRENT_SCHEMA_VERSION = 4
 
 CheckpointStatus = Literal["completed", "failed", "in_progress", "invalidated"]
 
@@ -76,8 +78,24 @@ class ToolCallRecord(BaseModel):
     idempotency_key: str | None = None
     side_effects: bool = False
     served_from_cache: bool = False
+    approval: dict[str, Any] | None = None
+    """A person's decision on the call: ``verdict`` (approved / rejected), ``by``,
+    ``requested_at``, ``decided_at``, ``reason``, ``original_arguments`` (when the
+    decision edited them; ``tool_input`` holds what ran), ``timed_out``, ``repeat_of``."""
+    reused: dict[str, Any] | None = None
+    """The earlier effect of the lineage whose result this call returned without
+    running (``tool_name``, ``arguments``, ``idempotency_key``, ``branch_id``, ``step``, ``origin``)."""
 
     _utc = field_validator("called_at")(_to_utc)
+
+    @model_serializer(mode="wrap")
+    def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only calls that had a decision or a reuse carry the fields (v4).
+        data = handler(self)
+        for name in ("approval", "reused"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
     @model_validator(mode="after")
     def _fill_cache_key(self) -> ToolCallRecord:

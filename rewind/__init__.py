@@ -5,6 +5,7 @@ The public API, in one place:
     from rewind import tool, tool_context, ToolError            # writing tools
     from rewind import Settings, connect, start_run, wait_for_outcome, run_view
     from rewind import checkpoint_store, tree, fork, rollback, diff, compensate, mirror_run
+    from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
     from rewind import AgentInput, RunLimits, RewindError
 
 Names are loaded on first use, so `import rewind` (and the `rewind` command's
@@ -34,6 +35,12 @@ _EXPORTS = {
     "AgentInput": "workflows.contracts",
     "RunLimits": "workflows.contracts",
     "AgentResult": "workflows.contracts",
+    # approvals
+    "approve": "rewind.client",
+    "reject": "rewind.client",
+    "pending_approvals": "rewind.client",
+    "PendingApproval": "workflows.contracts",
+    "ApprovalRecord": "workflows.contracts",
     # checkpoints and branches
     "checkpoint_store": "rewind.stores",
     "tree": "checkpoint_bridge.inspect",

@@ -19,7 +19,7 @@ from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHandle
 
-from checkpoint_bridge import branching
+from checkpoint_bridge import branching, decisions
 from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
 from checkpoint_bridge.compensation import SideEffect, run_compensations
 from checkpoint_bridge.runs import branch_workflows, pollers, start_agent
@@ -27,7 +27,7 @@ from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
 from rewind.payloads import data_converter
-from workflows.contracts import AgentInput, AgentResult, AgentStatus, Ledger, RunState
+from workflows.contracts import AgentInput, AgentResult, AgentStatus, ApprovalDecision, ApprovalRecord, Ledger, RunState
 from workflows.errors import ConfigError, RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
 from workflows.wire import STATUS_QUERY
@@ -88,6 +88,38 @@ async def compensate(client: Client, settings: Settings, run_id: str, branch: st
                      effects: list[SideEffect]) -> list[dict[str, Any]]:
     """Undo side effects after `step` once each (checkpoint_bridge.compensation)."""
     return await run_compensations(client, settings.task_queue, run_id, branch, step, effects)
+
+
+def _decider(by: str | None) -> str:
+    if by is not None and by.strip():
+        return by.strip()
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in this environment (some containers)
+        return "unknown"
+
+
+async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str = "main", by: str | None = None,
+                  reason: str | None = None, arguments: dict[str, Any] | None = None) -> ApprovalRecord:
+    """`rewind approve`: let a waiting call run (with `arguments` instead, if given). `by`
+    defaults to the OS user. Raises DecisionRefusedError if the run cannot take it."""
+    decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="approve", by=_decider(by), reason=reason,
+                                arguments=arguments)
+    return await decisions.decide(client, run_id, decision, branch=branch)
+
+
+async def reject(client: Client, run_id: str, tool_call_id: str, *, reason: str, branch: str = "main",
+                 by: str | None = None) -> ApprovalRecord:
+    """`rewind reject`: the call does not run; the model gets the reason as its result."""
+    decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="reject", by=_decider(by), reason=reason)
+    return await decisions.decide(client, run_id, decision, branch=branch)
+
+
+async def pending_approvals(client: Client) -> decisions.Pending:
+    """`rewind pending`: every tool call waiting for a decision, across the open runs."""
+    return await decisions.pending_approvals(client)
 
 
 def new_run_id() -> str:
@@ -282,4 +314,5 @@ async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: flo
 __all__ = [
     "connect", "start_run", "run_view", "new_run_id", "wait_for_outcome", "fork", "rollback", "compensate",
     "launcher", "RunView", "status_from_checkpoint", "view_from_store", "workflow_id_for", "branch_workflows",
+    "approve", "reject", "pending_approvals",
 ]

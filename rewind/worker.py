@@ -149,7 +149,7 @@ def build_worker(
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
                            max_output_bytes=settings.max_tool_output_bytes, outputs=outputs)
     mirror = MirrorActivities(CheckpointStore(objects), redactor, outputs)
-    tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool]
+    tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool, tools.check_tool_call]
     options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     main = Worker(
         client,

@@ -179,3 +179,47 @@ async def charge_card(cents: int) -> str:
     # The remote side keeps going even if this attempt is cancelled.
     await asyncio.shield(asyncio.to_thread(_remote_effect, ctx.idempotency_key or "", ctx.attempt, delay))
     return f"charged {cents} (attempt {ctx.attempt})"
+
+
+# -- approvals and effects of the lineage (tests/workflows/test_approvals.py) ------
+
+def _invoice(kind: str, customer: str, amount_cents: int) -> str:
+    ctx = tool_context()
+    _event(kind, customer=customer, amount_cents=amount_cents)
+    return f"invoice {customer} {amount_cents} sent ({ctx.idempotency_key})"
+
+
+@tool(side_effects=True, effect_key=("customer", "amount_cents"))
+async def send_invoice(customer: str, amount_cents: int, memo: str = "") -> str:
+    """Side-effecting; a repeat of an invoice the lineage already sent is reused (the default)."""
+    return _invoice("send_invoice", customer, amount_cents)
+
+
+@tool(side_effects=True, on_repeat="ask")
+async def send_invoice_ask(customer: str, amount_cents: int) -> str:
+    """Side-effecting; a repeat waits for approval."""
+    return _invoice("send_invoice_ask", customer, amount_cents)
+
+
+@tool(side_effects=True, on_repeat="run")
+async def send_invoice_again(customer: str, amount_cents: int) -> str:
+    """Side-effecting; a repeat runs again on purpose."""
+    return _invoice("send_invoice_again", customer, amount_cents)
+
+
+@tool(side_effects=True, needs_approval=True)
+async def wire_money(to: str, amount_cents: int) -> str:
+    """Side-effecting; every call waits for approval."""
+    return _invoice("wire_money", to, amount_cents)
+
+
+@tool(side_effects=True, needs_approval=lambda args: args["amount_cents"] > 10_000)
+async def refund(customer: str, amount_cents: int) -> str:
+    """Side-effecting; refunds over $100 wait for approval."""
+    return _invoice("refund", customer, amount_cents)
+
+
+@tool(side_effects=True, needs_approval=True, approval_timeout_s=1.5, on_timeout="approve")
+async def post_update(text: str) -> str:
+    """Side-effecting; approved by itself when nobody decides within 1.5 s."""
+    return _invoice("post_update", text, 0)

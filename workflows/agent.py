@@ -23,9 +23,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.approvals import ApprovalGate, refused
     from workflows.contracts import (
         AgentInput,
         AgentResult,
+        ApprovalDecision,
+        ApprovalRecord,
         AgentStatus,
         DescribeToolsRequest,
         DescribeToolsResponse,
@@ -51,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         AGENT_WORKFLOW,
         CALL_LLM,
         CHECKPOINT_CONFLICT,
+        DECIDE_UPDATE,
         DESCRIBE_TOOLS,
         LLM_REJECTED,
         MIRROR_BATCH_PATCH,
@@ -86,13 +90,41 @@ class AgentWorkflow:
         self._batched: bool | None = None  # MIRROR_BATCH_PATCH, decided at the first record
         self._stored_tools: tuple[str, str] | None = None  # (canonical JSON of the tools, their digest)
         self._new_limits: RunLimits | None = None
+        self._gate = ApprovalGate()
 
-    # -- queries and signals --------------------------------------------------
+    # -- queries, signals and updates ------------------------------------------
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> AgentStatus:
         if self._status is None:
             raise ApplicationError("the run has not started its first workflow task yet")
-        return self._status
+        if not self._gate.pending:
+            return self._status
+        waiting = self._status.state == "running"
+        return self._status.model_copy(update={
+            "state": "waiting_for_approval" if waiting else self._status.state,
+            "pending_approvals": list(self._gate.pending.values()),
+        })
+
+    @workflow.update(name=DECIDE_UPDATE)
+    async def decide(self, decision: ApprovalDecision) -> ApprovalRecord:
+        """Approve or reject a waiting tool call (rewind approve / rewind reject)."""
+        waiting = self._gate.check(decision)
+        if decision.verdict == "approve" and decision.arguments is not None and decision.arguments != waiting.arguments:
+            # Checked by a worker that holds the tool, with the validator the call itself meets.
+            spec = self._tools.spec(waiting.tool_name) if self._tools is not None else None
+            checked = await self._tools.check(spec, decision.arguments) if spec is not None and self._tools else None
+            if checked is None:
+                raise refused(f"no worker holding {waiting.tool_name} could check the edited arguments; "
+                              "the call still waits, try again when one runs")
+            if checked.invalid is not None:
+                raise refused(f"the edited arguments fail the schema of {waiting.tool_name}: {checked.invalid}; "
+                              "the call still waits with its original arguments")
+        return self._gate.decide(decision)
+
+    @decide.validator
+    def _decision_can_be_taken(self, decision: ApprovalDecision) -> None:
+        # Refused before anything reaches history: the run is unchanged.
+        self._gate.check(decision)
 
     @workflow.signal(name=RAISE_LIMITS_SIGNAL)
     def raise_limits(self, limits: RunLimits) -> None:
@@ -128,7 +160,7 @@ class AgentWorkflow:
                 f"tools {', '.join(described.missing)}: {how}; start a worker with --tool-modules "
                 "(or REWIND_TOOL_MODULES) naming the modules that define them"
             )
-        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed)
+        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed, gate=self._gate)
         openai_tools = [t.openai_schema() for t in described.tools]
 
         if inp.resume is None:

@@ -31,6 +31,8 @@ RunState = Literal[
     "budget_exceeded",
     # Stopped from outside (e.g. `rewind rollback` of a running branch).
     "cancelled",
+    # A tool call waits for a person's decision (`rewind approve` / `rewind reject`).
+    "waiting_for_approval",
 ]
 
 
@@ -48,6 +50,20 @@ class ToolSpec(BaseModel):
     cache_ignore: list[str] = Field(default_factory=list)
     # Run as a local activity on the workflow's own worker (see AgentInput.fast).
     fast: bool = False
+    # A person decides before a call runs (side-effecting tools only): "always",
+    # or "by_arguments" (the tool's own rule, asked by the check_tool_call activity).
+    approval: Literal["never", "always", "by_arguments"] = "never"
+    # How long a call waits for a decision (None: as long as it takes), and the
+    # decision taken when that time is up.
+    approval_timeout_s: float | None = None
+    approval_default: Literal["approve", "reject"] = "reject"
+    # What makes two calls the same effect (workflows/effects.py): these argument
+    # names (None: all arguments, as the cache key sees them).
+    effect_key: list[str] | None = None
+    # A call repeating an effect its lineage already caused (before a fork point,
+    # or in steps a rollback discarded): return the recorded result ("reuse"),
+    # ask a person ("ask"), or run it again under a new key ("run").
+    on_repeat: Literal["reuse", "ask", "run"] = "reuse"
 
     def openai_schema(self) -> dict[str, Any]:
         return {
@@ -58,6 +74,82 @@ class ToolSpec(BaseModel):
                 "parameters": self.parameters,
             },
         }
+
+
+# -- approvals and effects of the lineage -----------------------------------------
+
+class EffectRef(BaseModel):
+    """Where a side effect was caused: enough to find its record."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+    branch_id: str
+    step: int | None = None  # None: a step before the fork point (the checkpoint does not say which)
+    tool_call_id: str | None = None
+    # "ancestor": before the fork point on a parent branch (or this branch's own
+    # earlier line); "discarded": in a step a rollback invalidated.
+    origin: Literal["ancestor", "discarded"] = "ancestor"
+
+
+class LineageEffect(EffectRef):
+    """A side effect of the lineage, with the result a repeat is answered with."""
+
+    output: Any = None
+
+
+class PendingApproval(BaseModel):
+    """A tool call waiting for a decision (what `rewind status` and `rewind pending` show)."""
+
+    run_id: str
+    branch_id: str
+    step: int
+    tool_call_id: str
+    tool_name: str
+    arguments: dict[str, Any]
+    idempotency_key: str | None = None
+    requested_at: datetime
+    deadline: datetime | None = None  # when approval_default is taken
+    on_timeout: Literal["approve", "reject"] = "reject"
+    # Set when the call asks because it repeats an effect of its lineage (on_repeat="ask").
+    repeat_of: EffectRef | None = None
+
+
+class ApprovalDecision(BaseModel):
+    """The input of the decide_tool_call update."""
+
+    tool_call_id: str
+    verdict: Literal["approve", "reject"]
+    by: str
+    reason: str | None = None
+    # Run with these arguments instead (approve only); checked against the tool's schema.
+    arguments: dict[str, Any] | None = None
+
+
+class ApprovalRecord(BaseModel):
+    """A decision as the tool record keeps it."""
+
+    verdict: Literal["approved", "rejected"]
+    by: str
+    requested_at: datetime
+    decided_at: datetime
+    reason: str | None = None
+    # The arguments the model asked for, when the decision changed them.
+    original_arguments: dict[str, Any] | None = None
+    timed_out: bool = False
+    repeat_of: EffectRef | None = None
+
+
+class ToolCheckRequest(BaseModel):
+    """The input of check_tool_call: is this call valid, and does it need a decision?"""
+
+    tool_name: str
+    arguments: dict[str, Any]
+
+
+class ToolCheck(BaseModel):
+    invalid: str | None = None  # why the arguments fail the tool's schema
+    needs_approval: bool = False
 
 
 class RunLimits(BaseModel):
@@ -240,6 +332,8 @@ class ToolCallLog(BaseModel):
     idempotency_key: str | None = None
     side_effects: bool = False
     served_from_cache: bool = False
+    approval: ApprovalRecord | None = None  # the decision, when the call needed one
+    reused: EffectRef | None = None  # the earlier effect whose result this call returned
 
 
 def _from_ledger(name: str, kind: type) -> Any:
@@ -265,6 +359,8 @@ class AgentStatus(BaseModel):
     # Steps whose checkpoint the live mirror has not confirmed yet.
     mirror_pending: int = 0
     mirror_error: str | None = None
+    # Tool calls waiting for a decision, in the order they asked.
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
 
     # The totals under the names `rewind status` shows, read from `ledger`
     # (computed, so never out of step with it; still in every JSON dump).
@@ -427,6 +523,9 @@ class LoopState(BaseModel):
     # A fork that changed the system prompt: its first step record carries the
     # new prompt, so the branch's checkpoints show the conversation it had.
     announce_system_prompt: str | None = None
+    # Side effects this branch's lineage already caused (seeded by fork and
+    # rollback): a call with the same effect identity follows its tool's on_repeat.
+    lineage_effects: list[LineageEffect] = Field(default_factory=list)
 
 
 AgentInput.model_rebuild()
@@ -453,3 +552,4 @@ class CompensationOutcome(BaseModel):
     status: Literal["compensated", "already_compensated", "no_compensation", "failed"]
     output: Any = None
     error: str | None = None
+

@@ -15,6 +15,7 @@
     ├── PayloadEncryptionError           a payload cannot be decrypted (unknown key, plaintext where refused)
     ├── EncodingDataError                a bundled tokenizer encoding is missing or altered
     ├── ScriptError                      a script or fault given to the scripted model is malformed
+    ├── DecisionRefusedError             an approval decision the run cannot take (it is unchanged)
     └── CheckpointError                  anything wrong with a checkpoint or its store
         ├── CheckpointNotFoundError      no object / checkpoint under that key or id
         ├── CorruptCheckpointError       bad JSON, hash mismatch, wrong shape, failed validation
@@ -101,6 +102,10 @@ class ScriptError(RewindError, ValueError):
     """A turn script or fault given to the scripted model is malformed."""
 
 
+class DecisionRefusedError(RewindError):
+    """An approve / reject the run refused: no such waiting call, already decided, bad edited arguments."""
+
+
 class CheckpointError(RewindError):
     """Base class of checkpoint document and checkpoint store errors."""
 
@@ -143,7 +148,7 @@ class UnsafeStoreError(CheckpointError):
 __all__ = [
     "RewindError", "ConfigError", "UsageError", "InvalidIdError", "RunNotFoundError", "StepNotFoundError",
     "RunExistsError", "ToolRegistryError", "ToolError", "TranscriptError", "ProjectionError",
-    "PayloadIntegrityError", "PayloadEncryptionError", "EncodingDataError", "ScriptError",
+    "PayloadIntegrityError", "PayloadEncryptionError", "EncodingDataError", "ScriptError", "DecisionRefusedError",
     "CheckpointError", "CheckpointNotFoundError", "CorruptCheckpointError", "FutureSchemaError",
     "CheckpointExistsError", "CheckpointNotUsableError", "LineageError", "StoreUnavailableError",
     "UnsafeStoreError",

@@ -4,7 +4,10 @@ Each call becomes exactly one `tool` message with the call's id, whatever the
 model sent: bad JSON, an unknown tool, arguments that fail validation and a
 tool that keeps failing all become messages the model can act on. Read-only
 calls already answered in the run are served from the run's cache without an
-activity; identical calls within one reply run once.
+activity; identical calls within one reply run once. A side-effecting call
+may first wait for a person's decision (workflows/approvals.py), and one that
+repeats an effect of the branch's lineage follows its tool's `on_repeat`
+(workflows/effects.py).
 """
 
 from __future__ import annotations
@@ -19,15 +22,20 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.approvals import ApprovalGate, rejection_text
     from workflows.canonical import cache_key
     from workflows.contracts import (
         AgentInput,
         Ledger,
+        PendingApproval,
         ToolCallLog,
+        ToolCheck,
+        ToolCheckRequest,
         ToolOutcome,
         ToolRequest,
         ToolSpec,
     )
+    from workflows.effects import LineageEffects, reference
     from workflows.tool_calls import (
         BAD_ARGUMENTS,
         UNKNOWN_TOOL,
@@ -36,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         idempotency_key,
         tool_message,
     )
-    from workflows.wire import RUN_TOOL, TOOL_NOT_REGISTERED, tool_task_queue
+    from workflows.wire import CHECK_TOOL_CALL, RUN_TOOL, TOOL_NOT_REGISTERED, tool_task_queue
 
 
 
@@ -53,11 +61,15 @@ def _from_cache(value: Any) -> dict[str, Any]:
 class ToolStep:
     def __init__(
         self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], *, routed: bool = False,
+        gate: ApprovalGate | None = None,
     ) -> None:
         self._inp = inp
+        self.gate = gate or ApprovalGate()
         # Each call on its tool's own task queue (see workflows.wire.tool_task_queue).
         self._routed = routed
         self._specs = {s.name: s for s in specs}
+        resumed = inp.resume.lineage_effects if inp.resume is not None else []
+        self._lineage = LineageEffects(resumed, self._specs)
         self._cache = cache  # cache key -> output; lives in LoopState, so it survives continue-as-new
         self._inflight: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         # This step's tool calls and cache hits; the loop adds them to the step's
@@ -93,7 +105,7 @@ class ToolStep:
         if spec.side_effects:
             log.side_effects = True
             log.idempotency_key = idempotency_key(workflow.info().workflow_id, self._inp.branch_id, step, call_id)
-            return self._apply(log, await self._execute(step, call_id, spec, args, log.idempotency_key), executed=True)
+            return await self._side_effect(step, call_id, spec, args, log)
 
         key = log.cache_key = cache_key(name, canonical_arguments(args, spec))
         if key in self._cache:
@@ -114,6 +126,44 @@ class ToolStep:
             del self._inflight[key]
         return self._apply(log, result, executed=True)
 
+    def spec(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    async def _side_effect(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], log: ToolCallLog) -> dict[str, Any]:
+        repeat = self._lineage.repeat_of(spec, args)
+        if repeat is not None and spec.on_repeat == "reuse":
+            # The effect happened on this branch's lineage: its result, not a second effect.
+            log.reused = reference(repeat)
+            return self._finish(log, output=repeat.output)
+        asks = spec.approval == "always" or (repeat is not None and spec.on_repeat == "ask")
+        if not asks and spec.approval == "by_arguments":
+            checked = await self.check(spec, args)
+            # Invalid arguments are refused by the tool activity, as for any call.
+            asks = checked is not None and checked.invalid is None and checked.needs_approval
+        if asks:
+            waiting = PendingApproval(
+                run_id=self._inp.run_id, branch_id=self._inp.branch_id, step=step, tool_call_id=call_id,
+                tool_name=spec.name, arguments=args, idempotency_key=log.idempotency_key,
+                requested_at=workflow.now(), on_timeout=spec.approval_default,
+                repeat_of=reference(repeat) if repeat is not None else None,
+            )
+            record, args = await self.gate.wait(waiting, spec.approval_timeout_s)
+            log.approval = record
+            if record.verdict == "rejected":
+                return self._finish(log, output=rejection_text(record, spec.name))
+            log.arguments = args
+        return self._apply(log, await self._execute(step, call_id, spec, args, log.idempotency_key), executed=True)
+
+    async def check(self, spec: ToolSpec, args: dict[str, Any]) -> ToolCheck | None:
+        """What a worker holding the tool says of these arguments (None: no worker could say)."""
+        request = ToolCheckRequest(tool_name=spec.name, arguments=args)
+        try:
+            return await self._dispatch(CHECK_TOOL_CALL, request, ToolCheck, spec)
+        except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError() from err
+            return None
+
     async def _execute(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], idem_key: str | None) -> ToolOutcome | str:
         """The tool activity's outcome, or the text of its final failure.
 
@@ -129,18 +179,24 @@ class ToolStep:
             tool_name=spec.name, arguments=args, idempotency_key=idem_key,
         )
         try:
-            try:
-                if spec.fast or (self._inp.fast and not spec.side_effects):
-                    return await self._run_here(request, spec)
-                return await self._schedule(request, spec, None)
-            except ActivityError as err:
-                if not (self._routed and isinstance(err.cause, ApplicationError) and err.cause.type == TOOL_NOT_REGISTERED):
-                    raise
-            return await self._schedule(request, spec, tool_task_queue(workflow.info().task_queue, spec.name))
+            return await self._dispatch(RUN_TOOL, request, ToolOutcome, spec,
+                                      here=spec.fast or (self._inp.fast and not spec.side_effects))
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err  # the run is being stopped
             return f"{spec.name} failed after retries: {failure_text(err)}"
+
+    async def _dispatch(self, activity: str, request: Any, result_type: type, spec: ToolSpec, *, here: bool = False) -> Any:
+        """On the run's own queue (or as a local activity, `here`), then on the tool's queue
+        if the worker that took it lacks the tool (see `_execute`)."""
+        try:
+            if here:
+                return await self._run_here(request, spec)
+            return await self._schedule(activity, request, result_type, spec, None)
+        except ActivityError as err:
+            if not (self._routed and isinstance(err.cause, ApplicationError) and err.cause.type == TOOL_NOT_REGISTERED):
+                raise
+        return await self._schedule(activity, request, result_type, spec, tool_task_queue(workflow.info().task_queue, spec.name))
 
     async def _run_here(self, request: ToolRequest, spec: ToolSpec) -> ToolOutcome:
         """A fast call: a local activity on the workflow's own worker (if that worker
@@ -151,9 +207,9 @@ class ToolStep:
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),
         )
 
-    async def _schedule(self, request: ToolRequest, spec: ToolSpec, task_queue: str | None) -> ToolOutcome:
+    async def _schedule(self, activity: str, request: Any, result_type: type, spec: ToolSpec, task_queue: str | None) -> Any:
         return await workflow.execute_activity(
-            RUN_TOOL, request, result_type=ToolOutcome, task_queue=task_queue,
+            activity, request, result_type=result_type, task_queue=task_queue,
             start_to_close_timeout=timedelta(seconds=spec.timeout_s),
             heartbeat_timeout=timedelta(seconds=spec.heartbeat_s),
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),

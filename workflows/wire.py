@@ -21,16 +21,19 @@ RUN_TOOL = "run_tool"
 COMPENSATE_TOOL = "compensate_tool"
 MIRROR_STEP = "mirror_step"      # one step record (runs from before MIRROR_BATCH_PATCH)
 MIRROR_STEPS = "mirror_steps"    # the step records that piled up since the last one, in order
+CHECK_TOOL_CALL = "check_tool_call"  # validate arguments / ask a tool's approval rule, without running it
 
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"
 RAISE_LIMITS_SIGNAL = "raise_limits"
+DECIDE_UPDATE = "decide_tool_call"  # approve or reject a tool call waiting for approval
 
 # -- error types (ApplicationError.type) ---------------------------------------
 LLM_REJECTED = "LlmRequestRejected"          # a 4xx retrying cannot fix: the run fails
 TOOL_NOT_REGISTERED = "ToolNotRegistered"    # the worker lacks the tool (runs from before tool queues)
 CHECKPOINT_CONFLICT = "CheckpointConflict"   # a checkpoint that can never be stored
 AGENT_RUN_FAILED = "AgentRunFailed"          # the run's own failure, with its reason
+DECISION_REFUSED = "DecisionRefused"         # an approval decision the run cannot take (it is unchanged)
 
 # -- patches (workflow.patched ids) --------------------------------------------
 # Named tools are described on a task queue of their own per tool, and a tool
@@ -57,8 +60,8 @@ def tool_task_queue(task_queue: str, tool_name: str) -> str:
 
 __all__ = [
     "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW",
-    "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP", "MIRROR_STEPS",
-    "STATUS_QUERY", "RAISE_LIMITS_SIGNAL",
-    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED",
+    "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP", "MIRROR_STEPS", "CHECK_TOOL_CALL",
+    "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "DECIDE_UPDATE",
+    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "tool_task_queue",
 ]

@@ -9,7 +9,7 @@ from checkpoint_factory import T0, make_run, next_step
 from store_backends import Backend
 
 from checkpoint_bridge import envelope
-from checkpoint_bridge.schema import AgentCheckpoint
+from checkpoint_bridge.schema import CURRENT_SCHEMA_VERSION, AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import CorruptCheckpointError, FutureSchemaError
 
@@ -83,7 +83,7 @@ async def test_a_valid_hash_over_an_invalid_document(store: CheckpointStore, bac
 async def test_objects_from_a_newer_rewind_ask_for_an_upgrade(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 2)
     doc = json.loads(run[0].model_dump_json())
-    newer_payload = envelope.encode("snapshot", doc | {"schema_version": 4})
+    newer_payload = envelope.encode("snapshot", doc | {"schema_version": CURRENT_SCHEMA_VERSION + 1})
     newer_envelope = json.loads(envelope.encode("snapshot", doc)) | {"schema_version": 9}
     newer_format = json.loads(envelope.encode("snapshot", doc)) | {"format": "rewind.checkpoint/v3"}
     for data in (newer_payload, json.dumps(newer_envelope).encode(), json.dumps(newer_format).encode()):
@@ -103,7 +103,7 @@ async def test_a_v1_object_is_migrated_and_extended(store: CheckpointStore, back
     old = json.loads(envelope.encode("snapshot", v1)) | {"schema_version": 1}
     await store.objects.put_if_absent(STEP.format(0), json.dumps(old).encode())
     loaded = await backend.twin(store).load("run-1:main:0")
-    assert (loaded.checkpoint_id, loaded.branch_id, loaded.schema_version) == ("run-1:main:0", "main", 3)
+    assert (loaded.checkpoint_id, loaded.branch_id, loaded.schema_version) == ("run-1:main:0", "main", CURRENT_SCHEMA_VERSION)
     assert (loaded.llm_cost_usd, loaded.prompt_tokens, loaded.model) == (0.0, 0, None)
     # New steps continue the old run as deltas of the migrated document.
     step1 = next_step(loaded, created_at=T0)

@@ -23,13 +23,13 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 
 from activities.llm import ModelEndpoint  # noqa: E402
 from activities.tools import ToolRegistry  # noqa: E402
-from rewind import fork  # noqa: E402
+from rewind import fork, rollback  # noqa: E402
 from checkpoint_bridge.store import open_checkpoint_store  # noqa: E402
 from rewind.client import connect, start_run  # noqa: E402
 from rewind.config import Settings  # noqa: E402
 from rewind.embedded import DevServer  # noqa: E402
 from rewind.scripted_model import ScriptedModelServer  # noqa: E402
-from workflows.contracts import AgentInput, AgentStatus, RunLimits  # noqa: E402
+from workflows.contracts import AgentInput, AgentStatus, ApprovalDecision, RunLimits  # noqa: E402
 
 TASK = "Research these companies: Acme, Globex, Initech."
 
@@ -50,6 +50,12 @@ async def _save_chain(client, workflow_id: str, name: str) -> None:  # type: ign
         suffix = f"-{index}" if len(runs) > 1 else ""
         (HERE / f"{name}{suffix}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
         print(f"recorded {name}{suffix}.json ({len(history.events)} events)")
+
+
+async def _decide(handle, call: str, **decision) -> None:  # type: ignore[no-untyped-def]
+    while not any(p.tool_call_id == call for p in (await handle.query("status", result_type=AgentStatus)).pending_approvals):
+        await asyncio.sleep(0.05)
+    await handle.execute_update("decide_tool_call", ApprovalDecision(tool_call_id=call, **decision))
 
 
 async def main(only: set[str]) -> None:
@@ -127,6 +133,34 @@ async def main(only: set[str]) -> None:
             await refs.result()
             if want("outputs-by-reference"):
                 await _save_chain(client, refs.id, "outputs-by-reference")
+
+            # Approvals: two parallel calls (one approved with edited arguments, one rejected),
+            # then a call whose tool's rule on the arguments asks for a decision.
+            model.add_script("approval", [
+                {"tool_calls": [{"name": "wire_money", "arguments": {"to": "bob", "amount_cents": 900}},
+                                {"name": "wire_money", "arguments": {"to": "eve", "amount_cents": 5}}]},
+                {"tool_calls": [{"name": "refund", "arguments": {"customer": "acme", "amount_cents": 50000}}]},
+                {"content": "ok"}])
+            gated = await start_run(client, settings, AgentInput(run_id="hist-approval", task="pay", model="script:approval"))
+            await _decide(gated, "call_0_0", verdict="approve", by="alice", arguments={"to": "bob", "amount_cents": 800})
+            await _decide(gated, "call_0_1", verdict="reject", by="alice", reason="unknown payee")
+            await _decide(gated, "call_1_0", verdict="approve", by="bob")
+            await gated.result()
+            if want("approval"):
+                await _save_chain(client, gated.id, "approval")
+
+            # A rollback past an invoice; the continuation asks for it again and reuses it.
+            model.add_script("invoice", [{"tool_calls": [{"name": "lookup", "arguments": {"term": "acme"}}]},
+                                         {"tool_calls": [{"name": "send_invoice",
+                                                          "arguments": {"customer": "acme", "amount_cents": 1200}}]},
+                                         {"content": "sent"}])
+            billed = await start_run(client, settings, AgentInput(run_id="hist-reuse", task="bill", model="script:invoice"))
+            await billed.result()
+            async with open_checkpoint_store(settings.store_url) as store:
+                back = await rollback(client, settings, store, "hist-reuse", 1)
+                await back.continued.handle.result()
+            if want("reused-effect"):
+                await _save_chain(client, back.continued.workflow_id, "reused-effect")
     finally:
         model.stop_thread()
         server.stop()

@@ -1,0 +1,94 @@
+"""Deciding on tool calls that wait for approval, from outside the run.
+
+A decision is the `decide_tool_call` update of the branch's current
+workflow: the run's validator refuses a call that is not waiting or is
+already decided, and edited arguments are checked by a worker that holds the
+tool, so a refused decision changes nothing and says why in one line.
+Listing every waiting call asks each open run for its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from checkpoint_bridge.runs import branch_workflows, pollers
+from workflows.contracts import AgentStatus, ApprovalDecision, ApprovalRecord, PendingApproval
+from workflows.errors import DecisionRefusedError, RunNotFoundError
+from workflows.ids import validate_id
+from workflows.wire import AGENT_WORKFLOW, DECIDE_UPDATE, STATUS_QUERY
+
+# A decision waits at most this long for a worker to take it.
+DECISION_TIMEOUT_S = 30.0
+
+
+async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, branch: str = "main",
+                 timeout_s: float = DECISION_TIMEOUT_S) -> ApprovalRecord:
+    """Deliver `decision` to the run's current workflow; the recorded decision, or DecisionRefusedError."""
+    validate_id("run", run_id)
+    validate_id("branch", branch)
+    workflows = await branch_workflows(client, run_id, branch)
+    if not workflows:
+        raise RunNotFoundError(f"no run {run_id!r} (branch {branch!r}) in Temporal; check the id and --branch")
+    handle = workflows[-1][1]
+    desc = await handle.describe()
+    if desc.status is None or desc.status.name != "RUNNING":
+        ended = desc.status.name.lower() if desc.status else "closed"
+        raise DecisionRefusedError(f"run {run_id!r} (branch {branch!r}) has ended ({ended}); nothing waits for a decision")
+    queue = desc.raw_description.execution_config.task_queue.name
+    if queue and not await pollers(client, queue, workflows=True):
+        raise DecisionRefusedError(
+            f"no worker polls task queue {queue!r}, so run {run_id!r} cannot take the decision now; start a worker "
+            "(the call keeps waiting) and decide again")
+    try:
+        return await asyncio.wait_for(
+            handle.execute_update(DECIDE_UPDATE, decision, result_type=ApprovalRecord,
+                                  rpc_timeout=timedelta(seconds=timeout_s)),
+            timeout_s)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
+        raise DecisionRefusedError(f"run {run_id!r} refused the decision on {decision.tool_call_id!r}: {message}") from None
+    except (asyncio.TimeoutError, RPCError) as exc:
+        # Not refused, not confirmed either: a worker that picks the run up later may still take it.
+        why = f"no worker took it within {timeout_s:g} s" if isinstance(exc, asyncio.TimeoutError) else str(exc)
+        raise DecisionRefusedError(
+            f"the decision on {decision.tool_call_id!r} of run {run_id!r} is not confirmed ({why}); it may still "
+            f"take effect once a worker runs the run: check `rewind status {run_id}` before deciding again") from None
+
+@dataclass
+class Pending:
+    waiting: list[PendingApproval]  # oldest request first
+    unanswered: list[str]  # workflow ids of open runs that did not answer (no worker, or not started)
+
+
+async def pending_approvals(client: Client, *, query_timeout_s: float = 5.0, concurrency: int = 16) -> Pending:
+    """Every tool call waiting for a decision, across the open runs."""
+    handles = []
+    async for info in client.list_workflows(f"WorkflowType = '{AGENT_WORKFLOW}' AND ExecutionStatus = 'Running'"):
+        handles.append(client.get_workflow_handle(info.id, run_id=info.run_id))
+    limit = asyncio.Semaphore(concurrency)
+
+    unanswered: list[str] = []
+
+    async def waiting(handle: Any) -> list[PendingApproval]:
+        async with limit:
+            try:
+                status = await handle.query(STATUS_QUERY, result_type=AgentStatus,
+                                            rpc_timeout=timedelta(seconds=query_timeout_s))
+            except Exception:  # noqa: BLE001 - not started yet, or no worker answers
+                unanswered.append(handle.id)
+                return []
+            return list(status.pending_approvals)
+
+    found = [p for ps in await asyncio.gather(*(waiting(h) for h in handles)) for p in ps]
+    return Pending(sorted(found, key=lambda p: (p.requested_at, p.run_id, p.tool_call_id)), sorted(unanswered))
+
+
+__all__ = ["decide", "pending_approvals", "Pending", "DECISION_TIMEOUT_S"]
