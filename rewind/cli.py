@@ -546,7 +546,7 @@ async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.demo import run_demo
 
-    result = await run_demo(settings, quiet=args.json)
+    result = await run_demo(settings, quiet=args.json, approve=args.approve)
     if args.json:
         _emit(result.model_dump(mode="json"), True, "")
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
@@ -669,7 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-age", type=float, default=30.0, help="seconds (default 30)")
     p.add_argument("--task-queue", help="the worker's task queue (default: REWIND_TASK_QUEUE, rewind)")
 
-    command("demo", "whole embedded stack + the research agent, with live progress", handler=cmd_demo)
+    p = command("demo", "whole embedded stack + the research agent, with live progress", handler=cmd_demo)
+    p.add_argument("--approve", action="store_true",
+                   help="save_report waits for your approval; the demo shows how to give it")
 
     p = command("start", "start an agent run; prints its run id", handler=cmd_start)
     p.add_argument("--task", required=True, type=_task)

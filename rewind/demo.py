@@ -6,13 +6,21 @@ tools, runs the agent on five companies with live progress, then prints the
 report and where the run's state lives. Safe to run again: it uses free
 ports, stops a dev server left behind by an interrupted demo, and reuses the
 state on disk.
+
+With `--approve`, `save_report` waits for a person's approval
+(examples.research_with_approval): the demo shows the waiting call and the
+`rewind approve` / `rewind reject` commands that decide it from another
+terminal, and asks on its own terminal (without one it approves as
+"rewind demo", so the flow can be seen in a log).
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from examples.research_agent import DEFAULT_TASK, outbox_dir
 from rewind.client import new_run_id, start_run
@@ -23,12 +31,18 @@ from rewind.timing import median_or_none, retried_attempts, step_durations
 from workflows.contracts import AgentInput, AgentResult
 
 
-async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = sys.stdout, *, quiet: bool = False) -> AgentResult:
-    """`quiet` (rewind demo --json): nothing on `out`; the caller prints the result."""
+async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = sys.stdout, *, quiet: bool = False,
+                   approve: bool = False, ask: bool | None = None) -> AgentResult:
+    """`quiet` (rewind demo --json): nothing on `out`; the caller prints the result.
+    `approve`: save_report waits for approval; `ask` (default: stdin is a terminal) asks
+    for the decision there, else the demo approves on its own after showing the call."""
     if quiet:
         out = io.StringIO()
+    if ask is None:
+        ask = sys.stdin.isatty() and not quiet
     home = settings.home
-    async with embedded_stack(settings, ["examples.research_agent"], out) as stack:
+    tools = ["examples.research_with_approval" if approve else "examples.research_agent"]
+    async with embedded_stack(settings, tools, out) as stack:
         client = stack.client
         run_id = new_run_id()
         handle = await start_run(
@@ -36,7 +50,18 @@ async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = s
             AgentInput(run_id=run_id, task=task, model=settings.model),
         )
         print(f"run {run_id} started; progress:", file=out)
-        result = await follow(client, run_id, handle, out)
+        decisions: dict[str, asyncio.Future[None]] = {}
+
+        def answer_approvals(view: Any) -> None:
+            for p in (view.status.pending_approvals if approve and view.status else []):
+                if p.tool_call_id not in decisions:
+                    decisions[p.tool_call_id] = asyncio.ensure_future(_decide(client, settings, p, out, ask))
+
+        try:
+            result = await follow(client, run_id, handle, out, on_view=answer_approvals)
+        finally:
+            for task in decisions.values():
+                task.cancel()
         durations = await step_durations(client, run_id)
         retries = await retried_attempts(client, run_id)
 
@@ -57,3 +82,30 @@ async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = s
         file=out,
     )
     return result
+
+
+async def _decide(client: Any, settings: Settings, p: Any, out: TextIO, ask: bool) -> None:
+    """Show a call that waits for approval and how to decide it, then decide it."""
+    from rewind.client import approve, reject
+    from workflows.errors import DecisionRefusedError
+
+    brief = {k: (v if len(str(v)) <= 60 else f"{len(str(v)):,} characters") for k, v in p.arguments.items()}
+    at = f"TEMPORAL_ADDRESS={settings.temporal_address} "
+    print(f"\n{p.tool_name} waits for your approval (step {p.step}, call {p.tool_call_id}, "
+          f"idempotency key {p.idempotency_key}): {json.dumps(brief)}\n"
+          f"  decide from another terminal:  {at}rewind approve {p.run_id} {p.tool_call_id} [--reason TEXT]\n"
+          f"                            or:  {at}rewind reject {p.run_id} {p.tool_call_id} --reason TEXT\n"
+          f"  (`{at}rewind pending` lists every call that waits)", file=out, flush=True)
+    try:
+        if ask:
+            answer = (await asyncio.to_thread(input, "  approve it here? [y = approve / n = reject] ")).strip().lower()
+            if answer.startswith("n"):
+                reason = (await asyncio.to_thread(input, "  reason (the model receives it): ")).strip() or "rejected in the demo"
+                await reject(client, p.run_id, p.tool_call_id, reason=reason)
+            else:
+                await approve(client, p.run_id, p.tool_call_id)
+        else:
+            print("  (no terminal to ask: the demo approves it as 'rewind demo')", file=out, flush=True)
+            await approve(client, p.run_id, p.tool_call_id, by="rewind demo", reason="approved by the demo")
+    except DecisionRefusedError as exc:  # decided from another terminal first
+        print(f"  {exc}", file=out, flush=True)

@@ -9,7 +9,7 @@ an unreachable model endpoint show up here while Temporal retries them).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from temporalio.client import Client
 
@@ -33,16 +33,20 @@ def progress_line(view: RunView) -> str | None:
         f"  step {s.step:>2} | {s.state:<15} | {s.total_tokens:>6} tokens | ${s.cost_usd:.5f} | "
         f"tool calls {s.tool_calls_done} (cache hits {s.tool_cache_hits}) | running {running}"
     )
-    return line + (f" | {retries}" if retries else "")
+    waiting = "; ".join(f"waiting for approval: {p.tool_name} call {p.tool_call_id} "
+                        f"(rewind approve {p.run_id} {p.tool_call_id})" for p in s.pending_approvals)
+    return line + (f" | {retries}" if retries else "") + (f" | {waiting}" if waiting else "")
 
 
 def _activity(pending: dict[str, Any]) -> str:
     return f"{pending['activity']} {pending['detail']}" if pending.get("detail") else pending["activity"]
 
 
-async def follow(client: Client, run_id: str, handle: Any, out: TextIO, branch: str = "main") -> Any:
+async def follow(client: Client, run_id: str, handle: Any, out: TextIO, branch: str = "main",
+                 on_view: Callable[[RunView], None] | None = None) -> Any:
     """Print a line whenever the run's live status changes, until the workflow ends
-    (or pauses for its budget); returns the run's result as `wait_for_outcome` does."""
+    (or pauses for its budget); returns the run's result as `wait_for_outcome` does.
+    `on_view` sees every view polled (the demo answers approvals from it)."""
     from rewind.client import wait_for_outcome
 
     outcome = asyncio.ensure_future(wait_for_outcome(handle))
@@ -50,7 +54,10 @@ async def follow(client: Client, run_id: str, handle: Any, out: TextIO, branch: 
     try:
         while not outcome.done():
             try:
-                line = progress_line(await run_view(client, run_id, branch, query_timeout_s=2.0))
+                view = await run_view(client, run_id, branch, query_timeout_s=2.0)
+                line = progress_line(view)
+                if on_view is not None:
+                    on_view(view)
             except Exception:  # noqa: BLE001 - progress is best effort; the outcome decides
                 line = None
             if line and line != last:

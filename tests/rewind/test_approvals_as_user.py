@@ -180,3 +180,67 @@ async def test_reject_then_fork_and_a_rollback_that_reuses_the_invoice(world, tm
         code, text, _ = await rewind(cli, env, "show", "bill-1:main.r1:2")
         assert code == 0 and "reused     send_invoice" in text and "step 2 of main" in text, text
     assert not list(outbox.glob("wire-*.json"))
+
+
+async def test_the_demo_with_approve_shows_how_to_decide(tmp_path) -> None:
+    import re
+    import subprocess
+
+    from as_user import BIN, user_env
+
+    env = user_env(tmp_path, REWIND_DEMO_FAILURE_RATE="0")
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "rewind"), "demo", "--approve", cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 180)
+    text = out.decode()
+    assert proc.returncode == 0, text + err.decode()
+    assert "save_report waits for your approval" in text and "finished: completed" in text, text
+    run_id = re.search(r"run (\S+) started", text).group(1)  # type: ignore[union-attr]
+    assert re.search(rf"TEMPORAL_ADDRESS=\S+ rewind approve {run_id} call_\d+_0", text), text
+    assert "the demo approves it as 'rewind demo'" in text
+    assert len(list((tmp_path / ".rewind" / "outbox").glob("*.md"))) == 1
+    tree = await rewind_json(tmp_path, env, "tree", run_id)
+    last = tree["branches"]["main"][-1]["checkpoint_id"]
+    shown = await rewind_json(tmp_path, env, "show", last)
+    (report,) = [r for r in shown["tool_call_cache"] if r["tool_name"] == "save_report"]
+    assert report["approval"]["verdict"] == "approved" and report["approval"]["by"] == "rewind demo"
+
+
+async def test_the_demo_asks_on_its_terminal_and_a_rejection_saves_nothing(tmp_path) -> None:
+    import os
+    import pty
+
+    from as_user import BIN, user_env
+
+    env = user_env(tmp_path, REWIND_DEMO_FAILURE_RATE="0")
+    controller, terminal = pty.openpty()  # the demo's stdin is a terminal: it asks there
+    proc = await asyncio.create_subprocess_exec(
+        str(BIN / "rewind"), "demo", "--approve", cwd=tmp_path, env=env, stdin=terminal,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    os.close(terminal)
+    seen = b""
+
+    async def until(needle: bytes) -> None:
+        # input() prompts on stdout (a pipe here); the answers go to the terminal.
+        nonlocal seen
+        while needle not in seen:
+            chunk = await asyncio.wait_for(proc.stdout.read(256), 120)  # type: ignore[union-attr]
+            assert chunk, f"the demo ended before asking {needle!r}: {seen.decode()[-2000:]}"
+            seen += chunk
+
+    try:
+        await until(b"approve it here?")
+        os.write(controller, b"n\n")
+        await until(b"reason (the model receives it)")
+        os.write(controller, b"over budget this quarter\n")
+        rest, err = await asyncio.wait_for(proc.communicate(), 120)
+        out = seen + rest
+    finally:
+        os.close(controller)
+        if proc.returncode is None:
+            proc.kill()
+    text = out.decode()
+    assert proc.returncode == 0, text + err.decode()
+    assert "rejected by" in text and "over budget this quarter" in text, text
+    assert not list((tmp_path / ".rewind" / "outbox").glob("*.md"))
