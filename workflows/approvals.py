@@ -18,7 +18,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.contracts import ApprovalDecision, ApprovalRecord, EffectRef, PendingApproval
+from workflows.contracts import ApprovalDecision, ApprovalRecord, PendingApproval
 from workflows.wire import DECISION_REFUSED
 
 
@@ -73,6 +73,14 @@ class ApprovalGate:
     ) -> tuple[ApprovalRecord, dict[str, Any]]:
         """The decision on `request`, and the arguments to run it with."""
         call = request.tool_call_id
+        # Decisions are addressed by call id. Some models number their calls anew at
+        # every turn (`call_0` again and again): a later call with the id of an
+        # earlier one starts undecided, and one that repeats an id within a step
+        # waits until the first has been decided.
+        if call in self.pending:
+            await workflow.wait_condition(lambda: call not in self.pending)
+        self._decided.pop(call, None)
+        self._edited.pop(call, None)
         if timeout_s is not None:
             request = request.model_copy(update={"deadline": request.requested_at + timedelta(seconds=timeout_s)})
         self.pending[call] = request
@@ -91,7 +99,7 @@ class ApprovalGate:
                 )
             return self._decided[call], self._edited.get(call, request.arguments)
         finally:
-            del self.pending[call]
+            self.pending.pop(call, None)
 
 
 def rejection_text(record: ApprovalRecord, tool_name: str) -> str:
@@ -99,9 +107,4 @@ def rejection_text(record: ApprovalRecord, tool_name: str) -> str:
     return f"{tool_name} was not run: rejected by {record.by}: {record.reason or 'no reason given'}"
 
 
-def repeat_note(effect: EffectRef) -> str:
-    return (f"the same effect ran before on this branch's lineage ({effect.tool_name}, step {effect.step} "
-            f"of {effect.branch_id}, key {effect.idempotency_key})")
-
-
-__all__ = ["ApprovalGate", "refused", "rejection_text", "repeat_note"]
+__all__ = ["ApprovalGate", "refused", "rejection_text"]

@@ -285,3 +285,28 @@ async def test_a_compensated_effect_is_no_longer_reused(worker, client, settings
     # Recalled, so not an effect of the lineage any more: the repeat sends again.
     assert len(effects(events_file, "send_email_effect")) == 2
     assert (await records(store, run_id))[-1].reused is None
+
+
+async def test_diff_compares_the_decisions_of_two_branches(worker, client, settings, model, events_file, store):
+    from rewind import diff
+    from checkpoint_bridge.diff import diff_text
+
+    pay = {"tool_calls": [{"name": "wire_money", "arguments": {"to": "bob", "amount_cents": 700}}]}
+    main = scripted(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": "bob"}}]}, pay, {"content": "paid"}])
+    handle = await start_agent(client, settings, "pay after a lookup", model=main)
+    status = await waiting_calls(handle)
+    await approve(client, status.run_id, status.pending_approvals[0].tool_call_id, by="alice")
+    await handle.result()
+    other = await fork(client, settings, store, status.run_id, 1, branch="careful",
+                       model=scripted(model, [UNUSED, pay, {"content": "not paid"}]))
+    waiting = await waiting_calls(other.handle)
+    await reject(client, status.run_id, waiting.pending_approvals[0].tool_call_id, branch="careful", by="bob",
+                 reason="needs a second look")
+    await other.handle.result()
+    result = await diff(store, status.run_id, "main", "careful")
+    (a,), (b,) = result.a.tool_calls, result.b.tool_calls
+    assert (a.decision, b.decision) == ("approved by alice", "rejected by bob: needs a second look")
+    assert (result.a.tool_calls_executed, result.b.tool_calls_executed, result.b.tool_calls_rejected) == (1, 0, 1)
+    text = diff_text(result, width=160)
+    assert "[approved by alice]" in text and "[rejected by bob: needs a second look]" in text and "1 rejected" in text
+
