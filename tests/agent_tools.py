@@ -223,3 +223,9 @@ async def refund(customer: str, amount_cents: int) -> str:
 async def post_update(text: str) -> str:
     """Side-effecting; approved by itself when nobody decides within 1.5 s."""
     return _invoice("post_update", text, 0)
+
+
+@tool(side_effects=True, needs_approval=True, approval_timeout_s=1.0)
+async def drop_table(name: str) -> str:
+    """Side-effecting; rejected by itself when nobody decides within 1 s (the default on_timeout)."""
+    return _invoice("drop_table", name, 0)

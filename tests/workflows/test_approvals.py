@@ -10,6 +10,7 @@ tool's `on_repeat`, and sibling branches are not lineage.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -310,3 +311,25 @@ async def test_diff_compares_the_decisions_of_two_branches(worker, client, setti
     text = diff_text(result, width=160)
     assert "[approved by alice]" in text and "[rejected by bob: needs a second look]" in text and "1 rejected" in text
 
+
+
+async def test_a_wait_that_runs_out_is_rejected_by_default(worker, client, settings, model, events_file, store):
+    name = scripted(model, [{"tool_calls": [{"name": "drop_table", "arguments": {"name": "users"}}]},
+                            {"content": None, "echo_tool_results": True}])
+    handle = await start_agent(client, settings, "drop", model=name)
+    result = await handle.result()
+    assert effects(events_file, "drop_table") == []
+    assert "drop_table was not run: rejected by timeout: no decision within 1 s" in result.final_answer
+    (tool,) = await records(store, result.status.run_id)
+    assert tool.approval["verdict"] == "rejected" and tool.approval["timed_out"] is True
+
+
+async def test_pending_names_the_open_runs_that_cannot_answer(worker, client, settings, model):
+    orphan = dataclasses.replace(settings, task_queue=settings.task_queue + "-nobody-polls")
+    handle = await start_agent(client, orphan, "never picked up", model=scripted(model, [{"content": "x"}]))
+    try:
+        listed = await pending_approvals(client)
+        assert handle.id in listed.unanswered
+        assert all(p.run_id != handle.id for p in listed.waiting)
+    finally:
+        await handle.terminate(reason="test over")
