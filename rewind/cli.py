@@ -388,11 +388,15 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.inspect import tree, tree_json, tree_text
+    from checkpoint_bridge.tree_graph import tree_dot, tree_mermaid
 
     validate_id("run", args.run)
+    if args.json and args.format != "text":
+        raise UsageError("--json and --format are two ways to print the tree; choose one")
     async with _checkpoints(settings) as store:
         summaries = await tree(store, args.run)
-    _emit(tree_json(summaries), args.json, tree_text(summaries) if not args.json else "")
+    text = {"text": tree_text, "mermaid": tree_mermaid, "dot": tree_dot}[args.format]
+    _emit(tree_json(summaries), args.json, text(summaries) if not args.json else "")
     return 0
 
 
@@ -689,6 +693,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("tree", "every checkpoint of a run, all branches", handler=cmd_tree)
     p.add_argument("run")
+    p.add_argument("--format", choices=["text", "mermaid", "dot"], default="text",
+                   help="text (default), or a graph: Mermaid flowchart or Graphviz DOT")
 
     p = command("show", "one full AgentCheckpoint (id RUN:BRANCH:STEP)", handler=cmd_show)
     p.add_argument("checkpoint")

@@ -179,6 +179,13 @@ async def test_reject_then_fork_and_a_rollback_that_reuses_the_invoice(world, tm
         assert code == 0 and "[reused]" in text and "1 reused" in text, text
         code, text, _ = await rewind(cli, env, "show", "bill-1:main.r1:2")
         assert code == 0 and "reused     send_invoice" in text and "step 2 of main" in text, text
+        # The same tree as a graph for docs: the rollback edge, the discarded steps dashed.
+        code, text, _ = await rewind(cli, env, "tree", "bill-1", "--format", "mermaid")
+        assert code == 0 and text.startswith("flowchart LR") and "-->|rollback|" in text and "dropped" in text, text
+        code, text, _ = await rewind(cli, env, "tree", "rej-1", "--format", "dot")
+        assert code == 0 and '"rej-1:main:1" -> "rej-1:alt:2" [label="fork", style=bold];' in text, text
+        code, _, err = await rewind(cli, env, "tree", "rej-1", "--format", "dot", "--json")
+        assert code == 2 and "choose one" in err
     assert not list(outbox.glob("wire-*.json"))
 
 
