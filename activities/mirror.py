@@ -10,7 +10,8 @@ bytes from history with the same fold.
 
 from __future__ import annotations
 
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta, timezone
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -22,6 +23,7 @@ from checkpoint_bridge.store import CheckpointStore
 from workflows.contracts import MirrorAck, MirrorBatch, StepRecord
 from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, TranscriptError
 from workflows.ids import checkpoint_id
+from workflows import metrics
 from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP, MIRROR_STEPS
 
 CONFLICT_ERROR_TYPE = CHECKPOINT_CONFLICT
@@ -59,12 +61,17 @@ class MirrorActivities:
         return acks
 
     async def _save(self, record: StepRecord) -> None:
+        meter = activity.metric_meter()
         try:
             if self._outputs is not None:
                 record = await self._outputs.resolve_record(record)
             # What the step added, plus one small read of the parent's object
             # (none when this worker wrote it): no work that grows with the run.
+            started = time.monotonic()
             await self._store.save_step(record_parts(record))
+            metrics.observe_ms(meter, metrics.CHECKPOINT_WRITE_MS, (time.monotonic() - started) * 1000)
+            lag = datetime.now(timezone.utc) - record.created_at
+            metrics.observe_ms(meter, metrics.MIRROR_LAG_MS, lag.total_seconds() * 1000)
         except CheckpointNotFoundError:
             # Every object is a delta of its parent, so checkpoints are written in
             # step order: wait for the parent's mirror (the previous run of a
@@ -77,6 +84,8 @@ class MirrorActivities:
             ) from None
         except (StoreUnavailableError, TranscriptError) as exc:
             # The checkpoint store or the payload store (a referenced tool output): retried.
+            metrics.count(meter, metrics.STORE_ERRORS, store="checkpoints" if isinstance(exc, StoreUnavailableError)
+                          else "payloads", kind=type(exc).__name__)
             raise self._failure(exc, "StoreUnavailable") from None
         except CheckpointError as exc:
             # Exists with other bytes, a corrupt parent, or not storable at all: retrying cannot help.

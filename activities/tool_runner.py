@@ -45,6 +45,7 @@ from workflows.contracts import (
     ToolOutcome,
     ToolRequest,
 )
+from workflows.effects import effect_identity
 from workflows.errors import CheckpointError
 from workflows.text import scrub_surrogates
 from workflows.wire import (
@@ -135,15 +136,30 @@ class ToolActivities:
             kwargs = registered.validate(request.arguments)
         except pydantic.ValidationError as exc:
             return ToolCheck(invalid=self._redact.redact_text(_validation_message(exc)))
+        validated = registered.validated_json(request.arguments)
+        spec = registered.spec
+        repeat = None
+        if request.candidates:
+            # The same effect whatever spelling each call used ("450" or 450).
+            mine = effect_identity(spec, validated)
+            for index, candidate in enumerate(request.candidates):
+                try:
+                    theirs = effect_identity(spec, registered.validated_json(candidate))
+                except pydantic.ValidationError:
+                    continue  # recorded under an older schema of the tool: compared as recorded only
+                if theirs == mine:
+                    repeat = index
+                    break
         rule = registered.approval_rule
         if rule is None:
-            return ToolCheck(needs_approval=registered.spec.approval == "always")
+            return ToolCheck(needs_approval=spec.approval == "always", arguments=validated, repeat_index=repeat)
         try:
-            return ToolCheck(needs_approval=bool(rule(kwargs)))
+            needs = bool(rule(kwargs))
         except Exception as exc:  # noqa: BLE001 - a rule that fails asks a person: the safe side
             activity.logger.warning("the approval rule of %s raised %s: %s; the call waits for a decision",
                                     request.tool_name, type(exc).__name__, self._redact.redact_text(str(exc))[:300])
-            return ToolCheck(needs_approval=True)
+            needs = True
+        return ToolCheck(needs_approval=needs, arguments=validated, repeat_index=repeat)
 
     def _registered(self, name: str, purpose: str) -> RegisteredTool:
         registered = self._registry.get(name)

@@ -90,6 +90,11 @@ class RegisteredTool:
         model = self.args_model.model_validate(arguments)
         return {name: getattr(model, name) for name in type(model).model_fields}
 
+    def validated_json(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as the validator reads them, as JSON: {"n": "450"} -> {"n": 450}
+        (raises pydantic.ValidationError)."""
+        return self.args_model.model_validate(arguments).model_dump(mode="json")
+
     def compensation(self, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         """Decorator declaring how to compensate this (side-effecting) tool."""
         self.compensate = fn

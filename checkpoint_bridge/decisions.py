@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -40,7 +40,8 @@ async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, bra
     desc = await handle.describe()
     if desc.status is None or desc.status.name != "RUNNING":
         ended = desc.status.name.lower() if desc.status else "closed"
-        raise DecisionRefusedError(f"run {run_id!r} (branch {branch!r}) has ended ({ended}); nothing waits for a decision")
+        raise DecisionRefusedError(f"run {run_id!r} (branch {branch!r}) has ended ({ended}); nothing waits for a decision "
+                                   "there (a call of another branch needs --branch: `rewind pending` shows it)")
     queue = desc.raw_description.execution_config.task_queue.name
     if queue and not await pollers(client, queue, workflows=True):
         raise DecisionRefusedError(
@@ -54,13 +55,17 @@ async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, bra
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         message = cause.message if isinstance(cause, ApplicationError) else str(cause or exc)
-        raise DecisionRefusedError(f"run {run_id!r} refused the decision on {decision.tool_call_id!r}: {message}") from None
-    except (asyncio.TimeoutError, RPCError) as exc:
-        # Not refused, not confirmed either: a worker that picks the run up later may still take it.
-        why = f"no worker took it within {timeout_s:g} s" if isinstance(exc, asyncio.TimeoutError) else str(exc)
+        hint = " (a call of another branch needs --branch: `rewind pending` shows it)" if "is waiting" in message else ""
+        raise DecisionRefusedError(f"run {run_id!r} refused the decision on {decision.tool_call_id!r}: {message}{hint}") from None
+    except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as exc:
+        # Not refused, not confirmed either: Temporal may still deliver it to a worker that
+        # picks the run up later (a dead worker's polls stay listed for a while).
+        why = (f"no worker took it within {timeout_s:g} s"
+               if isinstance(exc, (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError)) else str(exc))
         raise DecisionRefusedError(
-            f"the decision on {decision.tool_call_id!r} of run {run_id!r} is not confirmed ({why}); it may still "
-            f"take effect once a worker runs the run: check `rewind status {run_id}` before deciding again") from None
+            f"the decision on {decision.tool_call_id!r} of run {run_id!r} is not confirmed ({why}); Temporal may "
+            f"still deliver it when a worker runs the run again: start one and check `rewind status {run_id}` "
+            "before deciding again") from None
 
 @dataclass
 class Pending:

@@ -84,6 +84,8 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
         if r.approval:
             a = r.approval
             line = f"  decision   {r.tool_name} call {r.tool_call_id}: {decision_text(a)} at {a.get('decided_at')}"
+            if a.get("verdict") == "approved" and a.get("reason"):
+                line += f" ({a['reason']})"
             if a.get("original_arguments") is not None:
                 line += f"; asked {json.dumps(a['original_arguments'], ensure_ascii=False)[:120]}, ran {json.dumps(r.tool_input, ensure_ascii=False)[:120]}"
             lines.append(line)

@@ -352,11 +352,15 @@ async def cmd_reject(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def pending_lines(p: Any) -> list[str]:
     """How `rewind status` and `rewind pending` show one waiting call."""
     branch = "" if p.branch_id == "main" else f" --branch {p.branch_id}"
     lines = [f"{p.run_id}{'' if p.branch_id == 'main' else f' ({p.branch_id})'} step {p.step}: "
-             f"{p.tool_name}({json.dumps(p.arguments, ensure_ascii=False)[:200]}) call {p.tool_call_id}"
+             f"{p.tool_name}({_shortened(json.dumps(p.arguments, ensure_ascii=False), 200)}) call {p.tool_call_id}"
              f" key {p.idempotency_key or '-'}",
              f"    waiting since {p.requested_at.isoformat(timespec='seconds')}"
              + (f"; {p.on_timeout} at {p.deadline.isoformat(timespec='seconds')} without a decision" if p.deadline else "")]
@@ -376,7 +380,9 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         _emit({"waiting": [p.model_dump(mode="json") for p in found.waiting], "unanswered": found.unanswered}, True, "")
         return 0
-    lines = [line for p in found.waiting for line in pending_lines(p)] or ["no tool call is waiting for a decision"]
+    nothing = ("no tool call is waiting for a decision" if not found.unanswered
+               else "no run that answered has a tool call waiting for a decision")
+    lines = [line for p in found.waiting for line in pending_lines(p)] or [nothing]
     if found.unanswered:
         lines.append(f"({len(found.unanswered)} open run(s) did not answer, e.g. no worker polls them: "
                      + ", ".join(found.unanswered[:5]) + (" ..." if len(found.unanswered) > 5 else "") + ")")

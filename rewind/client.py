@@ -34,14 +34,16 @@ from workflows.wire import STATUS_QUERY
 
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, runtime: Any = None) -> Client:
+    """A Temporal client; `runtime` (a temporalio Runtime) carries the worker's metrics endpoint."""
     converter = data_converter(
         settings.payload_url, settings.payload_threshold,
         encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
         s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
     )
     try:
-        return await Client.connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter)
+        return await Client.connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter,
+                                    **({"runtime": runtime} if runtime is not None else {}))
     except RuntimeError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(
@@ -106,14 +108,15 @@ async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str
     """`rewind approve`: let a waiting call run (with `arguments` instead, if given). `by`
     defaults to the OS user. Raises DecisionRefusedError if the run cannot take it."""
     decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="approve", by=_decider(by), reason=reason,
-                                arguments=arguments)
+                                arguments=arguments, decided_at=datetime.now(timezone.utc))
     return await decisions.decide(client, run_id, decision, branch=branch)
 
 
 async def reject(client: Client, run_id: str, tool_call_id: str, *, reason: str, branch: str = "main",
                  by: str | None = None) -> ApprovalRecord:
     """`rewind reject`: the call does not run; the model gets the reason as its result."""
-    decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="reject", by=_decider(by), reason=reason)
+    decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="reject", by=_decider(by), reason=reason,
+                                decided_at=datetime.now(timezone.utc))
     return await decisions.decide(client, run_id, decision, branch=branch)
 
 

@@ -46,6 +46,13 @@ def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _port(name: str, read: "_Env") -> int:
+    port = read.int(name, 0, minimum=1)
+    if port > 65535:
+        raise ConfigError(f"{name}={port} is not a TCP port; use 1-65535 (e.g. 9464)")
+    return port
+
+
 class _Env:
     """Typed reads of one environment mapping; an empty or blank value is unset."""
 
@@ -157,6 +164,8 @@ class Settings:
     scripted_dialect: str = "openai"
     # Where a worker reports that it is polling (`rewind health` reads it).
     health_file: Path | None = None
+    # The worker serves Prometheus metrics on this port (all interfaces), or none.
+    metrics_port: int | None = None
     # Print tracebacks of unexpected errors (the CLI prints one line otherwise).
     debug: bool = False
 
@@ -205,6 +214,7 @@ class Settings:
             scripted_latency_ms=read.float("REWIND_SCRIPTED_LATENCY_MS", 0.0),
             scripted_dialect=read.str("REWIND_SCRIPTED_DIALECT", "openai"),  # type: ignore[arg-type]
             health_file=Path(p) if (p := read.str("REWIND_HEALTH_FILE")) else None,
+            metrics_port=_port("REWIND_METRICS_PORT", read) if read.str("REWIND_METRICS_PORT") else None,
             debug=read.flag("REWIND_DEBUG"),
         )
 

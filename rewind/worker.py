@@ -213,13 +213,27 @@ class HealthFile:
             await asyncio.sleep(HEALTH_INTERVAL_S)
 
 
+def metrics_runtime(settings: Settings) -> Any:
+    """A Temporal runtime serving Prometheus metrics on REWIND_METRICS_PORT (Temporal's and
+    Rewind's own, workflows/metrics.py), or None for the default runtime (no endpoint)."""
+    if settings.metrics_port is None:
+        return None
+    from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+    try:
+        return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{settings.metrics_port}")))
+    except Exception as exc:  # noqa: BLE001 - the SDK reports a taken port as a plain error
+        raise ConfigError(f"REWIND_METRICS_PORT={settings.metrics_port}: cannot serve metrics there ({exc}); "
+                          "choose a free port or unset it") from None
+
+
 async def run_worker(settings: Settings, tool_modules: list[str], *, announce_json: bool = False) -> None:
     # `--tool-modules mymod` finds mymod.py in the current directory, as `python -m` would.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
     await check_stores(settings, probe_writes=True)
-    client = await connect(settings)
+    client = await connect(settings, metrics_runtime(settings))
     endpoint, offline = model_endpoint(settings)
     worker = build_worker(client, settings, registry, endpoint)
     stop = asyncio.Event()

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.text import usd
     from workflows.tool_calls import failure_text, step_label
     from workflows.tool_step import ToolStep
+    from workflows import metrics
 
     # The workflow refers to activities by name only, so it does not import
     # the activity implementations (and their I/O libraries).
@@ -119,6 +120,10 @@ class AgentWorkflow:
             if checked.invalid is not None:
                 raise refused(f"the edited arguments fail the schema of {waiting.tool_name}: {checked.invalid}; "
                               "the call still waits with its original arguments")
+            if checked.arguments is not None:
+                # Run and record them as the validator reads them ("450" -> 450): the effect's
+                # identity, compared by later branches, is then the one that ran.
+                decision = decision.model_copy(update={"arguments": checked.arguments})
         return self._gate.decide(decision)
 
     @decide.validator
@@ -366,6 +371,12 @@ class AgentWorkflow:
             model_view=model_view,
         )
         state.announce_system_prompt = None
+        if step_ledger.model_calls:
+            meter = workflow.metric_meter()  # records nothing while replaying
+            metrics.count(meter, metrics.STEPS, model=inp.model)
+            metrics.count(meter, metrics.TOKENS, step_ledger.prompt_tokens, model=inp.model, kind="prompt")
+            metrics.count(meter, metrics.TOKENS, step_ledger.completion_tokens, model=inp.model, kind="completion")
+            metrics.count(meter, metrics.COST, round(step_ledger.cost_usd * 1e6), model=inp.model)
         self._last_step_ledger = record.step_ledger
         state.parent_checkpoint = checkpoint_id(inp.run_id, inp.branch_id, state.step)
         self._step_messages, self._step_calls = [], []

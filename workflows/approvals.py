@@ -56,9 +56,12 @@ class ApprovalGate:
     def decide(self, decision: ApprovalDecision) -> ApprovalRecord:
         waiting = self.check(decision)
         edited = decision.arguments is not None and decision.arguments != waiting.arguments
+        now = workflow.now()
+        decided = decision.decided_at if decision.decided_at is not None and decision.decided_at < now else now
         record = ApprovalRecord(
             verdict="approved" if decision.verdict == "approve" else "rejected",
-            by=decision.by, requested_at=waiting.requested_at, decided_at=workflow.now(),
+            by=decision.by, requested_at=waiting.requested_at, decided_at=decided,
+            applied_at=now if (now - decided).total_seconds() > 1 else None,
             reason=decision.reason, original_arguments=waiting.arguments if edited else None,
             repeat_of=waiting.repeat_of,
         )

@@ -122,6 +122,8 @@ class ApprovalDecision(BaseModel):
     verdict: Literal["approve", "reject"]
     by: str
     reason: str | None = None
+    # When the person decided (the client's clock); the run may take it later.
+    decided_at: datetime | None = None
     # Run with these arguments instead (approve only); checked against the tool's schema.
     arguments: dict[str, Any] | None = None
 
@@ -134,6 +136,8 @@ class ApprovalRecord(BaseModel):
     requested_at: datetime
     decided_at: datetime
     reason: str | None = None
+    # When the run took the decision, if later than decided_at (no worker was running, say).
+    applied_at: datetime | None = None
     # The arguments the model asked for, when the decision changed them.
     original_arguments: dict[str, Any] | None = None
     timed_out: bool = False
@@ -141,15 +145,21 @@ class ApprovalRecord(BaseModel):
 
 
 class ToolCheckRequest(BaseModel):
-    """The input of check_tool_call: is this call valid, and does it need a decision?"""
+    """The input of check_tool_call: is this call valid, does it need a decision, and
+    which of `candidates` (arguments of the lineage's effects of this tool) is the same effect?"""
 
     tool_name: str
     arguments: dict[str, Any]
+    candidates: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ToolCheck(BaseModel):
     invalid: str | None = None  # why the arguments fail the tool's schema
     needs_approval: bool = False
+    # The arguments as the tool's validator reads them ("450" -> 450), as JSON.
+    arguments: dict[str, Any] | None = None
+    # The first candidate with the same effect identity, compared on validated values.
+    repeat_index: int | None = None
 
 
 class RunLimits(BaseModel):

@@ -36,14 +36,21 @@ class LineageEffects:
 
     def __init__(self, effects: list[LineageEffect], specs: dict[str, ToolSpec]) -> None:
         self._by_identity: dict[str, LineageEffect] = {}
+        self._by_tool: dict[str, list[LineageEffect]] = {}
         for effect in effects:
             spec = specs.get(effect.tool_name)
             if spec is not None and spec.side_effects:
                 # The first one wins: the earliest record of the effect.
                 self._by_identity.setdefault(effect_identity(spec, effect.arguments), effect)
+                self._by_tool.setdefault(effect.tool_name, []).append(effect)
 
     def __len__(self) -> int:
         return len(self._by_identity)
+
+    def of_tool(self, name: str) -> list[LineageEffect]:
+        """The lineage's effects of one tool, earliest first (compared on validated
+        values by a worker when the arguments as sent match none of them)."""
+        return self._by_tool.get(name, [])
 
     def repeat_of(self, spec: ToolSpec, arguments: dict[str, Any]) -> LineageEffect | None:
         if not self._by_identity:

@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
     )
     from workflows.effects import LineageEffects, reference
+    from workflows import metrics
     from workflows.tool_calls import (
         BAD_ARGUMENTS,
         UNKNOWN_TOOL,
@@ -131,13 +132,21 @@ class ToolStep:
 
     async def _side_effect(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], log: ToolCallLog) -> dict[str, Any]:
         repeat = self._lineage.repeat_of(spec, args)
+        checked: ToolCheck | None = None
+        earlier = self._lineage.of_tool(spec.name)
+        if repeat is None and earlier:
+            # The same effect may be spelled differently ("450" and 450): a worker that
+            # holds the tool compares the validated values.
+            checked = await self.check(spec, args, [e.arguments for e in earlier])
+            if checked is not None and checked.repeat_index is not None and checked.repeat_index < len(earlier):
+                repeat = earlier[checked.repeat_index]
         if repeat is not None and spec.on_repeat == "reuse":
             # The effect happened on this branch's lineage: its result, not a second effect.
             log.reused = reference(repeat)
             return self._finish(log, output=repeat.output)
         asks = spec.approval == "always" or (repeat is not None and spec.on_repeat == "ask")
         if not asks and spec.approval == "by_arguments":
-            checked = await self.check(spec, args)
+            checked = checked or await self.check(spec, args)
             # Invalid arguments are refused by the tool activity, as for any call.
             asks = checked is not None and checked.invalid is None and checked.needs_approval
         if asks:
@@ -147,16 +156,19 @@ class ToolStep:
                 requested_at=workflow.now(), on_timeout=spec.approval_default,
                 repeat_of=reference(repeat) if repeat is not None else None,
             )
+            metrics.count(workflow.metric_meter(), metrics.APPROVALS_REQUESTED, tool=spec.name)
             record, args = await self.gate.wait(waiting, spec.approval_timeout_s)
+            metrics.count(workflow.metric_meter(), metrics.APPROVALS_DECIDED, tool=spec.name, verdict=record.verdict,
+                          timed_out=record.timed_out)
             log.approval = record
             if record.verdict == "rejected":
                 return self._finish(log, output=rejection_text(record, spec.name))
             log.arguments = args
         return self._apply(log, await self._execute(step, call_id, spec, args, log.idempotency_key), executed=True)
 
-    async def check(self, spec: ToolSpec, args: dict[str, Any]) -> ToolCheck | None:
+    async def check(self, spec: ToolSpec, args: dict[str, Any], candidates: list[dict[str, Any]] | None = None) -> ToolCheck | None:
         """What a worker holding the tool says of these arguments (None: no worker could say)."""
-        request = ToolCheckRequest(tool_name=spec.name, arguments=args)
+        request = ToolCheckRequest(tool_name=spec.name, arguments=args, candidates=candidates or [])
         try:
             return await self._dispatch(CHECK_TOOL_CALL, request, ToolCheck, spec)
         except ActivityError as err:
@@ -233,6 +245,12 @@ class ToolStep:
         self, log: ToolCallLog, *, output: Any = None, output_ref: str | None = None, error: str | None = None,
     ) -> dict[str, Any]:
         log.output, log.output_ref, log.error = output, output_ref, error
+        outcome = ("reused" if log.reused is not None
+                   else "rejected" if log.approval is not None and log.approval.verdict == "rejected"
+                   else "cached" if log.served_from_cache else "error" if error is not None else "ok")
+        # A name the model made up is not a label (it would be a new series each time).
+        tool = log.tool_name if log.tool_name in self._specs else "unknown"
+        metrics.count(workflow.metric_meter(), metrics.TOOL_CALLS, tool=tool, outcome=outcome)
         if error is not None:
             self.last_error = f"step {log.step}: {error}"
         self._log.append(log)

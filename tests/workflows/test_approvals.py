@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from datetime import datetime, timezone
 
 import pytest
 from helpers import read_events, scripted, start_agent
@@ -331,5 +332,49 @@ async def test_pending_names_the_open_runs_that_cannot_answer(worker, client, se
         listed = await pending_approvals(client)
         assert handle.id in listed.unanswered
         assert all(p.run_id != handle.id for p in listed.waiting)
+    finally:
+        await handle.terminate(reason="test over")
+
+
+async def test_repeats_and_edits_are_compared_on_validated_values(worker, client, settings, model, events_file, store):
+    main = scripted(model, [{"tool_calls": [{"name": "send_invoice", "arguments": INVOICE}]}, {"content": "sent"}])
+    handle = await start_agent(client, settings, "spelled differently", model=main)
+    run_id = (await handle.result()).status.run_id
+    # The fork's model spells the amount as a string: the same effect for the tool's validator.
+    child = await fork(client, settings, store, run_id, 1, branch="spelled", model=scripted(model, [
+        UNUSED, {"tool_calls": [{"name": "send_invoice", "arguments": {"customer": "acme", "amount_cents": "1200"}}]},
+        {"content": "child"}]))
+    await child.handle.result()
+    assert len(effects(events_file, "send_invoice")) == 1
+    assert (await records(store, run_id, "spelled"))[-1].reused is not None
+
+    name = scripted(model, [{"tool_calls": [{"name": "wire_money", "arguments": {"to": "bob", "amount_cents": 500}}]},
+                            {"content": "done"}])
+    handle = await start_agent(client, settings, "edit as text", model=name)
+    status = await waiting_calls(handle)
+    record = await approve(client, status.run_id, status.pending_approvals[0].tool_call_id, by="ann",
+                           arguments={"to": "bob", "amount_cents": "450"})
+    await handle.result()
+    assert record.original_arguments == {"to": "bob", "amount_cents": 500}
+    (tool,) = await records(store, status.run_id)
+    assert tool.tool_input == {"to": "bob", "amount_cents": 450}  # as the validator read it, as it ran
+
+
+async def test_a_decision_no_worker_takes_is_not_confirmed(client, settings, model, events_file, spawn_worker):
+    from checkpoint_bridge.decisions import decide
+    from workflows.contracts import ApprovalDecision
+
+    name = scripted(model, [{"tool_calls": [{"name": "wire_money", "arguments": {"to": "zoe", "amount_cents": 3}}]},
+                            {"content": "done"}])
+    first = spawn_worker()
+    handle = await start_agent(client, settings, "no worker", model=name)
+    try:
+        status = await waiting_calls(handle)
+        first.kill()  # its polls stay listed for a while: the decision is sent, and nobody takes it
+        decision = ApprovalDecision(tool_call_id=status.pending_approvals[0].tool_call_id, verdict="approve", by="kim",
+                                    decided_at=datetime.now(timezone.utc))
+        with pytest.raises(DecisionRefusedError, match="is not confirmed .no worker took it within 3 s.*rewind status"):
+            await decide(client, status.run_id, decision, timeout_s=3)
+        assert effects(events_file, "wire_money") == []
     finally:
         await handle.terminate(reason="test over")
