@@ -112,8 +112,9 @@ class AgentWorkflow:
         waiting = self._gate.check(decision)
         if decision.verdict == "approve" and decision.arguments is not None and decision.arguments != waiting.arguments:
             # Checked by a worker that holds the tool, with the validator the call itself meets.
-            spec = self._tools.spec(waiting.tool_name) if self._tools is not None else None
-            checked = await self._tools.check(spec, decision.arguments) if spec is not None and self._tools else None
+            tools = self._tools  # set before any call can wait
+            spec = tools.spec(waiting.tool_name) if tools is not None else None
+            checked = await tools.check(spec, decision.arguments) if tools is not None and spec is not None else None
             if checked is None:
                 raise refused(f"no worker holding {waiting.tool_name} could check the edited arguments; "
                               "the call still waits, try again when one runs")

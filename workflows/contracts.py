@@ -98,23 +98,6 @@ class LineageEffect(EffectRef):
     output: Any = None
 
 
-class PendingApproval(BaseModel):
-    """A tool call waiting for a decision (what `rewind status` and `rewind pending` show)."""
-
-    run_id: str
-    branch_id: str
-    step: int
-    tool_call_id: str
-    tool_name: str
-    arguments: dict[str, Any]
-    idempotency_key: str | None = None
-    requested_at: datetime
-    deadline: datetime | None = None  # when approval_default is taken
-    on_timeout: Literal["approve", "reject"] = "reject"
-    # Set when the call asks because it repeats an effect of its lineage (on_repeat="ask").
-    repeat_of: EffectRef | None = None
-
-
 class ApprovalDecision(BaseModel):
     """The input of the decide_tool_call update."""
 
@@ -309,6 +292,17 @@ class ToolRequest(BaseModel):
     tool_name: str
     arguments: dict[str, Any]
     idempotency_key: str | None = None
+
+
+class PendingApproval(ToolRequest):
+    """A tool call waiting for a decision (what `rewind status` and `rewind pending` show):
+    the call as its tool activity would get it, and when and why it waits."""
+
+    requested_at: datetime
+    deadline: datetime | None = None  # when approval_default is taken
+    on_timeout: Literal["approve", "reject"] = "reject"
+    # Set when the call asks because it repeats an effect of its lineage (on_repeat="ask").
+    repeat_of: EffectRef | None = None
 
 
 class ToolOutcome(BaseModel):
