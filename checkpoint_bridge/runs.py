@@ -19,6 +19,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.lineage import is_revision_name, revision_branch, split_revision
+from checkpoint_bridge.visibility import ensure_search_attributes, start_options
 from workflows.contracts import AgentInput, AgentResult
 from workflows.errors import RunExistsError, UsageError
 from workflows.ids import echo, validate_id, workflow_id_for
@@ -167,8 +168,9 @@ async def start_agent(
     if verify_tools:
         await check_tools(client, task_queue, agent_input.tools)
     # A secret pasted into the task or the system prompt must not reach history.
+    indexed = await ensure_search_attributes(client)
     agent_input = agent_input.model_copy(update={
-        "task": redact(agent_input.task), "system_prompt": redact(agent_input.system_prompt),
+        "task": redact(agent_input.task), "system_prompt": redact(agent_input.system_prompt), "indexed": indexed,
     })
     try:
         return await client.start_workflow(
@@ -181,6 +183,7 @@ async def start_agent(
             # keys derive from it, so a finished run's id is never reused.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             task_timeout=fast_task_timeout(agent_input),
+            **start_options(agent_input, indexed),
         )
     except WorkflowAlreadyStartedError as exc:
         raise RunExistsError(

@@ -45,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.ids import checkpoint_id
     from workflows.text import usd
     from workflows.tool_calls import failure_text, step_label
+    from workflows.run_index import RunIndex
+    from workflows.summaries import mirror_summary, model_call_summary
     from workflows.tool_step import ToolStep
     from workflows import metrics
 
@@ -91,7 +93,8 @@ class AgentWorkflow:
         self._batched: bool | None = None  # MIRROR_BATCH_PATCH, decided at the first record
         self._stored_tools: tuple[str, str] | None = None  # (canonical JSON of the tools, their digest)
         self._new_limits: RunLimits | None = None
-        self._gate = ApprovalGate()
+        self._gate = ApprovalGate(on_change=self._show_state)
+        self._index = RunIndex(False)
 
     # -- queries, signals and updates ------------------------------------------
     @workflow.query(name=STATUS_QUERY)
@@ -114,7 +117,7 @@ class AgentWorkflow:
             # Checked by a worker that holds the tool, with the validator the call itself meets.
             tools = self._tools  # set before any call can wait
             spec = tools.spec(waiting.tool_name) if tools is not None else None
-            checked = await tools.check(spec, decision.arguments) if tools is not None and spec is not None else None
+            checked = await tools.check(spec, decision.arguments, step=waiting.step) if tools is not None and spec is not None else None
             if checked is None:
                 raise refused(f"no worker holding {waiting.tool_name} could check the edited arguments; "
                               "the call still waits, try again when one runs")
@@ -147,10 +150,12 @@ class AgentWorkflow:
             # the checkpoints written so far, and end as cancelled.
             if self._status is not None:
                 self._status.state = "cancelled"
+                self._show_state()
             raise
 
     async def _run(self, inp: AgentInput) -> AgentResult:
         self._input = inp
+        self._index = RunIndex(inp.indexed)
         self._state = inp.resume.model_copy(deep=True) if inp.resume else LoopState()
         status = self._status = AgentStatus(
             run_id=inp.run_id, branch_id=inp.branch_id, state="running", model=inp.model,
@@ -198,6 +203,7 @@ class AgentWorkflow:
             if not calls:
                 status.final_answer = message.get("content") or ""
                 status.state = "completed"
+                self._show_state()
                 return await self._finish_run()
             if self._should_continue_as_new(inp):
                 await self._continue_as_new(inp)
@@ -261,6 +267,7 @@ class AgentWorkflow:
         status = self._status
         assert status is not None
         status.state, status.budget_reason = "budget_exceeded", reason
+        self._show_state()
         self._new_limits = None
         try:
             await workflow.wait_condition(
@@ -270,6 +277,7 @@ class AgentWorkflow:
             return False
         assert self._new_limits is not None
         status.limits, status.state, status.budget_reason = self._new_limits, "running", None
+        self._show_state()
         return True
 
     # -- model call -------------------------------------------------------------
@@ -299,12 +307,12 @@ class AgentWorkflow:
                 # On this worker, no round trip through the server; recorded with
                 # the workflow task (AgentInput.fast says what that gives up).
                 response = await workflow.execute_local_activity(
-                    CALL_LLM, request, result_type=LlmResponse,
+                    CALL_LLM, request, result_type=LlmResponse, summary=model_call_summary(state.step, inp.model),
                     start_to_close_timeout=timedelta(seconds=tuning.timeout_s), retry_policy=retry,
                 )
             else:
                 response = await workflow.execute_activity(
-                    CALL_LLM, request, result_type=LlmResponse,
+                    CALL_LLM, request, result_type=LlmResponse, summary=model_call_summary(state.step, inp.model),
                     start_to_close_timeout=timedelta(seconds=tuning.timeout_s),
                     heartbeat_timeout=timedelta(seconds=tuning.heartbeat_s),
                     retry_policy=retry,
@@ -337,6 +345,12 @@ class AgentWorkflow:
     def _step_ledger(self) -> Ledger:
         """The current step so far: its model calls and its tool calls."""
         return self._model_ledger.plus(self._tools.ledger) if self._tools is not None else self._model_ledger.model_copy()
+
+    def _show_state(self) -> None:
+        """RewindState in Temporal's visibility follows the state `status` reports."""
+        if self._status is not None:
+            waiting = self._gate.pending and self._status.state == "running"
+            self._index.show("waiting_for_approval" if waiting else self._status.state)
 
     def _sync_status(self) -> None:
         status, state = self._status, self._state
@@ -420,6 +434,7 @@ class AgentWorkflow:
             await workflow.execute_activity(
                 activity,
                 arg,
+                summary=mirror_summary([r.step_index for r in records]),
                 start_to_close_timeout=timedelta(seconds=60),
                 # A store that is down is retried for as long as it takes; the
                 # agent loop does not wait for it. `rewind status` shows the lag
@@ -483,5 +498,6 @@ class AgentWorkflow:
         state.last_error = reason
         self._record_step("failed", failed={"reason": reason})
         self._status.state = "failed"
+        self._show_state()
         await self._finish_run()
         raise ApplicationError(reason, type=AGENT_RUN_FAILED, non_retryable=True)

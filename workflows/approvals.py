@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -28,7 +28,8 @@ def refused(message: str) -> ApplicationError:
 
 
 class ApprovalGate:
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+        self._on_change = on_change  # called when a call starts or stops waiting
         self.pending: dict[str, PendingApproval] = {}
         self._decided: dict[str, ApprovalRecord] = {}
         self._edited: dict[str, dict[str, Any]] = {}
@@ -87,6 +88,7 @@ class ApprovalGate:
         if timeout_s is not None:
             request = request.model_copy(update={"deadline": request.requested_at + timedelta(seconds=timeout_s)})
         self.pending[call] = request
+        self._on_change()
         try:
             try:
                 await workflow.wait_condition(
@@ -103,6 +105,7 @@ class ApprovalGate:
             return self._decided[call], self._edited.get(call, request.arguments)
         finally:
             self.pending.pop(call, None)
+            self._on_change()
 
 
 def rejection_text(record: ApprovalRecord, tool_name: str) -> str:

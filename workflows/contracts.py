@@ -224,6 +224,9 @@ class AgentInput(BaseModel):
     # model call included); see the README's "Fast path".
     fast: bool = False
     fast_record_s: float = Field(default=2.0, gt=0)
+    # The client registered Rewind's search attributes and started the workflow
+    # with them: the workflow keeps RewindState up to date (workflows/run_index.py).
+    indexed: bool = False
 
     @field_validator("task", "system_prompt")
     @classmethod

@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         idempotency_key,
         tool_message,
     )
+    from workflows.summaries import tool_call_summary
     from workflows.wire import CHECK_TOOL_CALL, RUN_TOOL, TOOL_NOT_REGISTERED, tool_task_queue
 
 
@@ -137,7 +138,7 @@ class ToolStep:
         if repeat is None and earlier:
             # The same effect may be spelled differently ("450" and 450): a worker that
             # holds the tool compares the validated values.
-            checked = await self.check(spec, args, [e.arguments for e in earlier])
+            checked = await self.check(spec, args, [e.arguments for e in earlier], step=step)
             if checked is not None and checked.repeat_index is not None and checked.repeat_index < len(earlier):
                 repeat = earlier[checked.repeat_index]
         if repeat is not None and spec.on_repeat == "reuse":
@@ -146,7 +147,7 @@ class ToolStep:
             return self._finish(log, output=repeat.output)
         asks = spec.approval == "always" or (repeat is not None and spec.on_repeat == "ask")
         if not asks and spec.approval == "by_arguments":
-            checked = checked or await self.check(spec, args)
+            checked = checked or await self.check(spec, args, step=step)
             # Invalid arguments are refused by the tool activity, as for any call.
             asks = checked is not None and checked.invalid is None and checked.needs_approval
         if asks:
@@ -166,11 +167,13 @@ class ToolStep:
             log.arguments = args
         return self._apply(log, await self._execute(step, call_id, spec, args, log.idempotency_key), executed=True)
 
-    async def check(self, spec: ToolSpec, args: dict[str, Any], candidates: list[dict[str, Any]] | None = None) -> ToolCheck | None:
+    async def check(self, spec: ToolSpec, args: dict[str, Any], candidates: list[dict[str, Any]] | None = None,
+                    *, step: int) -> ToolCheck | None:
         """What a worker holding the tool says of these arguments (None: no worker could say)."""
         request = ToolCheckRequest(tool_name=spec.name, arguments=args, candidates=candidates or [])
+        summary = tool_call_summary(step, spec.name, args, what="check")
         try:
-            return await self._dispatch(CHECK_TOOL_CALL, request, ToolCheck, spec)
+            return await self._dispatch(CHECK_TOOL_CALL, request, ToolCheck, spec, summary=summary)
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err
@@ -192,36 +195,40 @@ class ToolStep:
         )
         try:
             return await self._dispatch(RUN_TOOL, request, ToolOutcome, spec,
-                                      here=spec.fast or (self._inp.fast and not spec.side_effects))
+                                      here=spec.fast or (self._inp.fast and not spec.side_effects),
+                                      summary=tool_call_summary(step, spec.name, args))
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err  # the run is being stopped
             return f"{spec.name} failed after retries: {failure_text(err)}"
 
-    async def _dispatch(self, activity: str, request: Any, result_type: type, spec: ToolSpec, *, here: bool = False) -> Any:
+    async def _dispatch(self, activity: str, request: Any, result_type: type, spec: ToolSpec, *, summary: str,
+                        here: bool = False) -> Any:
         """On the run's own queue (or as a local activity, `here`), then on the tool's queue
         if the worker that took it lacks the tool (see `_execute`)."""
         try:
             if here:
-                return await self._run_here(request, spec)
-            return await self._schedule(activity, request, result_type, spec, None)
+                return await self._run_here(request, spec, summary)
+            return await self._schedule(activity, request, result_type, spec, None, summary)
         except ActivityError as err:
             if not (self._routed and isinstance(err.cause, ApplicationError) and err.cause.type == TOOL_NOT_REGISTERED):
                 raise
-        return await self._schedule(activity, request, result_type, spec, tool_task_queue(workflow.info().task_queue, spec.name))
+        return await self._schedule(activity, request, result_type, spec, tool_task_queue(workflow.info().task_queue, spec.name),
+                                    summary)
 
-    async def _run_here(self, request: ToolRequest, spec: ToolSpec) -> ToolOutcome:
+    async def _run_here(self, request: ToolRequest, spec: ToolSpec, summary: str) -> ToolOutcome:
         """A fast call: a local activity on the workflow's own worker (if that worker
         lacks the tool it refuses, and the call goes to the tool's queue as usual)."""
         return await workflow.execute_local_activity(
-            RUN_TOOL, request, result_type=ToolOutcome,
+            RUN_TOOL, request, result_type=ToolOutcome, summary=summary,
             start_to_close_timeout=timedelta(seconds=spec.timeout_s),
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),
         )
 
-    async def _schedule(self, activity: str, request: Any, result_type: type, spec: ToolSpec, task_queue: str | None) -> Any:
+    async def _schedule(self, activity: str, request: Any, result_type: type, spec: ToolSpec, task_queue: str | None,
+                        summary: str) -> Any:
         return await workflow.execute_activity(
-            activity, request, result_type=result_type, task_queue=task_queue,
+            activity, request, result_type=result_type, task_queue=task_queue, summary=summary,
             start_to_close_timeout=timedelta(seconds=spec.timeout_s),
             heartbeat_timeout=timedelta(seconds=spec.heartbeat_s),
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),

@@ -35,6 +35,14 @@ CHECKPOINT_CONFLICT = "CheckpointConflict"   # a checkpoint that can never be st
 AGENT_RUN_FAILED = "AgentRunFailed"          # the run's own failure, with its reason
 DECISION_REFUSED = "DecisionRefused"         # an approval decision the run cannot take (it is unchanged)
 
+# -- search attributes (Keyword, registered by the client before a run starts) --
+# `temporal workflow list --query "RewindRunId='r1'"` finds every branch of a run.
+SA_RUN_ID = "RewindRunId"
+SA_BRANCH = "RewindBranch"
+SA_MODEL = "RewindModel"
+SA_STATE = "RewindState"    # running, waiting_for_approval, budget_exceeded, completed, failed, cancelled
+SEARCH_ATTRIBUTES = (SA_RUN_ID, SA_BRANCH, SA_MODEL, SA_STATE)
+
 # -- patches (workflow.patched ids) --------------------------------------------
 # Named tools are described on a task queue of their own per tool, and a tool
 # call a worker refuses (it lacks the tool) goes again to that queue, so a run
@@ -63,5 +71,6 @@ __all__ = [
     "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP", "MIRROR_STEPS", "CHECK_TOOL_CALL",
     "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "DECIDE_UPDATE",
     "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED",
+    "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "tool_task_queue",
 ]

@@ -84,6 +84,13 @@ async def test_continue_as_new_keeps_one_logical_run(worker, client, settings, m
     result = await handle.result()
     assert result.status.state == "completed" and result.status.step == steps
     assert result.status.continued_as_new >= 3
+    # The last run of the chain still carries what Temporal's UI finds the run by.
+    from checkpoint_bridge.visibility import RUN_ID_KEY, STATE_KEY
+
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(RUN_ID_KEY) == handle.id
+    assert described.typed_search_attributes.get(STATE_KEY) == "completed"
+    assert (await described.memo())["run_id"] == handle.id
     # The read-only cache crossed continue-as-new: "same" ran once.
     assert [e["term"] for e in read_events(events_file) if e["kind"] == "lookup"].count("same") == 1
     assert result.status.tool_cache_hits == 1
