@@ -227,4 +227,5 @@ class LlmActivities:
             transcript_len=len(messages),
             tools_ref=tools_ref,
             model_view=model_view,
+            attempt=activity.info().attempt,
         )

@@ -207,7 +207,8 @@ class ToolActivities:
         clock = time.monotonic()
 
         def outcome(**fields: Any) -> ToolOutcome:
-            return ToolOutcome(started_at=started, duration_ms=int((time.monotonic() - clock) * 1000), **fields)
+            return ToolOutcome(started_at=started, duration_ms=int((time.monotonic() - clock) * 1000),
+                               attempt=activity.info().attempt, **fields)
 
         try:
             kwargs = registered.validate(request.arguments)

@@ -80,7 +80,7 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
     if cp.error_info:
         lines.append(f"  error      {cp.error_info}")
     for r in cp.tool_call_cache:
-        # Decisions and reused effects, the calls a person or the lineage changed.
+        # Decisions, retries and reused effects: the calls a person, a failure or the lineage changed.
         if r.approval:
             a = r.approval
             line = f"  decision   {r.tool_name} call {r.tool_call_id}: {decision_text(a)} at {a.get('decided_at')}"
@@ -89,6 +89,8 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
             if a.get("original_arguments") is not None:
                 line += f"; asked {json.dumps(a['original_arguments'], ensure_ascii=False)[:120]}, ran {json.dumps(r.tool_input, ensure_ascii=False)[:120]}"
             lines.append(line)
+        if r.attempts > 1:
+            lines.append(f"  retried    {r.tool_name} call {r.tool_call_id}: answered at attempt {r.attempts}")
         if r.reused:
             u = r.reused
             where = f"step {u.get('step')} of {u.get('branch_id')}" if u.get("step") is not None else f"its lineage ({u.get('branch_id')})"

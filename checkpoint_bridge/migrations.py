@@ -70,7 +70,12 @@ def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 4}
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
+    # v5 added tool records' `attempts` (absent: 1) and the ledgers' retry counts (absent: 0).
+    return {**doc, "schema_version": 5}
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 """``MIGRATIONS[n]`` turns a version-n document into a version-(n+1) one."""
 
 

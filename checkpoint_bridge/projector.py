@@ -18,12 +18,21 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from checkpoint_bridge.schema import AgentCheckpoint, StepParts, ToolCallRecord, checkpoint_to_dict
-from workflows.contracts import MirrorBatch, StepRecord, ToolCallLog
+from workflows.contracts import Ledger, MirrorBatch, StepRecord, ToolCallLog
 from workflows.errors import ProjectionError
 from workflows.ids import checkpoint_id
 from workflows.tool_calls import with_system_prompt
 from workflows.wire import MIRROR_STEP, MIRROR_STEPS
 
+
+
+_COUNTED_LATER = ("model_retries", "tool_retries")
+
+
+def ledger_dict(ledger: Ledger) -> dict[str, Any]:
+    """A ledger as a checkpoint stores it: counters added after a run may have been
+    mirrored are left out while 0, so re-mirroring an older run gives the same document."""
+    return ledger.model_dump(exclude={name for name in _COUNTED_LATER if getattr(ledger, name) == 0})
 
 
 def tool_record(log: ToolCallLog) -> ToolCallRecord:
@@ -42,6 +51,7 @@ def tool_record(log: ToolCallLog) -> ToolCallRecord:
         served_from_cache=log.served_from_cache,
         approval=log.approval.model_dump(mode="json") if log.approval is not None else None,
         reused=log.reused.model_dump(mode="json") if log.reused is not None else None,
+        attempts=log.attempts,
     )
 
 
@@ -65,9 +75,9 @@ def _checkpoint(record: StepRecord, messages: list[dict[str, Any]], tools: list[
         status=record.status,
         error_info=record.error_info,
         ledger={
-            "step": record.step_ledger.model_dump(),
-            "branch": record.branch_ledger.model_dump(),
-            "total": record.total_ledger.model_dump(),
+            "step": ledger_dict(record.step_ledger),
+            "branch": ledger_dict(record.branch_ledger),
+            "total": ledger_dict(record.total_ledger),
         },
         model_view=record.model_view,
     )

@@ -45,7 +45,7 @@ __all__ = [
     "format_datetime",
 ]
 
-CURRENT_SCHEMA_VERSION = 4
+CURRENT_SCHEMA_VERSION = 5
 
 CheckpointStatus = Literal["completed", "failed", "in_progress", "invalidated"]
 
@@ -85,16 +85,20 @@ class ToolCallRecord(BaseModel):
     reused: dict[str, Any] | None = None
     """The earlier effect of the lineage whose result this call returned without
     running (``tool_name``, ``arguments``, ``idempotency_key``, ``branch_id``, ``step``, ``origin``)."""
+    attempts: int = Field(default=1, ge=1)
+    """Activity attempts the call took (v5; left out when 1: no retry)."""
 
     _utc = field_validator("called_at")(_to_utc)
 
     @model_serializer(mode="wrap")
     def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Only calls that had a decision or a reuse carry the fields (v4).
+        # Only calls that had a decision or a reuse carry the fields (v4), only retried ones attempts (v5).
         data = handler(self)
         for name in ("approval", "reused"):
             if data.get(name) is None:
                 data.pop(name, None)
+        if data.get("attempts") == 1:
+            data.pop("attempts")
         return data
 
     @model_validator(mode="after")

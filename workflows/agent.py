@@ -334,6 +334,7 @@ class AgentWorkflow:
         ledger.total_tokens += usage.total_tokens
         ledger.cost_usd += response.cost_usd
         ledger.model_calls += 1
+        ledger.model_retries += response.attempt - 1
         ledger.unpriced_calls += 0 if response.priced else 1
         self._sync_status()
         return response

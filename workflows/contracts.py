@@ -168,6 +168,10 @@ class Ledger(BaseModel):
     tool_calls: int = 0
     cache_hits: int = 0
     tool_time_ms: int = 0
+    # Attempts beyond the first (Temporal retries) of model calls and tool calls.
+    # Left out of a checkpoint's ledger while 0 (runs from before they were counted).
+    model_retries: int = 0
+    tool_retries: int = 0
 
     def plus(self, other: "Ledger") -> "Ledger":
         return Ledger(**{k: getattr(self, k) + getattr(other, k) for k in Ledger.model_fields})
@@ -276,6 +280,7 @@ class LlmResponse(BaseModel):
     transcript_len: int = 0
     # When the context was compressed: what was done to fit it (see context_window).
     model_view: dict[str, Any] | None = None
+    attempt: int = 1  # Temporal's attempt number of the activity that answered
 
 
 class DescribeToolsRequest(BaseModel):
@@ -321,6 +326,7 @@ class ToolOutcome(BaseModel):
     duration_ms: int
     # True when a side-effecting call was answered from its idempotency record.
     replayed_from_record: bool = False
+    attempt: int = 1  # Temporal's attempt number of the activity that answered
 
 
 class ToolCallLog(BaseModel):
@@ -341,6 +347,7 @@ class ToolCallLog(BaseModel):
     served_from_cache: bool = False
     approval: ApprovalRecord | None = None  # the decision, when the call needed one
     reused: EffectRef | None = None  # the earlier effect whose result this call returned
+    attempts: int = 1  # activity attempts the answer took (1: no retry)
 
 
 def _from_ledger(name: str, kind: type) -> Any:

@@ -242,6 +242,8 @@ class ToolStep:
             self.ledger.tool_time_ms += result.duration_ms
             log.called_at = result.started_at
             log.duration_ms = result.duration_ms
+            log.attempts = result.attempt
+            self.ledger.tool_retries += result.attempt - 1
         if result.error is not None:
             return self._finish(log, error=result.error)
         if log.cache_key is not None and log.cache_key not in self._cache:

@@ -84,6 +84,13 @@ async def test_sigkill_after_side_effect_records_it_once(client, settings, model
     assert len(effects) == 1
     assert len(list((tmp_path / "test-outbox").glob("*.eml"))) == 1
     assert sum(1 for w in workers if w.process.poll() is not None) == 1
+    # The checkpoint and the ledger say the call took a retry.
+    from checkpoint_bridge.store import open_checkpoint_store
+
+    assert result.status.ledger.tool_retries == 1 and result.status.ledger.model_retries == 0
+    async with open_checkpoint_store(settings.store_url) as store:
+        (record,) = (await store.load(f"{handle.id}:main:1")).tool_call_cache
+    assert record.tool_name == "send_email" and record.attempts == 2
 
 
 async def test_a_killed_workers_run_goes_on_without_waiting_for_its_sticky_queue(
