@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -49,10 +50,20 @@ from .objects import ObjectStore, open_object_store
 from .packs import MAX_PACK_BYTES, PACK_STEPS, block_of, encode_pack
 from .schema import AgentCheckpoint, CheckpointSummary, StepParts, checkpoint_to_dict
 
-__all__ = ["CheckpointStore", "open_checkpoint_store", "DEFAULT_STORE_URL"]
+__all__ = ["CheckpointStore", "StepFacts", "open_checkpoint_store", "DEFAULT_STORE_URL"]
 
 DEFAULT_STORE_URL = "file://.rewind/checkpoints"
 _SUMMARY_FIELDS = tuple(CheckpointSummary.model_fields)
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """One stored step as ``CheckpointStore.step_facts`` reads it: its own fields (ids,
+    model, ledger, created_at, status, ...; no messages), the tool records it added."""
+
+    fields: dict[str, Any]
+    tool_records: list[dict[str, Any]]
+    invalidated: bool
 # Larger objects are read back when their block is packed: the cache stays small
 # (at most its 4,096 entries times this) with many runs mirrored at once.
 _REMEMBERED_OBJECT_MAX = 16 * 1024
@@ -266,6 +277,32 @@ class CheckpointStore:
         cutoffs = {b: _cutoff(parsed, b) for b in order}
         return await self._summaries(steps, cutoffs)
 
+    async def run_ids(self) -> list[str]:
+        """Every run with a checkpoint in the store, sorted (one listing of the whole store)."""
+        return sorted({p.run_id for p in map(parse_key, await self.objects.list("runs/")) if p is not None})
+
+    async def step_facts(self, run_id: str) -> list[StepFacts]:
+        """What each stored step of the run says of itself without its messages (model,
+        ledger, tool calls it added, times), every branch, in ``list_checkpoints`` order:
+        one read per step object, no chain replayed (statistics over many runs)."""
+        parsed = await self._keys(run_prefix(run_id))
+        order = _branch_order(parsed)
+        steps = sorted((p for p in parsed if p.kind == "step"), key=lambda p: (order.index(p.branch_id), p.step_index))
+        cutoffs = {b: _cutoff(parsed, b) for b in order}
+        tool_counts: dict[str, int] = {}
+        out = []
+        for p, fields, invalidated in await self._step_fields(steps, cutoffs):
+            cid = checkpoint_id(p.run_id, p.branch_id, p.step_index)
+            if "new_tool_records" in fields:  # a delta: the calls of this step
+                own = list(fields["new_tool_records"])
+                tool_counts[cid] = int(fields.get("base_tool_count", 0)) + len(own)
+            else:  # a whole document: the calls after its parent's
+                records = list(fields.get("tool_call_cache") or [])
+                own = records[tool_counts.get(fields.get("parent_id") or "", 0):]
+                tool_counts[cid] = len(records)
+            out.append(StepFacts(fields=fields, tool_records=own, invalidated=invalidated))
+        return out
+
     async def branches(self, run_id: str) -> list[str]:
         """Branch ids of the run, in creation order (by first step; "main" first on ties)."""
         return _branch_order(await self._keys(run_prefix(run_id)))
@@ -303,9 +340,10 @@ class CheckpointStore:
         ]
         return max(valid, default=None)
 
-    async def _summaries(
+    async def _step_fields(
         self, steps: list[ParsedKey], cutoffs: dict[str, int | None]
-    ) -> list[CheckpointSummary]:
+    ) -> list[tuple[ParsedKey, dict[str, Any], bool]]:
+        """(key, the step object's own fields but its messages, invalidated) of each step, in order."""
         keys = [step_key(p.run_id, p.branch_id, p.step_index) for p in steps]
         found = await read_many(self.objects, keys, self._concurrency)
         out = []
@@ -315,18 +353,24 @@ class CheckpointStore:
                 continue  # deleted between listing and reading
             cid = checkpoint_id(p.run_id, p.branch_id, p.step_index)
             payload = decode_as(cid, key, data).payload
-            fields = migrate({k: v for k, v in payload.items() if k != "messages"}, key)
+            fields = migrate({k: v for k, v in payload.items() if k not in ("messages", "new_messages")}, key)
+            cutoff = cutoffs.get(p.branch_id)
+            out.append((p, fields, cutoff is not None and p.step_index > cutoff))
+        return out
+
+    async def _summaries(
+        self, steps: list[ParsedKey], cutoffs: dict[str, int | None]
+    ) -> list[CheckpointSummary]:
+        out = []
+        for p, fields, invalidated in await self._step_fields(steps, cutoffs):
             try:
                 summary = CheckpointSummary.model_validate({f: fields.get(f) for f in _SUMMARY_FIELDS})
             except ValidationError as exc:
                 raise CorruptCheckpointError(
-                    f"checkpoint object {key} has invalid summary fields ({exc.errors()[0]['msg']}); "
-                    "rebuild the run with `rewind mirror RUN`"
+                    f"checkpoint object {step_key(p.run_id, p.branch_id, p.step_index)} has invalid summary "
+                    f"fields ({exc.errors()[0]['msg']}); rebuild the run with `rewind mirror RUN`"
                 ) from exc
-            cutoff = cutoffs.get(p.branch_id)
-            if cutoff is not None and p.step_index > cutoff:
-                summary = summary.model_copy(update={"status": "invalidated"})
-            out.append(summary)
+            out.append(summary.model_copy(update={"status": "invalidated"}) if invalidated else summary)
         return out
 
 

@@ -4,7 +4,7 @@ The public API, in one place:
 
     from rewind import tool, tool_context, ToolError            # writing tools
     from rewind import Settings, connect, start_run, wait_for_outcome, run_view
-    from rewind import checkpoint_store, tree, fork, rollback, diff, compensate, mirror_run
+    from rewind import checkpoint_store, tree, fork, rollback, diff, compensate, mirror_run, store_stats
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
     from rewind import AgentInput, RunLimits, RewindError
 
@@ -50,6 +50,8 @@ _EXPORTS = {
     "compensate": "rewind.client",
     "diff": "checkpoint_bridge.diff",
     "mirror_run": "checkpoint_bridge.mirror",
+    "store_stats": "checkpoint_bridge.stats",
+    "StoreStats": "checkpoint_bridge.stats",
     "AgentCheckpoint": "checkpoint_bridge.schema",
     # the error tree's root
     "RewindError": "workflows.errors",

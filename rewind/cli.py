@@ -406,6 +406,15 @@ async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.stats import stats_text, store_stats
+
+    async with _checkpoints(settings) as store:
+        stats = await store_stats(store, args.run or None)
+    _emit(stats.model_dump(mode="json"), args.json, stats_text(stats) if not args.json else "")
+    return 0
+
+
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.inspect import checkpoint_text
 
@@ -701,6 +710,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--format", choices=["text", "mermaid", "dot"], default="text",
                    help="text (default), or a graph: Mermaid flowchart or Graphviz DOT")
+
+    p = command("stats", "runs by state, tokens and cost by model and branch, cache hits, step times, retries",
+                handler=cmd_stats)
+    p.add_argument("--run", action="append", metavar="RUN", help="only this run (repeatable; default: every run in the store)")
 
     p = command("show", "one full AgentCheckpoint (id RUN:BRANCH:STEP)", handler=cmd_show)
     p.add_argument("checkpoint")

@@ -1,0 +1,200 @@
+"""`rewind stats`: what the runs in a checkpoint store did, added up.
+
+Drawn from the store alone (it outlives Temporal's retention): one read per
+step object, no chain replayed, so a store of many long runs is summed in
+one pass. Spend counts every step that ran, including steps a rollback later
+invalidated (they were paid for); a fork counts only its own steps, never
+what it inherited from its source.
+
+A run's state is what its checkpoints can say: `completed` (main ends with a
+final answer), `failed`, or `unfinished` (running, waiting, paused, stopped
+or crashed: `rewind status RUN` asks Temporal which).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import datetime
+from typing import Any, Iterable
+
+from pydantic import BaseModel, Field
+
+from checkpoint_bridge.lineage import split_revision
+from checkpoint_bridge.store import CheckpointStore, StepFacts
+from workflows.errors import RunNotFoundError
+from workflows.ids import checkpoint_id, validate_id
+from workflows.text import usd
+
+MODEL_CALL = "call_llm"  # the retries key of model calls; tool calls: "run_tool <tool>"
+
+
+class Spend(BaseModel):
+    branches: int = 0
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+    model_calls: int = 0
+
+    def add_step(self, ledger: dict[str, Any]) -> None:
+        self.steps += 1
+        for name in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls"):
+            setattr(self, name, getattr(self, name) + int(ledger.get(name) or 0))
+        self.cost_usd += float(ledger.get("cost_usd") or 0.0)
+
+
+class StepTimes(BaseModel):
+    """From one checkpoint to the next on a branch: model call, tools and any wait."""
+
+    steps: int = 0
+    mean_ms: float | None = None
+    p95_ms: float | None = None
+
+
+class StoreStats(BaseModel):
+    store: str
+    runs: int = 0
+    branches: int = 0
+    runs_by_state: dict[str, int] = Field(default_factory=dict)
+    totals: Spend = Field(default_factory=Spend)
+    by_model: dict[str, Spend] = Field(default_factory=dict)
+    by_branch: dict[str, Spend] = Field(default_factory=dict)  # by branch name, revisions folded in
+    tool_calls: int = 0  # executed
+    cache_hits: int = 0
+    cache_hit_rate: float | None = None  # cache hits / (tool calls run + cache hits)
+    reused_effects: int = 0
+    step_time: StepTimes = Field(default_factory=StepTimes)
+    retries: dict[str, int] = Field(default_factory=dict)  # attempts beyond the first, by activity
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of a sorted, non-empty list."""
+    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def _when(fields: dict[str, Any]) -> datetime | None:
+    value = fields.get("created_at")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _run_state(facts: list[StepFacts]) -> str:
+    """The state of the run's main line: its newest revision's last valid step."""
+    main = [f for f in facts if split_revision(f.fields["branch_id"])[0] == "main" and not f.invalidated]
+    if not main:
+        return "unfinished"
+    newest = max(main, key=lambda f: (split_revision(f.fields["branch_id"])[1], f.fields["step_index"]))
+    if newest.fields.get("status") == "failed":
+        return "failed"
+    return "completed" if newest.fields.get("step_label") == "final answer" else "unfinished"
+
+
+def _add_run(stats: StoreStats, facts: list[StepFacts], durations: list[float], seen_branches: dict[str, set[str]]) -> None:
+    stats.runs += 1
+    state = _run_state(facts)
+    stats.runs_by_state[state] = stats.runs_by_state.get(state, 0) + 1
+    created: dict[str, datetime | None] = {}
+    branches: set[str] = set()
+    retries: Counter[str] = Counter(stats.retries)
+    for f in facts:
+        fields = f.fields
+        branch, step = fields["branch_id"], fields["step_index"]
+        cid = checkpoint_id(fields["run_id"], branch, step)
+        created[cid] = _when(fields)
+        parent = fields.get("parent_id")
+        if parent is not None and parent.rsplit(":", 2)[1] == branch:
+            start, end = created.get(parent), created[cid]
+            if start is not None and end is not None:
+                durations.append((end - start).total_seconds() * 1000)
+        branches.add(branch)
+        if step == 0:
+            continue  # the start: a task, no work
+        ledger = ((fields.get("ledger") or {}).get("step")) or {}
+        model = fields.get("model") or "unknown"
+        name = split_revision(branch)[0]
+        for spend in (stats.totals, stats.by_model.setdefault(model, Spend()), stats.by_branch.setdefault(name, Spend())):
+            spend.add_step(ledger)
+        seen_branches.setdefault(f"model:{model}", set()).add(f"{fields['run_id']}/{branch}")
+        seen_branches.setdefault(f"branch:{name}", set()).add(f"{fields['run_id']}/{branch}")
+        stats.tool_calls += int(ledger.get("tool_calls") or 0)
+        stats.cache_hits += int(ledger.get("cache_hits") or 0)
+        if ledger.get("model_retries"):
+            retries[MODEL_CALL] += int(ledger["model_retries"])
+        for record in f.tool_records:
+            if record.get("reused"):
+                stats.reused_effects += 1
+            if int(record.get("attempts") or 1) > 1:
+                retries[f"run_tool {record.get('tool_name')}"] += int(record["attempts"]) - 1
+    stats.branches += len(branches)
+    stats.retries = dict(sorted(retries.items()))
+
+
+async def store_stats(store: CheckpointStore, run_ids: Iterable[str] | None = None) -> StoreStats:
+    """Stats of the named runs (default: every run in the store)."""
+    if run_ids is not None:
+        wanted = [validate_id("run", r) for r in run_ids]
+    else:
+        wanted = await store.run_ids()
+    stats = StoreStats(store=store.url)
+    durations: list[float] = []
+    seen: dict[str, set[str]] = {}
+    for run_id in wanted:
+        facts = await store.step_facts(run_id)
+        if not facts:
+            if run_ids is not None:
+                raise RunNotFoundError(f"no checkpoints for run {run_id!r} in {store.url}; check the id or REWIND_STORE")
+            continue
+        _add_run(stats, facts, durations, seen)
+    stats.totals.branches = stats.branches
+    for key, spend in [*(("model:" + k, v) for k, v in stats.by_model.items()),
+                       *(("branch:" + k, v) for k, v in stats.by_branch.items())]:
+        spend.branches = len(seen.get(key, ()))
+    looked_up = stats.tool_calls + stats.cache_hits
+    stats.cache_hit_rate = stats.cache_hits / looked_up if looked_up else None
+    if durations:
+        ordered = sorted(durations)
+        stats.step_time = StepTimes(steps=len(ordered), mean_ms=sum(ordered) / len(ordered),
+                                    p95_ms=_percentile(ordered, 0.95))
+    return stats
+
+
+def _seconds(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.2f} s"
+
+
+def _table(title: str, rows: dict[str, Spend]) -> list[str]:
+    width = max([len(title), *map(len, rows)])
+    lines = [f"  {title:<{width}}  {'branches':>8} {'steps':>7} {'tokens in':>10} {'tokens out':>10} {'cost':>12}"]
+    for name, s in sorted(rows.items(), key=lambda kv: (-kv[1].cost_usd, kv[0])):
+        lines.append(f"  {name:<{width}}  {s.branches:>8} {s.steps:>7} {s.prompt_tokens:>10} {s.completion_tokens:>10} "
+                     f"{usd(s.cost_usd):>12}")
+    return lines
+
+
+def stats_text(stats: StoreStats) -> str:
+    if stats.runs == 0:
+        return f"no runs in {stats.store}"
+    states = ", ".join(f"{n} {state}" for state, n in sorted(stats.runs_by_state.items()))
+    t = stats.totals
+    lines = [
+        f"{stats.runs} run(s), {stats.branches} branch(es), {t.steps} step(s) in {stats.store}: {states}",
+        f"spend      {t.total_tokens} tokens ({t.prompt_tokens} in / {t.completion_tokens} out), {usd(t.cost_usd)}, "
+        f"{t.model_calls} model call(s)",
+        "by model", *_table("model", stats.by_model),
+        "by branch", *_table("branch", stats.by_branch),
+    ]
+    rate = "-" if stats.cache_hit_rate is None else f"{stats.cache_hit_rate:.1%}"
+    lines.append(f"tool calls {stats.tool_calls} run, {stats.cache_hits} from cache (hit rate {rate}), "
+                 f"{stats.reused_effects} reused effect(s)")
+    st = stats.step_time
+    lines.append(f"step time  mean {_seconds(st.mean_ms)}, p95 {_seconds(st.p95_ms)} over {st.steps} step(s)")
+    retried = ", ".join(f"{name} {n}" for name, n in stats.retries.items()) or "none"
+    lines.append(f"retries    {retried}")
+    return "\n".join(lines)
+
+
+__all__ = ["Spend", "StepTimes", "StoreStats", "store_stats", "stats_text", "MODEL_CALL"]
