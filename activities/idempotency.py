@@ -38,18 +38,21 @@ from checkpoint_bridge.objects import ObjectStore
 from workflows.errors import CheckpointNotFoundError
 
 
+def record_key(key: str) -> str:
+    """Where the record of idempotency key `key` (`idem-...`, `comp-...`) lives in the payload store."""
+    prefix = key.split("-", 1)[0]
+    if prefix not in ("idem", "comp") or not key[5:].isalnum():
+        raise ValueError(f"not an idempotency key: {key!r}")
+    return f"idempotency/{key}.json"
+
+
 class IdempotencyLedger:
     """Records in `objects`: the payload store (see the module docstring)."""
 
     def __init__(self, objects: ObjectStore) -> None:
         self._objects = objects
 
-    @staticmethod
-    def _key(key: str) -> str:
-        prefix = key.split("-", 1)[0]
-        if prefix not in ("idem", "comp") or not key[5:].isalnum():
-            raise ValueError(f"not an idempotency key: {key!r}")
-        return f"idempotency/{key}.json"
+    _key = staticmethod(record_key)
 
     async def recorded(self, key: str) -> dict[str, Any] | None:
         try:

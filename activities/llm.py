@@ -18,6 +18,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 from temporalio import activity
@@ -27,6 +28,7 @@ from activities.context_budget import message_budget
 from activities.context_window import check_pairing, compact_actions, compress_messages
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
+from activities.spans import activity_span
 from activities.redaction import NO_REDACTION, Redactor
 from activities.transcript import TranscriptError, TranscriptStore
 from checkpoint_bridge.outputs import OutputStore
@@ -34,6 +36,7 @@ from activities.wire_format import outgoing_messages
 from workflows.contracts import LlmRequest, LlmResponse, Usage
 from workflows.errors import StoreUnavailableError
 from workflows.text import scrub_surrogates
+from workflows import tracing as names
 from workflows.wire import CALL_LLM, LLM_REJECTED
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -129,7 +132,27 @@ class LlmActivities:
         # can take longer than the heartbeat timeout on a loaded machine, and
         # an attempt that never beats is timed out and retried for ever.
         async with heartbeating():
-            return await self._call_llm(request)
+            with activity_span(names.model_span_name(request.model), self._span_attributes(request),
+                               redact=self._redact.redact_text, client=True) as span:
+                response = await self._call_llm(request)
+                span.set({
+                    names.GEN_AI_INPUT_TOKENS: response.usage.prompt_tokens,
+                    names.GEN_AI_OUTPUT_TOKENS: response.usage.completion_tokens,
+                    names.GEN_AI_RESPONSE_ID: response.response_id,
+                    names.GEN_AI_FINISH_REASONS: [response.finish_reason] if response.finish_reason else None,
+                    names.COST_USD: response.cost_usd, names.PRICED: response.priced,
+                    names.CONTEXT_COMPRESSED: response.model_view is not None,
+                })
+                return response
+
+    def _span_attributes(self, request: LlmRequest) -> dict[str, Any]:
+        """The model call's span (activities/spans.py): the GenAI conventions' names, and Rewind's."""
+        url = urlsplit(self._endpoint.base_url)
+        return {
+            names.GEN_AI_OPERATION: "chat", names.GEN_AI_PROVIDER: "openai", names.GEN_AI_MODEL: request.model,
+            "server.address": url.hostname, "server.port": url.port,
+            names.RUN_ID: request.run_id, names.STEP: request.step, names.ATTEMPT: activity.info().attempt,
+        }
 
     async def _call_llm(self, request: LlmRequest) -> LlmResponse:
         try:

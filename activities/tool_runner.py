@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.redaction import Redactor
+from activities.spans import activity_span
 from checkpoint_bridge.outputs import OutputStore, worth_a_reference
 from activities.tools import (
     RegisteredTool,
@@ -48,6 +49,8 @@ from workflows.contracts import (
 from workflows.effects import effect_identity
 from workflows.errors import CheckpointError
 from workflows.text import scrub_surrogates
+from workflows import tracing as names
+from workflows.tracing import tool_span_name
 from workflows.wire import (
     CHECK_TOOL_CALL,
     COMPENSATE_TOOL,
@@ -203,6 +206,22 @@ class ToolActivities:
     @activity.defn(name=RUN_TOOL)
     async def run_tool(self, request: ToolRequest) -> ToolOutcome:
         registered = self._registered(request.tool_name, "run")
+        with activity_span(tool_span_name(request.tool_name), {
+            names.GEN_AI_OPERATION: "execute_tool", names.GEN_AI_TOOL_NAME: request.tool_name,
+            names.GEN_AI_TOOL_CALL_ID: request.tool_call_id, names.GEN_AI_TOOL_TYPE: "function",
+            names.RUN_ID: request.run_id, names.BRANCH: request.branch_id, names.STEP: request.step,
+            names.ATTEMPT: activity.info().attempt, names.CACHE_HIT: False,
+            names.SIDE_EFFECTS: registered.spec.side_effects,
+        }, redact=self._redact.redact_text) as span:
+            result = await self._run_tool(registered, request)
+            if result.error is not None:
+                span.set({names.OUTCOME: "error"})
+                span.fail(result.error_kind or "tool_error", result.error)
+            else:
+                span.set({names.OUTCOME: "recorded" if result.replayed_from_record else "ok"})
+            return result
+
+    async def _run_tool(self, registered: RegisteredTool, request: ToolRequest) -> ToolOutcome:
         started = datetime.now(timezone.utc)
         clock = time.monotonic()
 

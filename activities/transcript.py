@@ -29,6 +29,13 @@ TOOLS_FORMAT = "rewind.tool-schemas/v1"
 
 
 
+def segment_bytes(head: str | None, head_len: int, messages: list[dict[str, Any]]) -> bytes:
+    """The stored form of the segment that `append(head, head_len, messages)` writes
+    (its sha256 is the new head; erasing a run recomputes it for calls that never returned)."""
+    doc = {"format": SEGMENT_FORMAT, "parent": head, "length": head_len + len(messages), "messages": messages}
+    return canonical_json(doc).encode()
+
+
 def segment_key(digest: str) -> str:
     return f"segments/{digest[:2]}/{digest}.json"
 
@@ -45,8 +52,7 @@ class TranscriptStore:
 
     async def append(self, head: str | None, head_len: int, messages: list[dict[str, Any]]) -> str:
         """Store `messages` after the prefix `head`; returns the new head."""
-        doc = {"format": SEGMENT_FORMAT, "parent": head, "length": head_len + len(messages), "messages": messages}
-        digest = await put_addressed(self._objects, segment_key, canonical_json(doc).encode())
+        digest = await put_addressed(self._objects, segment_key, segment_bytes(head, head_len, messages))
         prefix = self._cache.get(head) if head is not None else []
         if prefix is not None:
             self._cache.put(digest, [*prefix, *messages])

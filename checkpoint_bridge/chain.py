@@ -82,7 +82,17 @@ async def read_many(
 
 def chain_ids(run_id: str, chain: Chain) -> list[str]:
     """The checkpoint ids a chain names, root first."""
-    return [checkpoint_id(run_id, branch, step) for branch, lo, hi in chain for step in range(lo, hi + 1)]
+    ids: list[str] = []
+    for branch, lo, hi in chain:
+        # Each range's ends checked once (as checkpoint_id would check every step): a
+        # chain names every step from the root, so per-step checks were quadratic in
+        # the run's length for a reader walking a whole run.
+        steps = range(lo, hi + 1)
+        if steps:
+            checkpoint_id(run_id, branch, lo)
+            checkpoint_id(run_id, branch, hi)
+        ids += [f"{run_id}:{branch}:{step}" for step in steps]
+    return ids
 
 
 def _ranges(ids: list[str]) -> Chain:

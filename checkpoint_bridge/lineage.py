@@ -79,10 +79,26 @@ async def lineage(store: CheckpointStore, run_id: str, name: str) -> list[Checkp
     summaries = await store.list_checkpoints(run_id)
     if not summaries:
         raise RunNotFoundError(f"no checkpoints for run {run_id!r} in {store.url}; check the id or REWIND_STORE")
+    return lineage_in(summaries, name, store.url)
+
+
+def _stored_revisions(summaries: list[CheckpointSummary], name: str) -> list[str]:
+    """`revisions`, over a run's listed checkpoints instead of the store."""
+    stored = list(dict.fromkeys(s.branch_id for s in summaries))
+    if _REVISION.match(name):
+        storage = revision_branch(*split_revision(name))
+        return [storage] if storage in stored else []
+    return sorted((b for b in stored if split_revision(b)[0] == name), key=lambda b: split_revision(b)[1])
+
+
+def lineage_in(summaries: list[CheckpointSummary], name: str, store_url: str) -> list[CheckpointSummary]:
+    """`lineage` over a run's checkpoints already listed (`store.list_checkpoints`), for
+    readers that resolve many names of one run (the viewer): no store requests."""
+    run_id = summaries[0].run_id
     by_id = {s.checkpoint_id: s for s in summaries}
     head: CheckpointSummary | None = None
     exact = _REVISION.match(name) is not None
-    for storage in reversed(await revisions(store, run_id, name)):
+    for storage in reversed(_stored_revisions(summaries, name)):
         # A revision named exactly is what it was, rolled-back steps included.
         live = [s for s in summaries if s.branch_id == storage and (exact or s.status != "invalidated")]
         if live:
@@ -97,7 +113,7 @@ async def lineage(store: CheckpointStore, run_id: str, name: str) -> list[Checkp
         if parent is None:
             raise RunNotFoundError(
                 f"checkpoint {chain[-1].parent_id} (parent of {chain[-1].checkpoint_id}) is missing from "
-                f"{store.url}; rebuild it with `rewind mirror {run_id}`"
+                f"{store_url}; rebuild it with `rewind mirror {run_id}`"
             )
         chain.append(parent)
     return list(reversed(chain))

@@ -10,7 +10,11 @@ and one behavioural test suite:
 
 Immutability is enforced by the backend itself (``os.link`` / ``If-None-Match``)
 rather than by a read-then-write check, so two writers racing on one key can
-never both succeed with different bytes.
+never both succeed with different bytes. Objects are never overwritten; the
+only way one goes is ``delete`` / ``delete_prefix``, which only erasing a run
+(``rewind delete``, checkpoint_bridge/erasure.py), erasing LangGraph threads
+(``RewindSaver``'s delete_thread / prune / delete_for_runs, langgraph_store.py)
+and the start-up probe use.
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ class ObjectStore(Protocol):
 
     async def delete_prefix(self, prefix: str) -> None:
         """Delete every key starting with ``prefix`` (which must not be empty)."""
+        ...
+
+    async def delete(self, key: str) -> bool:
+        """Delete one object: True if it was there, False if there was none (so deleting
+        twice is harmless). The one exception to immutability: erasing a run (erasure.py)
+        or a LangGraph thread's checkpoints (langgraph_store.py)."""
         ...
 
     async def aclose(self) -> None:

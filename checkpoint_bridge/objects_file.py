@@ -80,6 +80,9 @@ class FileObjectStore:
     async def delete_prefix(self, prefix: str) -> None:
         await self._run("delete", prefix, self._delete_prefix, prefix)
 
+    async def delete(self, key: str) -> bool:
+        return await self._run("delete", key, self._delete, key)
+
     # -- helpers --------------------------------------------------------------
 
     async def _run(self, op: str, key: str, fn: Callable[..., T], *args: object) -> T:
@@ -190,6 +193,23 @@ class FileObjectStore:
                 if key.startswith(prefix):
                     keys.append(key)
         return sorted(keys)
+
+    def _delete(self, key: str) -> bool:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        # The folders it leaves empty go too (segments/ab/ of a content-addressed
+        # object): a folder's name is part of what the object was called.
+        folder = path.parent
+        while folder != self.root and folder.is_relative_to(self.root):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break  # not empty (or a concurrent writer's): it stays
+            folder = folder.parent
+        return True
 
     def _delete_prefix(self, prefix: str) -> None:
         if not prefix:

@@ -183,6 +183,24 @@ class S3ObjectStore:
                     "check the credentials allow s3:DeleteObject and retry"
                 )
 
+    async def delete(self, key: str) -> bool:
+        # DeleteObject answers 204 whether or not the key existed: a HEAD first says which.
+        s3 = await self._s3()
+        full = self._key(key)
+        try:
+            await s3.head_object(Bucket=self.bucket, Key=full)
+        except ClientError as exc:
+            if _code(exc) in _NOT_FOUND:
+                return False
+            raise self._map("delete", key, exc) from exc
+        except _LIBRARY_ERRORS as exc:
+            raise self._map("delete", key, exc) from exc
+        try:
+            await s3.delete_object(Bucket=self.bucket, Key=full)
+        except _LIBRARY_ERRORS as exc:
+            raise self._map("delete", key, exc) from exc
+        return True
+
     async def check_access(self) -> None:
         """One request that fails the way every later one would: unreachable
         endpoint, missing bucket, refused credentials."""

@@ -261,6 +261,19 @@ class CheckpointStore:
             cp.status = "invalidated"
         return cp
 
+    async def document(self, checkpoint_id_: str) -> dict[str, Any]:
+        """The checkpoint's full document as plain JSON, migrated but not validated and
+        without rollback markers applied: shared with the store's cache, never mutate it.
+
+        For readers of a whole run (the viewer): a document shares the message dicts
+        of its parent's, so reading a run in step order costs one object and one list
+        of references per step, where ``load`` would copy and validate every whole
+        conversation again (quadratic in the run's length). Validate what you use
+        (``migrations.validate_document``) and take the status from ``list_checkpoints``.
+        """
+        parse_checkpoint_id(checkpoint_id_)
+        return await self._chain.document(checkpoint_id_)
+
     async def load_latest(self, run_id: str, branch_id: str = "main") -> AgentCheckpoint | None:
         """The highest step of the branch that is not invalidated, or None."""
         step = await self._head_step(run_id, branch_id)

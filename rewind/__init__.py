@@ -5,6 +5,7 @@ The public API, in one place:
     from rewind import tool, tool_context, ToolError            # writing tools
     from rewind import Settings, connect, start_run, wait_for_outcome, run_view
     from rewind import checkpoint_store, tree, fork, rollback, diff, compensate, mirror_run, store_stats
+    from rewind import delete_run, gc                                     # erasing runs
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
     from rewind import AgentInput, RunLimits, RewindError
 
@@ -52,6 +53,10 @@ _EXPORTS = {
     "mirror_run": "checkpoint_bridge.mirror",
     "store_stats": "checkpoint_bridge.stats",
     "StoreStats": "checkpoint_bridge.stats",
+    # erasure: a run everywhere it lives, or every finished run older than a duration
+    "delete_run": "rewind.erasure",
+    "gc": "rewind.erasure",
+    "ErasureReport": "rewind.erasure",
     "AgentCheckpoint": "checkpoint_bridge.schema",
     # the error tree's root
     "RewindError": "workflows.errors",

@@ -307,6 +307,64 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+# -- erasure ----------------------------------------------------------------------
+
+def _can_confirm(args: argparse.Namespace, what: str) -> None:
+    """Deleting asks first on a terminal; without one only --yes says go."""
+    if not args.yes and not sys.stdin.isatty():
+        raise UsageError(f"{what} removes data for good and there is no terminal to ask on; pass --yes to go ahead")
+
+
+def _confirmed(plan_text: str, question: str) -> bool:
+    print(plan_text, file=sys.stderr)
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+async def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.erasure import erase, plan_delete, refuse_running, report_text
+    from rewind.stores import check_stores
+
+    validate_id("run", args.run)
+    _can_confirm(args, f"rewind delete {args.run}")
+    await check_stores(settings)
+    client = await _client(settings)
+    async with _checkpoints(settings) as store:
+        plan = await plan_delete(client, store, args.run)
+        if not args.force:
+            refuse_running(plan)
+        if not args.yes and not _confirmed(report_text(plan.report()), f"delete run {args.run} everywhere?"):
+            print("rewind: nothing deleted", file=sys.stderr)
+            return EXIT_NOT_DONE
+        report = await erase(client, settings, store, plan, force=args.force)
+    _emit(report.model_dump(mode="json"), args.json, report_text(report))
+    return 0
+
+
+async def cmd_gc(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.erasure import erase, parse_duration, plan_gc, report_text
+    from rewind.stores import check_stores
+
+    older_than = parse_duration(args.older_than)
+    if not args.dry_run:
+        _can_confirm(args, "rewind gc")
+    await check_stores(settings)
+    client = await _client(settings)
+    async with _checkpoints(settings) as store:
+        plan = await plan_gc(client, store, older_than)
+        if args.dry_run or not plan.runs:
+            shown = plan.report()
+            _emit(shown.model_dump(mode="json"), args.json, report_text(shown))
+            return 0
+        if not args.yes and not _confirmed(report_text(plan.report()), f"delete these {len(plan.runs)} run(s) everywhere?"):
+            print("rewind: nothing deleted", file=sys.stderr)
+            return EXIT_NOT_DONE
+        report = await erase(client, settings, store, plan)
+    _emit(report.model_dump(mode="json"), args.json, report_text(report))
+    return 0
+
+
 # -- approvals ------------------------------------------------------------------
 
 def _edited_arguments(text: str | None) -> dict[str, Any] | None:
@@ -560,6 +618,29 @@ async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def cmd_view(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.viewer import view_page
+
+    validate_id("run", args.run)
+    if args.out == "-" and args.json:
+        raise UsageError("--out - writes the page on stdout and --json a summary of it; choose one")
+    out = Path(args.out or f"{args.run}.html")
+    async with _checkpoints(settings) as store:
+        data, view = await view_page(store, args.run)
+    if args.out == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        return 0
+    try:
+        out.write_bytes(data)
+    except OSError as exc:
+        raise RewindError(f"cannot write {out}: {exc.strerror or exc}") from exc
+    branches, steps = len(view["branches"]), len(view["checkpoints"])
+    _emit({"run": args.run, "out": str(out.resolve()), "bytes": len(data), "branches": branches, "steps": steps},
+          args.json, f"wrote {out} ({len(data):,} bytes; {branches} branches, {steps} checkpoints): open it in a browser")
+    return 0
+
+
 # -- processes ------------------------------------------------------------------
 
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -750,6 +831,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("branch_a")
     p.add_argument("branch_b")
 
+    p = command("view", "write a run as one self-contained HTML page (tree, steps, diffs), from the store alone",
+                handler=cmd_view)
+    p.add_argument("run")
+    p.add_argument("--out", help="file to write (default: RUN.html here), or - for stdout")
+
     p = command("continue", "continue a run paused by its budget, with a raised budget", handler=cmd_continue)
     p.add_argument("run")
     p.add_argument("--branch", default="main")
@@ -761,6 +847,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("cancel", "stop a run (it ends as cancelled; its checkpoints stay)", handler=cmd_cancel)
     p.add_argument("run")
     p.add_argument("--branch", default="main")
+
+    p = command("delete", "erase a run everywhere: Temporal, checkpoints, payloads only it uses", handler=cmd_delete)
+    p.add_argument("run")
+    p.add_argument("--yes", action="store_true", help="do not ask (needed without a terminal)")
+    p.add_argument("--force", action="store_true", help="terminate the run's running branches first")
+
+    p = command("gc", "erase every finished run whose last checkpoint is older than a duration", handler=cmd_gc)
+    p.add_argument("--older-than", required=True, metavar="DURATION", help="30d, 12h, 90m, 45s")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+    p.add_argument("--yes", action="store_true", help="do not ask (needed without a terminal)")
 
     p = command("approve", "let a tool call that waits for approval run", handler=cmd_approve)
     p.add_argument("run")
@@ -841,6 +937,9 @@ def _silence_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     code = run(argv)
+    from rewind.tracing import shutdown
+
+    shutdown()  # export the command's spans (os._exit below skips every exit hook)
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -25,6 +25,7 @@ from checkpoint_bridge.compensation import SideEffect, run_compensations
 from checkpoint_bridge.runs import branch_workflows, pollers, start_agent
 from checkpoint_bridge.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
+from rewind import tracing
 from rewind.config import Settings
 from rewind.payloads import data_converter
 from workflows.contracts import AgentInput, AgentResult, AgentStatus, ApprovalDecision, ApprovalRecord, Ledger, RunState
@@ -34,8 +35,11 @@ from workflows.wire import STATUS_QUERY
 
 
 
-async def connect(settings: Settings, runtime: Any = None) -> Client:
-    """A Temporal client; `runtime` (a temporalio Runtime) carries the worker's metrics endpoint."""
+async def connect(settings: Settings, runtime: Any = None, *, service: str = "rewind-cli") -> Client:
+    """A Temporal client; `runtime` (a temporalio Runtime) carries the worker's metrics endpoint.
+    With tracing on, the client (and every worker built from it) traces as `service`
+    unless OTEL_SERVICE_NAME says otherwise (rewind/tracing.py)."""
+    traced = tracing.interceptors(settings, service=service)
     converter = data_converter(
         settings.payload_url, settings.payload_threshold,
         encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
@@ -43,7 +47,7 @@ async def connect(settings: Settings, runtime: Any = None) -> Client:
     )
     try:
         return await Client.connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter,
-                                    **({"runtime": runtime} if runtime is not None else {}))
+                                    interceptors=traced, **({"runtime": runtime} if runtime is not None else {}))
     except RuntimeError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(

@@ -30,7 +30,9 @@ OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_SECRET_ENV = ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ANTHROPIC_API_KEY")
 
 # Variables that libraries read on their own; an empty one must look unset to them too.
-_LIBRARY_VARIABLES_PREFIXES = ("AWS_", "OPENAI_")
+_LIBRARY_VARIABLES_PREFIXES = ("AWS_", "OPENAI_", "OTEL_")
+# The OTLP protocols Rewind can export traces with (rewind/tracing.py).
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 
 
 def drop_empty_library_variables(environ: Any = None) -> list[str]:
@@ -108,6 +110,17 @@ def _checked_url(variable: str, url: str | None) -> str:
     return url or ""
 
 
+def _otlp_protocol(read: "_Env") -> str:
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        text = read.str(name)
+        if text is not None:
+            if text not in OTLP_PROTOCOLS:
+                raise ConfigError(f"{name}={text!r} is not a protocol Rewind exports traces with; "
+                                  f"use {' or '.join(OTLP_PROTOCOLS)}")
+            return text
+    return OTLP_PROTOCOLS[0]
+
+
 def _log_level(text: str) -> str:
     level = text.upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
@@ -168,6 +181,11 @@ class Settings:
     metrics_port: int | None = None
     # Print tracebacks of unexpected errors (the CLI prints one line otherwise).
     debug: bool = False
+    # OpenTelemetry traces (rewind/tracing.py): on when an OTLP endpoint is set. The
+    # exporter reads the rest of its OTEL_EXPORTER_OTLP_* variables itself.
+    tracing: bool = False
+    otel_service_name: str | None = None  # None: rewind-worker for a worker, rewind-cli for the CLI
+    otel_protocol: str = "http/protobuf"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -216,6 +234,10 @@ class Settings:
             health_file=Path(p) if (p := read.str("REWIND_HEALTH_FILE")) else None,
             metrics_port=_port("REWIND_METRICS_PORT", read) if read.str("REWIND_METRICS_PORT") else None,
             debug=read.flag("REWIND_DEBUG"),
+            tracing=bool(read.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or read.str("OTEL_EXPORTER_OTLP_ENDPOINT"))
+            and not read.flag("OTEL_SDK_DISABLED"),
+            otel_service_name=read.str("OTEL_SERVICE_NAME"),
+            otel_protocol=_otlp_protocol(read),
         )
 
     @property

@@ -18,6 +18,7 @@ stored encrypted and history's claim points at ciphertext.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -31,21 +32,51 @@ from temporalio.converter import (
     StorageDriverClaim,
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
+    StorageDriverWorkflowInfo,
 )
 
 from checkpoint_bridge.addressed import get_addressed, put_addressed
 from checkpoint_bridge.objects import FileObjectStore, parse_store_url
 from rewind.encryption import EncryptionCodec, parse_keys
 from workflows.errors import ConfigError, PayloadIntegrityError
+from workflows.wire import LOCAL_PAYLOAD_DRIVER, S3_PAYLOAD_DRIVER
 
 DEFAULT_THRESHOLD = 64 * 1024
 
 
 
+def local_payload_key(digest: str, workflow_id: str | None = None) -> str:
+    """Where LocalStorageDriver keeps the payload of claim `{"sha256": digest[, "workflow_id": id]}`."""
+    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+        raise PayloadIntegrityError(f"malformed payload claim {digest!r}")
+    if workflow_id is None:  # claims written before payloads were kept by workflow
+        return f"temporal/{digest[:2]}/{digest}"
+    return f"{workflow_payload_prefix(workflow_id)}{digest[:2]}/{digest}"
+
+
+def workflow_payload_prefix(workflow_id: str) -> str:
+    """Where LocalStorageDriver keeps the payloads stored for one workflow (every run of it)."""
+    if not (isinstance(workflow_id, str) and _SAFE_ID.fullmatch(workflow_id) and ".." not in workflow_id):
+        raise PayloadIntegrityError(f"malformed payload claim: workflow id {workflow_id!r:.80}")
+    return f"temporal/wf/{workflow_id}/"
+
+
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
 class LocalStorageDriver(StorageDriver):
-    """Content-addressed payload files in a local folder (the embedded default):
-    `temporal/<2 hex>/<sha256>` in the payload store, written through the same
-    object store (and its atomic, exclusive writes) as the transcript segments.
+    """Content-addressed payload files in a local folder (the embedded default),
+    written through the same object store (and its atomic, exclusive writes) as
+    the transcript segments:
+
+        temporal/wf/<workflow id>/<2 hex>/<sha256>   a payload stored for that workflow
+        temporal/<2 hex>/<sha256>                    any other (and claims from before)
+
+    The SDK names the workflow a payload is for (its input, its activities'
+    inputs and results, its queries' answers), so every payload of a workflow
+    sits under its own folder, as the SDK's S3 driver keeps them under its id:
+    erasing a run (rewind/erasure.py) takes its folders whole, including
+    payloads no history names (the answer to a query).
 
     Shared by every worker on the machine; use S3 when workers run on
     several machines.
@@ -55,29 +86,33 @@ class LocalStorageDriver(StorageDriver):
         self._objects = FileObjectStore(root)
 
     def name(self) -> str:
-        return "rewind.local"
+        return LOCAL_PAYLOAD_DRIVER
 
     def type(self) -> str:
-        return "rewind.local"
+        return LOCAL_PAYLOAD_DRIVER
 
     @staticmethod
-    def _key(digest: str) -> str:
-        if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
-            raise PayloadIntegrityError(f"malformed payload claim {digest!r}")
-        return f"temporal/{digest[:2]}/{digest}"
+    def _workflow_of(context: StorageDriverStoreContext) -> str | None:
+        target = context.target
+        wid = target.id if isinstance(target, StorageDriverWorkflowInfo) else None
+        return wid if wid and _SAFE_ID.fullmatch(wid) and ".." not in wid else None
 
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
         claims = []
+        workflow_id = self._workflow_of(context)
         for payload in payloads:
-            digest = await put_addressed(self._objects, self._key, payload.SerializeToString())
-            claims.append(StorageDriverClaim(claim_data={"sha256": digest}))
+            digest = await put_addressed(self._objects, lambda d: local_payload_key(d, workflow_id),
+                                         payload.SerializeToString())
+            claim = {"sha256": digest} if workflow_id is None else {"sha256": digest, "workflow_id": workflow_id}
+            claims.append(StorageDriverClaim(claim_data=claim))
         return claims
 
     async def retrieve(self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]) -> list[Payload]:
         out = []
         for claim in claims:
-            digest = claim.claim_data["sha256"]
-            data = await get_addressed(self._objects, self._key(digest), digest, "payload", error=PayloadIntegrityError)
+            digest = claim.claim_data.get("sha256", "")
+            key = local_payload_key(digest, claim.claim_data.get("workflow_id"))
+            data = await get_addressed(self._objects, key, digest, "payload", error=PayloadIntegrityError)
             payload = Payload()
             payload.ParseFromString(data)
             out.append(payload)
@@ -106,10 +141,10 @@ class _LazyS3Driver(StorageDriver):
         self._context = None
 
     def name(self) -> str:
-        return "aws.s3driver"
+        return S3_PAYLOAD_DRIVER
 
     def type(self) -> str:
-        return "aws.s3driver"
+        return S3_PAYLOAD_DRIVER
 
     async def _get(self) -> StorageDriver:
         if self._driver is None:

@@ -43,6 +43,7 @@ from activities.transcript import TranscriptStore
 from activities.mirror import MirrorActivities
 from checkpoint_bridge.outputs import OutputStore
 from checkpoint_bridge.store import CheckpointStore
+from rewind import tracing
 from rewind.client import connect
 from rewind.config import Settings, drop_empty_library_variables
 from rewind.stores import check_stores, object_store
@@ -233,7 +234,9 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
         sys.path.insert(0, os.getcwd())
     registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
     await check_stores(settings, probe_writes=True)
-    client = await connect(settings, metrics_runtime(settings))
+    client = await connect(settings, metrics_runtime(settings), service="rewind-worker")
+    if settings.tracing:
+        log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     endpoint, offline = model_endpoint(settings)
     worker = build_worker(client, settings, registry, endpoint)
     stop = asyncio.Event()
@@ -265,6 +268,7 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
     finally:
         if offline is not None:
             offline.stop_thread()
+        tracing.shutdown()  # the spans still buffered
 
 
 def main(argv: list[str] | None = None) -> None:

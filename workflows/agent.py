@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_index import RunIndex
     from workflows.summaries import mirror_summary, model_call_summary
     from workflows.tool_step import ToolStep
+    from workflows.tracing import RunTrace
     from workflows import metrics
 
     # The workflow refers to activities by name only, so it does not import
@@ -95,6 +96,7 @@ class AgentWorkflow:
         self._new_limits: RunLimits | None = None
         self._gate = ApprovalGate(on_change=self._show_state)
         self._index = RunIndex(False)
+        self._trace = RunTrace()  # spans of the run and its steps; nothing while tracing is off
 
     # -- queries, signals and updates ------------------------------------------
     @workflow.query(name=STATUS_QUERY)
@@ -151,6 +153,7 @@ class AgentWorkflow:
             if self._status is not None:
                 self._status.state = "cancelled"
                 self._show_state()
+            self._trace.run_ended(self._status, state="cancelled")
             raise
 
     async def _run(self, inp: AgentInput) -> AgentResult:
@@ -161,6 +164,7 @@ class AgentWorkflow:
             run_id=inp.run_id, branch_id=inp.branch_id, state="running", model=inp.model,
             limits=inp.limits, continued_as_new=self._state.continued_as_new,
         )
+        self._trace.run_started(inp.run_id, inp.branch_id, inp.model)
         self._sync_status()
         routed = workflow.patched(TOOL_QUEUES_PATCH)
         described = await (self._describe_routed(inp) if routed else self._describe_here(inp))
@@ -191,6 +195,7 @@ class AgentWorkflow:
                     return await self._finish_run()
                 continue
             self._state.step += 1
+            self._trace.step_started(self._state.step)
             response = await self._call_model(inp, openai_tools)
             message = response.message
             self._add_messages(message)
@@ -394,6 +399,7 @@ class AgentWorkflow:
             metrics.count(meter, metrics.TOKENS, step_ledger.completion_tokens, model=inp.model, kind="completion")
             metrics.count(meter, metrics.COST, round(step_ledger.cost_usd * 1e6), model=inp.model)
         self._last_step_ledger = record.step_ledger
+        self._trace.step_ended(record)
         state.parent_checkpoint = checkpoint_id(inp.run_id, inp.branch_id, state.step)
         self._step_messages, self._step_calls = [], []
         self._mirror_later(record)
@@ -475,6 +481,7 @@ class AgentWorkflow:
         state.continued_as_new += 1
         assert self._status is not None
         next_input = inp.model_copy(update={"resume": state, "limits": self._status.limits})
+        self._trace.run_ended(self._status, state="continued_as_new")
         if inp.fast:  # keeps the short workflow task timeout that paces recording (runs.start_agent)
             workflow.continue_as_new(next_input, task_timeout=workflow.info().task_timeout)
         workflow.continue_as_new(next_input)
@@ -489,6 +496,7 @@ class AgentWorkflow:
                 f"run `rewind mirror {inp.run_id}` once the store is reachable"
             )
         self._sync_status()
+        self._trace.run_ended(status)
         return AgentResult(status=status, final_answer=status.final_answer)
 
     async def _fail(self, reason: str) -> None:

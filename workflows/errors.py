@@ -106,6 +106,17 @@ class DecisionRefusedError(RewindError):
     """An approve / reject the run refused: no such waiting call, already decided, bad edited arguments."""
 
 
+class RunActiveError(RewindError):
+    """A run has a branch that still runs (or waits), and the operation would stop it."""
+
+
+class ErasureIncompleteError(RewindError):
+    """Deleting a run stopped part way: the message says what was removed and what
+    is left; running the same deletion again finishes it."""
+
+    retryable = True
+
+
 class CheckpointError(RewindError):
     """Base class of checkpoint document and checkpoint store errors."""
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 # -- workflows ---------------------------------------------------------------
 AGENT_WORKFLOW = "AgentWorkflow"
 COMPENSATION_WORKFLOW = "CompensationWorkflow"
+EXPERIMENT_WORKFLOW = "ExperimentWorkflow"   # one checkpoint forked N ways x K repetitions
+SCORE_WORKFLOW = "ScoreWorkflow"             # a scorer over an experiment's branches
 
 # -- activities --------------------------------------------------------------
 CALL_LLM = "call_llm"
@@ -22,11 +24,16 @@ COMPENSATE_TOOL = "compensate_tool"
 MIRROR_STEP = "mirror_step"      # one step record (runs from before MIRROR_BATCH_PATCH)
 MIRROR_STEPS = "mirror_steps"    # the step records that piled up since the last one, in order
 CHECK_TOOL_CALL = "check_tool_call"  # validate arguments / ask a tool's approval rule, without running it
+START_EXPERIMENT_BRANCH = "start_experiment_branch"  # fork one branch of an experiment (idempotent)
+WATCH_EXPERIMENT_BRANCH = "watch_experiment_branch"  # until the branch ends or pauses for its budget
+SCORE_BRANCH = "score_branch"                        # a user's scorer on a branch's final checkpoint
 
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"
 RAISE_LIMITS_SIGNAL = "raise_limits"
 DECIDE_UPDATE = "decide_tool_call"  # approve or reject a tool call waiting for approval
+EXPERIMENT_STATUS_QUERY = "experiment_status"
+RAISE_EXPERIMENT_BUDGET_SIGNAL = "raise_experiment_budget"
 
 # -- error types (ApplicationError.type) ---------------------------------------
 LLM_REJECTED = "LlmRequestRejected"          # a 4xx retrying cannot fix: the run fails
@@ -34,6 +41,7 @@ TOOL_NOT_REGISTERED = "ToolNotRegistered"    # the worker lacks the tool (runs f
 CHECKPOINT_CONFLICT = "CheckpointConflict"   # a checkpoint that can never be stored
 AGENT_RUN_FAILED = "AgentRunFailed"          # the run's own failure, with its reason
 DECISION_REFUSED = "DecisionRefused"         # an approval decision the run cannot take (it is unchanged)
+SCORER_UNUSABLE = "ScorerUnusable"           # a scorer that cannot be loaded or returns no score: not retried
 
 # -- search attributes (Keyword, registered by the client before a run starts) --
 # `temporal workflow list --query "RewindRunId='r1'"` finds every branch of a run.
@@ -42,6 +50,10 @@ SA_BRANCH = "RewindBranch"
 SA_MODEL = "RewindModel"
 SA_STATE = "RewindState"    # running, waiting_for_approval, budget_exceeded, completed, failed, cancelled
 SEARCH_ATTRIBUTES = (SA_RUN_ID, SA_BRANCH, SA_MODEL, SA_STATE)
+
+# -- external payload storage (driver names inside history's payload references) --
+LOCAL_PAYLOAD_DRIVER = "rewind.local"   # rewind/payloads.py LocalStorageDriver (a payload folder)
+S3_PAYLOAD_DRIVER = "aws.s3driver"      # the SDK's S3StorageDriver
 
 # -- patches (workflow.patched ids) --------------------------------------------
 # Named tools are described on a task queue of their own per tool, and a tool
@@ -67,10 +79,12 @@ def tool_task_queue(task_queue: str, tool_name: str) -> str:
 
 
 __all__ = [
-    "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW",
+    "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW", "EXPERIMENT_WORKFLOW", "SCORE_WORKFLOW",
     "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP", "MIRROR_STEPS", "CHECK_TOOL_CALL",
-    "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "DECIDE_UPDATE",
-    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED",
+    "START_EXPERIMENT_BRANCH", "WATCH_EXPERIMENT_BRANCH", "SCORE_BRANCH",
+    "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "DECIDE_UPDATE", "EXPERIMENT_STATUS_QUERY", "RAISE_EXPERIMENT_BUDGET_SIGNAL",
+    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED", "SCORER_UNUSABLE",
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
+    "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "tool_task_queue",
 ]

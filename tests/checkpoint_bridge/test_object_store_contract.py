@@ -10,7 +10,13 @@ from store_backends import Backend, make_bucket
 
 from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore, open_object_store
 from checkpoint_bridge.store import DEFAULT_STORE_URL, open_checkpoint_store
-from workflows.errors import CheckpointExistsError, CheckpointNotFoundError, ConfigError
+from workflows.errors import (
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    ConfigError,
+    InvalidIdError,
+    StoreUnavailableError,
+)
 
 
 async def test_put_if_absent_and_get(backend: Backend) -> None:
@@ -64,6 +70,40 @@ async def test_delete_prefix_deletes_only_that_prefix(backend: Backend) -> None:
     await objects.delete_prefix("runs/a/")  # nothing left: fine
     if isinstance(objects, FileObjectStore):
         assert not (objects.root / "runs" / "a").exists()  # no empty folders left behind
+
+
+async def test_delete_removes_one_object_and_says_whether_it_was_there(backend: Backend) -> None:
+    objects = backend.objects()
+    for key in ["segments/ab/abc.json", "segments/ab/abd.json", "segments/ac/ace.json"]:
+        await objects.put_if_absent(key, b"{}")
+    assert await objects.delete("segments/ab/abc.json") is True
+    with pytest.raises(CheckpointNotFoundError):
+        await objects.get("segments/ab/abc.json")
+    assert await objects.delete("segments/ab/abc.json") is False  # twice: harmless, and says so
+    assert await objects.delete("segments/zz/never.json") is False
+    assert await objects.list("") == ["segments/ab/abd.json", "segments/ac/ace.json"]
+    # Another process sees it gone; the key can be written again (a rebuilt run).
+    twin = backend.reopen(objects)
+    backend.opened.append(twin)
+    assert await twin.list("segments/ac/") == ["segments/ac/ace.json"]
+    assert await objects.delete("segments/ac/ace.json") is True
+    assert await twin.put_if_absent("segments/ac/ace.json", b"again") is True
+    if isinstance(objects, FileObjectStore):
+        await objects.delete("segments/ab/abd.json")
+        assert not (objects.root / "segments" / "ab").exists()  # the emptied folder goes too
+        assert (objects.root / "segments" / "ac").is_dir()
+
+
+async def test_delete_refuses_unsafe_keys_and_names_a_store_that_is_down(backend: Backend) -> None:
+    objects = backend.objects()
+    for key in ["../outside.json", "/abs.json", "a/../b.json", ""]:
+        with pytest.raises(InvalidIdError):
+            await objects.delete(key)
+    broken = backend.broken()
+    backend.opened.append(broken)
+    with pytest.raises(StoreUnavailableError) as caught:
+        await broken.delete("segments/ab/abc.json")
+    assert broken.url in str(caught.value) and "delete" in str(caught.value)
 
 
 def test_open_object_store_accepts_the_documented_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
