@@ -210,6 +210,9 @@ class LlmActivities:
         }
         if tools:
             kwargs["tools"] = tools
+        for option in ("temperature", "seed"):
+            if getattr(request, option) is not None:
+                kwargs[option] = getattr(request, option)
         try:
             # The openai client's own `chat.completions.create` first walks every
             # message through its TypedDict transform: pure-Python work that grew

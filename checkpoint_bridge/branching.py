@@ -218,8 +218,12 @@ async def fork(
     client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, step: int, *,
     branch: str, from_branch: str = "main", system_prompt: str | None = None, model: str | None = None,
     tools: list[str] | None = None, variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
+    limit_overrides: dict[str, Any] | None = None, llm_overrides: dict[str, Any] | None = None,
 ) -> ForkResult:
-    """Start branch `branch` of `run_id` from checkpoint `step` of `from_branch`."""
+    """Start branch `branch` of `run_id` from checkpoint `step` of `from_branch`.
+
+    `limit_overrides` / `llm_overrides` change single fields of the source's limits
+    and model-call options (an experiment's per-branch budget, temperature, seed)."""
     validate_id("run", run_id)
     validate_branch_name(branch)
     validate_id("branch", from_branch)
@@ -233,7 +237,12 @@ async def fork(
         # Before anything is written or started: the branch name stays free.
         await check_tools(client, launcher.task_queue, tools)
     source = await source_input(client, workflow_id_for(run_id, point.branch_id))
-    return await _start_from(client, launcher, cp, _input_for(cp, source), branch, branch,
+    base = _input_for(cp, source)
+    if limit_overrides or llm_overrides:
+        base = base.model_copy(update={"limits": (limits or base.limits).model_copy(update=limit_overrides or {}),
+                                       "llm": base.llm.model_copy(update=llm_overrides or {})})
+        limits = None
+    return await _start_from(client, launcher, cp, base, branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
                              effects=lineage_effects_of(cp, source))
 

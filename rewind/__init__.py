@@ -52,6 +52,14 @@ _EXPORTS = {
     "diff": "checkpoint_bridge.diff",
     "mirror_run": "checkpoint_bridge.mirror",
     "store_stats": "checkpoint_bridge.stats",
+    # experiments: one checkpoint forked N ways x K repetitions, compared
+    "start_experiment": "rewind.experiments",
+    "experiment_status": "rewind.experiments",
+    "continue_experiment": "rewind.experiments",
+    "score_experiment": "rewind.experiments",
+    "experiment_table": "checkpoint_bridge.experiment_table",
+    "ExperimentInput": "workflows.experiment_contracts",
+    "Variant": "workflows.experiment_contracts",
     "StoreStats": "checkpoint_bridge.stats",
     # erasure: a run everywhere it lives, or every finished run older than a duration
     "delete_run": "rewind.erasure",

@@ -9,7 +9,8 @@ ids), which is what durable replay needs. Nothing about the conversation is
 kept between requests; only faults, scripts and the request log are state.
 
 Models:
-    script:NAME   plays the turns registered with `add_script(NAME, ...)`
+    script:NAME   plays the turns registered with `add_script(NAME, ...)`; a turn with
+                  "by_seed": {"2": turn} plays that turn for requests with seed 2
     anything else the built-in research policy (search_company, save_report)
 
 Dialects (`dialect=` / `--dialect` / REWIND_SCRIPTED_DIALECT for the CLI):
@@ -380,10 +381,12 @@ def _tool_results_since_last_assistant(messages: list[dict]) -> str:
     return "\n".join(_text(m.get("content")) for m in messages[last + 1:] if m["role"] == "tool")
 
 
-def _script_reply(turns: list[dict], messages: list[dict], turn: int) -> _Reply:
+def _script_reply(turns: list[dict], messages: list[dict], turn: int, seed: Any = None) -> _Reply:
     if turn >= len(turns):
         return "script exhausted", []
     step = turns[turn]
+    # A turn may answer differently per sampling seed: {"by_seed": {"2": {...}}, ...the default}.
+    step = (step.get("by_seed") or {}).get(str(seed), step)
     content = _tool_results_since_last_assistant(messages) if step.get("echo_tool_results") else step.get("content")
     # String arguments go out verbatim so a script can play a model that emits invalid JSON.
     args = [c.get("arguments", {}) for c in step.get("tool_calls") or []]
@@ -611,7 +614,7 @@ class ScriptedModelServer:
                                          f"registered (scripts known to this server: {known}; a worker loads them "
                                          "from REWIND_SCRIPTS, tests with add_script or POST /_admin/scripts/NAME).",
                                     code="model_not_found", param="model")
-                reply = _script_reply(turns, messages, turn)
+                reply = _script_reply(turns, messages, turn, body.get("seed"))
             else:
                 reply = _research_reply(body, messages)
         except _ApiError as exc:

@@ -33,6 +33,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
+from activities.experiment import ExperimentActivities
 from activities.idempotency import IdempotencyLedger
 from activities.llm import LlmActivities, ModelEndpoint
 from activities.pricing import PriceTable
@@ -41,6 +42,7 @@ from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry
 from activities.transcript import TranscriptStore
 from activities.mirror import MirrorActivities
+from checkpoint_bridge.branching import Launcher
 from checkpoint_bridge.outputs import OutputStore
 from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
@@ -49,6 +51,7 @@ from rewind.config import Settings, drop_empty_library_variables
 from rewind.stores import check_stores, object_store
 from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
+from workflows.experiment import ExperimentWorkflow, ScoreWorkflow
 from workflows.errors import ConfigError, RewindError
 from workflows.wire import tool_task_queue
 
@@ -149,16 +152,21 @@ def build_worker(
     # archive (activities/idempotency.py says why).
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
                            max_output_bytes=settings.max_tool_output_bytes, outputs=outputs)
-    mirror = MirrorActivities(CheckpointStore(objects), redactor, outputs)
+    checkpoints = CheckpointStore(objects)
+    mirror = MirrorActivities(checkpoints, redactor, outputs)
+    # An experiment forks its branches from a worker, as `rewind fork` does from the CLI.
+    experiment = ExperimentActivities(checkpoints, Launcher(settings.task_queue, TranscriptStore(payloads),
+                                                            redactor.redact_text))
     tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool, tools.check_tool_call]
     options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     main = Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=workflows or [AgentWorkflow, CompensationWorkflow],
+        workflows=workflows or [AgentWorkflow, CompensationWorkflow, ExperimentWorkflow, ScoreWorkflow],
         # The tool activities stay on the main queue too, for runs started
         # before tool queues (they schedule tool calls here).
-        activities=[llm.call_llm, mirror.mirror_step, mirror.mirror_steps, *tool_activities],
+        activities=[llm.call_llm, mirror.mirror_step, mirror.mirror_steps, *tool_activities,
+                    experiment.start_branch, experiment.watch_branch, experiment.score_branch],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
         # A bug in workflow code fails the run visibly instead of retrying its

@@ -139,8 +139,11 @@ class AgentWorkflow:
 
     @workflow.signal(name=RAISE_LIMITS_SIGNAL)
     def raise_limits(self, limits: RunLimits) -> None:
-        """Continue a run paused by its budget, with new limits."""
+        """Continue a run paused by its budget, with new limits; a running run
+        takes them at once (an experiment moves budget between its branches)."""
         self._new_limits = limits
+        if self._status is not None and self._status.state == "running":
+            self._status.limits = limits
 
     # -- the loop -------------------------------------------------------------
     @workflow.run
@@ -298,6 +301,7 @@ class AgentWorkflow:
             new_messages=state.unsent, tools=openai_tools if stored is None else [],
             tools_ref=None if stored is None else stored[1],
             context_tokens=tuning.context_tokens, keep_last=tuning.keep_last,
+            temperature=tuning.temperature, seed=tuning.seed,
             tool_result_chars=tuning.tool_result_chars,
         )
         retry = RetryPolicy(

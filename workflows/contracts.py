@@ -196,6 +196,10 @@ class LlmTuning(BaseModel):
     # `keep_last` messages intact, and shortens older tool results first.
     keep_last: int = 6
     tool_result_chars: int = 400
+    # Sampling options sent with every model call when set (None: the endpoint's default);
+    # an experiment varies them across branches.
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    seed: int | None = None
 
 
 class AgentInput(BaseModel):
@@ -261,6 +265,8 @@ class LlmRequest(BaseModel):
     # The digest under which an earlier call of this run stored the same `tools`
     # (LlmResponse.tools_ref): sent instead of the list, which is then empty.
     tools_ref: str | None = None
+    temperature: float | None = None
+    seed: int | None = None
     context_tokens: int | None = None
     keep_last: int = 6
     tool_result_chars: int = 400
