@@ -80,8 +80,22 @@ class _State(TypedDict):
 
 def langgraph_loop(base_url: str, model: str, registry: ToolRegistry, task: str, max_steps: int, db: Path) -> dict[str, Any]:
     """(c): run the loop as a LangGraph graph checkpointed by SqliteSaver into `db` (blocking)."""
-    import openai
     from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with SqliteSaver.from_conn_string(str(db)) as saver:
+        out = langgraph_run(base_url, model, registry, task, max_steps, saver)
+        out["checkpoints"] = saver.conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
+    # Closing the last connection folds the WAL into the db file.
+    wal = db.with_name(db.name + "-wal")
+    out["db_bytes"] = db.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+    return out
+
+
+def langgraph_run(base_url: str, model: str, registry: ToolRegistry, task: str, max_steps: int,
+                  checkpointer: Any, durability: str | None = None) -> dict[str, Any]:
+    """The LangGraph loop of (c) on any checkpointer (blocking): per-step seconds, wall time, final messages.
+    `durability`: LangGraph's (None: its default, "async": a checkpoint is saved while the next step runs)."""
+    import openai
     from langgraph.graph import END, START, StateGraph
 
     client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
@@ -109,22 +123,17 @@ def langgraph_loop(base_url: str, model: str, registry: ToolRegistry, task: str,
     builder.add_edge("tools", "model")
     started = time.perf_counter()
     try:
-        with SqliteSaver.from_conn_string(str(db)) as saver:
-            graph = builder.compile(checkpointer=saver)
-            config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * max_steps + 10}
-            final = graph.invoke({"messages": _first_messages(task)}, config)
-            marks.append(time.perf_counter())
-            checkpoints = saver.conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
-        # Closing the last connection folds the WAL into the db file.
+        graph = builder.compile(checkpointer=checkpointer)
+        config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 2 * max_steps + 10}
+        final = graph.invoke({"messages": _first_messages(task)}, config,
+                             **({"durability": durability} if durability else {}))
+        marks.append(time.perf_counter())
     finally:
         loop.close()
         client.close()
-    wal = db.with_name(db.name + "-wal")
     return {
         "durations": [b - a for a, b in zip(marks, marks[1:])],
         "wall_s": time.perf_counter() - started,
         "steps": sum(1 for m in final["messages"] if m.get("role") == "assistant"),
-        "db_bytes": db.stat().st_size + (wal.stat().st_size if wal.exists() else 0),
-        "checkpoints": checkpoints,
         "messages": final["messages"],
     }

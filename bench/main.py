@@ -29,8 +29,10 @@ BENCHMARKS = [
     ("long_run", "bench.b8_long_run"),
     ("resume", "bench.b3_resume"),
     ("concurrency", "bench.b5_concurrency"),
+    ("langgraph_saver", "bench.b9_langgraph_saver"),
 ]
-ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run"]
+ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
+                   "langgraph_saver"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:

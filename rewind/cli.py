@@ -483,8 +483,52 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _export_langgraph(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.langgraph_interop import close_saver, export_to_thread, open_saver
+
+    if args.thread is None or (args.sqlite is None) == (args.store is None):
+        raise UsageError("--format langgraph needs --thread T and one of --sqlite PATH or --store URL "
+                         "(where the LangGraph thread goes)")
+    async with _checkpoints(settings) as store:
+        cp = await store.load(args.checkpoint)
+    saver = await asyncio.to_thread(open_saver, sqlite=args.sqlite, store_url=args.store,
+                                    endpoint_url=settings.s3_endpoint_url, region_name=settings.aws_region, create=True)
+    try:
+        written = await asyncio.to_thread(export_to_thread, cp, saver, args.thread)
+    finally:
+        await asyncio.to_thread(close_saver, saver)
+    _emit({"checkpoint": args.checkpoint, "thread_id": args.thread, "langgraph_checkpoint_id": written}, args.json,
+          f"wrote {args.checkpoint} to LangGraph thread {args.thread} (checkpoint {written}); a graph with a "
+          "`messages` state goes on from it with graph.invoke({'messages': [...]}, "
+          f"{{'configurable': {{'thread_id': '{args.thread}'}}}})")
+    return 0
+
+
+async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.langgraph_interop import close_saver, import_thread, open_saver
+
+    validate_id("run", args.run_id)
+    saver = await asyncio.to_thread(open_saver, sqlite=args.sqlite, store_url=args.store,
+                                    endpoint_url=settings.s3_endpoint_url, region_name=settings.aws_region)
+    try:
+        async with _checkpoints(settings) as store:
+            report = await import_thread(store, saver, args.thread, args.run_id)
+    finally:
+        await asyncio.to_thread(close_saver, saver)
+    doc = {"run_id": report.run_id, "thread_id": report.thread_id, "checkpoints": report.checkpoints,
+           "branches": report.branches, "skipped_without_messages": report.skipped}
+    branches = ", ".join(f"{b} ({n})" for b, n in report.branches.items())
+    _emit(doc, args.json, f"imported LangGraph thread {report.thread_id} as run {report.run_id}: "
+          f"{report.checkpoints} checkpoint(s) on {branches}; see `rewind tree {report.run_id}`")
+    return 0
+
+
 async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     parse_checkpoint_id(args.checkpoint)
+    if args.format == "langgraph":
+        return await _export_langgraph(args, settings)
+    if args.out is None:
+        raise UsageError("say where to write the document: --out FILE, or --out - for stdout")
     async with _checkpoints(settings) as store:
         data = await store.export(args.checkpoint)
     if args.out == "-":  # the document itself on stdout (it is JSON already, with or without --json)
@@ -891,7 +935,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("export", "write one checkpoint as a standalone JSON document", handler=cmd_export)
     p.add_argument("checkpoint")
-    p.add_argument("--out", required=True, help="file to write, or - for stdout")
+    p.add_argument("--out", help="file to write, or - for stdout (the JSON document)")
+    p.add_argument("--format", choices=["json", "langgraph"], default="json",
+                   help="json (default): a standalone AgentCheckpoint; langgraph: a checkpoint of a LangGraph thread")
+    p.add_argument("--thread", help="langgraph: the thread to write the checkpoint to")
+    p.add_argument("--sqlite", metavar="PATH", help="langgraph: a SqliteSaver database file (created if missing)")
+    p.add_argument("--store", metavar="URL", help="langgraph: a RewindSaver store (folder or s3://bucket/prefix)")
+
+    p = command("import", "bring a LangGraph thread in as a run (its checkpoints, branches, tool calls)",
+                handler=cmd_import)
+    p.add_argument("source", choices=["langgraph"])
+    p.add_argument("--thread", required=True, help="the LangGraph thread id")
+    p.add_argument("--sqlite", metavar="PATH", help="a SqliteSaver database file")
+    p.add_argument("--store", metavar="URL", help="a RewindSaver store (folder or s3://bucket/prefix)")
+    p.add_argument("--run-id", required=True, help="the new run's id")
 
     p = command("mirror", "rebuild a run's checkpoints from its Temporal history (idempotent)", handler=cmd_mirror)
     p.add_argument("run")

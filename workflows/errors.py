@@ -16,6 +16,9 @@
     ├── EncodingDataError                a bundled tokenizer encoding is missing or altered
     ├── ScriptError                      a script or fault given to the scripted model is malformed
     ├── DecisionRefusedError             an approval decision the run cannot take (it is unchanged)
+    ├── RunActiveError                   a run still runs where only a finished one may go (`rewind delete` without --force)
+    ├── ErasureIncompleteError           part of a run could not be deleted; says what went and what is left
+    ├── LangGraphThreadError             a LangGraph thread cannot be imported (not there, no `messages` state)
     └── CheckpointError                  anything wrong with a checkpoint or its store
         ├── CheckpointNotFoundError      no object / checkpoint under that key or id
         ├── CorruptCheckpointError       bad JSON, hash mismatch, wrong shape, failed validation
@@ -24,6 +27,7 @@
         ├── CheckpointNotUsableError     a failed or invalidated checkpoint cannot seed a fork
         ├── LineageError                 a lineage is empty, broken, or holds an invalidated checkpoint
         ├── StoreUnavailableError        the backend is down, unreachable or refusing requests
+        ├── UnstorableStateError         a LangGraph state value or write is not data its serializer can store
         └── UnsafeStoreError             the backend does not keep written objects immutable
 
 Every message names the object involved and says what to do about it. Library
@@ -110,6 +114,10 @@ class RunActiveError(RewindError):
     """A run has a branch that still runs (or waits), and the operation would stop it."""
 
 
+class LangGraphThreadError(RewindError):
+    """A LangGraph thread that cannot be imported (not there, or no `messages` in its state)."""
+
+
 class ErasureIncompleteError(RewindError):
     """Deleting a run stopped part way: the message says what was removed and what
     is left; running the same deletion again finishes it."""
@@ -151,6 +159,11 @@ class StoreUnavailableError(CheckpointError):
     retryable = True
 
 
+class UnstorableStateError(CheckpointError, TypeError):
+    """A LangGraph channel value or pending write that LangGraph's serializer cannot
+    store as data (``RewindSaver`` keeps pickle off)."""
+
+
 class UnsafeStoreError(CheckpointError):
     """The backend accepted a second conditional write of one key: it ignores
     ``If-None-Match``, so stored checkpoints could be silently replaced."""
@@ -160,7 +173,8 @@ __all__ = [
     "RewindError", "ConfigError", "UsageError", "InvalidIdError", "RunNotFoundError", "StepNotFoundError",
     "RunExistsError", "ToolRegistryError", "ToolError", "TranscriptError", "ProjectionError",
     "PayloadIntegrityError", "PayloadEncryptionError", "EncodingDataError", "ScriptError", "DecisionRefusedError",
+    "RunActiveError", "ErasureIncompleteError", "LangGraphThreadError",
     "CheckpointError", "CheckpointNotFoundError", "CorruptCheckpointError", "FutureSchemaError",
     "CheckpointExistsError", "CheckpointNotUsableError", "LineageError", "StoreUnavailableError",
-    "UnsafeStoreError",
+    "UnstorableStateError", "UnsafeStoreError",
 ]
