@@ -40,6 +40,7 @@ from checkpoint_bridge.schema import AgentCheckpoint, CheckpointSummary, ToolCal
 from checkpoint_bridge.store import CheckpointStore
 from workflows.canonical import canonical_json
 from workflows.errors import CheckpointError, RewindError
+from workflows.experiment_contracts import parse_branch_name
 from workflows.ids import parse_checkpoint_id
 from workflows.text import scrub_text
 
@@ -228,6 +229,9 @@ def _branches(summaries: list[CheckpointSummary]) -> list[dict[str, Any]]:
             kind = "root" if origin is None else ("rollback" if revision else "fork")
             out.append({"id": s.branch_id, "name": name, "revision": revision, "kind": kind, "origin": origin,
                         "from": i, "to": i, "invalidated": 0})
+            experiment = parse_branch_name(name)
+            if experiment is not None:  # grouped on the page under its experiment
+                out[-1]["experiment"] = experiment
         out[-1]["to"] = i
         out[-1]["invalidated"] += s.status == "invalidated"
     return out

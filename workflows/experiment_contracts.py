@@ -38,6 +38,17 @@ def branch_name(experiment_id: str, variant: str, repetition: int) -> str:
     return f"exp-{experiment_id}-{variant}-{repetition}"
 
 
+_BRANCH_NAME = re.compile(r"exp-(?P<experiment>.+)-(?P<variant>[A-Za-z0-9][A-Za-z0-9_]{0,31})-(?P<repetition>[0-9]+)")
+
+
+def parse_branch_name(name: str) -> dict[str, Any] | None:
+    """{experiment, variant, repetition} of a branch `branch_name` made; None for any other branch."""
+    found = _BRANCH_NAME.fullmatch(name)
+    if found is None:
+        return None
+    return {"experiment": found["experiment"], "variant": found["variant"], "repetition": int(found["repetition"])}
+
+
 class Variant(BaseModel):
     """What the forks of one variant change; None: as the source branch had it."""
 
@@ -158,7 +169,7 @@ class ScoreResult(BaseModel):
 
 
 __all__ = [
-    "BranchState", "FINISHED", "ExperimentState", "experiment_workflow_id", "score_workflow_id", "branch_name",
+    "BranchState", "FINISHED", "ExperimentState", "experiment_workflow_id", "score_workflow_id", "branch_name", "parse_branch_name",
     "Variant", "ExperimentInput", "ExperimentBranch", "ExperimentStatus", "StartBranchRequest", "StartedBranch",
     "WatchBranchRequest", "BranchOutcome", "ScoreInput", "ScoreRequest", "ScoreResult",
 ]

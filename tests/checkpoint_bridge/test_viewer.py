@@ -261,3 +261,17 @@ async def test_bad_input_is_one_clear_error(backend: Backend, store: CheckpointS
     if backend.name == "s3":
         with pytest.raises(StoreUnavailableError):
             await build_view(backend.unavailable(), RUN)
+
+
+async def test_an_experiments_branches_are_grouped_under_it(store: CheckpointStore) -> None:
+    """Branches named by `rewind experiment` (exp-<id>-<variant>-<k>) carry their experiment,
+    variant and repetition, which the page shows as one group; other branches carry none."""
+    cps = await _run(store)
+    for k in (1, 2):
+        await store.save(next_step(cps[f"{RUN}:main:1"], branch_id=f"exp-t9-fast_one-{k}"))
+    view = await build_view(store, RUN)
+    by_id = {b["id"]: b for b in view["branches"]}
+    assert by_id["exp-t9-fast_one-2"]["experiment"] == {"experiment": "t9", "variant": "fast_one", "repetition": 2}
+    assert by_id["exp-t9-fast_one-1"]["experiment"]["repetition"] == 1
+    assert "experiment" not in by_id["main"] and "experiment" not in by_id["tech"]
+    assert "experiment-group" in render_page(view)  # the page's own grouping code

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -143,6 +144,18 @@ async def test_three_variants_twice_each_compared_from_the_checkpoints(world, tm
     assert code == 0 and text.startswith("Experiment t1") and "| a | 2 |" in text
     code, text, _ = await rewind(reader, renv, "diff", run_id, "exp-t1-a-1", "exp-t1-b-1")
     assert code == 0
+    # The run viewer groups the experiment's branches under one heading (a real page in Chromium).
+    from test_viewer_in_browser import _attrs, _browse, _chromium
+
+    code, _, err = await rewind(reader, renv, "view", run_id, "--out", "run.html")
+    assert code == 0, err
+    chromium = _chromium()
+    if chromium is not None or os.environ.get("REWIND_TEST_REQUIRE_BROWSER") == "1":
+        assert chromium is not None, "REWIND_TEST_REQUIRE_BROWSER=1 but chromium is not installed"
+        dom = await _browse(chromium, (reader / "run.html").as_uri(), "--dump-dom", "--virtual-time-budget=5000")
+        groups = _attrs(dom, "tr", "experiment-group")
+        assert [g["data-experiment"] for g in groups] == ["t1"]
+        assert dom.count("variant a #") == 2 and dom.count("variant brief #") == 2
     # Bad input: one line each.
     code, _, err = await rewind(reader, renv, "experiment", "show", "nope")
     one_line_error(code, err, "no experiment 'nope'", prefix="rewind: ")
