@@ -229,3 +229,8 @@ async def post_update(text: str) -> str:
 async def drop_table(name: str) -> str:
     """Side-effecting; rejected by itself when nobody decides within 1 s (the default on_timeout)."""
     return _invoice("drop_table", name, 0)
+
+
+def answer_length(checkpoint) -> int:  # type: ignore[no-untyped-def]
+    """A scorer (`rewind experiment --score agent_tools:answer_length`): the final answer's length."""
+    return len(checkpoint.messages[-1].get("content") or "")

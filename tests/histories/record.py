@@ -30,6 +30,8 @@ from rewind.config import Settings  # noqa: E402
 from rewind.embedded import DevServer  # noqa: E402
 from rewind.scripted_model import ScriptedModelServer  # noqa: E402
 from workflows.contracts import AgentInput, AgentStatus, ApprovalDecision, RunLimits  # noqa: E402
+from workflows.experiment_contracts import ExperimentInput, ExperimentStatus, Variant, experiment_workflow_id  # noqa: E402
+from workflows.wire import EXPERIMENT_STATUS_QUERY, EXPERIMENT_WORKFLOW, RAISE_EXPERIMENT_BUDGET_SIGNAL  # noqa: E402
 
 TASK = "Research these companies: Acme, Globex, Initech."
 
@@ -161,6 +163,36 @@ async def main(only: set[str]) -> None:
                 await back.continued.handle.result()
             if want("reused-effect"):
                 await _save_chain(client, back.continued.workflow_id, "reused-effect")
+
+            # Recorded with Rewind's search attributes on: RewindState upserted as the run waits for
+            # decisions, pauses for its budget and completes; every activity with a summary.
+            indexed = await start_run(client, settings, AgentInput(run_id="hist-indexed", task="pay", model="script:approval",
+                                                                   limits=RunLimits(max_steps=1)))
+            await _decide(indexed, "call_0_0", verdict="approve", by="alice")
+            await _decide(indexed, "call_0_1", verdict="reject", by="alice", reason="unknown payee")
+            while (await indexed.query("status", result_type=AgentStatus)).state != "budget_exceeded":
+                await asyncio.sleep(0.1)
+            await indexed.signal("raise_limits", RunLimits(max_steps=10))
+            await _decide(indexed, "call_1_0", verdict="approve", by="bob")
+            await indexed.result()
+            if want("indexed"):
+                await _save_chain(client, indexed.id, "indexed")
+
+            # An experiment: 2 variants x 2 from step 1 of the short run, a budget that pauses its
+            # branches, then raised; a scorer over the branches (a child workflow).
+            experiment = await client.start_workflow(
+                EXPERIMENT_WORKFLOW, ExperimentInput(
+                    experiment_id="hist", run_id="hist-short", step=1, repeat=2, max_cost_usd=0.0002,
+                    variants=[Variant(name="same"), Variant(name="tech", system_prompt="Take a technical angle.", seed=3)],
+                    scorer="agent_tools:answer_length"),
+                id=experiment_workflow_id("hist"), task_queue=settings.task_queue, result_type=ExperimentStatus)
+            while (await experiment.query(EXPERIMENT_STATUS_QUERY, result_type=ExperimentStatus)).state not in (
+                    "budget_exceeded", "completed"):
+                await asyncio.sleep(0.1)
+            await experiment.signal(RAISE_EXPERIMENT_BUDGET_SIGNAL, 1.0)
+            await experiment.result()
+            if want("experiment"):
+                await _save_chain(client, experiment.id, "experiment")
     finally:
         model.stop_thread()
         server.stop()

@@ -16,6 +16,7 @@ from temporalio.worker import Replayer
 
 from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
+from workflows.experiment import ExperimentWorkflow, ScoreWorkflow
 
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
 
@@ -23,12 +24,13 @@ HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.j
 def test_histories_cover_the_shapes_of_a_run():
     names = {p.stem.rsplit("-", 1)[0] if p.stem[-1].isdigit() else p.stem for p in HISTORIES}
     assert {"short", "long", "continued-as-new", "forked", "bad-output", "budget-continue",
-            "outputs-by-reference", "approval", "reused-effect"} <= names
+            "outputs-by-reference", "approval", "reused-effect", "indexed", "experiment"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_recorded_history_replays(path: Path):
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[AgentWorkflow, CompensationWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[AgentWorkflow, CompensationWorkflow, ExperimentWorkflow, ScoreWorkflow],
+                        data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
