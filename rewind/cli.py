@@ -681,7 +681,7 @@ async def cmd_view(args: argparse.Namespace, settings: Settings) -> int:
         raise RewindError(f"cannot write {out}: {exc.strerror or exc}") from exc
     branches, steps = len(view["branches"]), len(view["checkpoints"])
     _emit({"run": args.run, "out": str(out.resolve()), "bytes": len(data), "branches": branches, "steps": steps},
-          args.json, f"wrote {out} ({len(data):,} bytes; {branches} branches, {steps} checkpoints): open it in a browser")
+          args.json, f"wrote {out} ({len(data):,} bytes; {branches} branch(es), {steps} checkpoint(s)): open it in a browser")
     return 0
 
 
