@@ -180,6 +180,19 @@ def erase_deleted(db_file: Path, timeout_s: float = 30.0) -> bool:
         connection.close()
 
 
+_PORT_ATTEMPTS = 3
+_TAKEN_PORT = "address already in use"
+
+
+def _log_since(log_file: Path, offset: int) -> str:
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 @dataclass
 class DevServer:
     """A running `temporal server start-dev` process."""
@@ -209,7 +222,28 @@ class DevServer:
     ) -> "DevServer":
         """`shared`: other processes on the same database (a demo, an example) may use
         this server instead of refusing to start: `rewind server`, which lives until
-        its user stops it. A demo's own server ends with the demo, so it is not shared."""
+        its user stops it. A demo's own server ends with the demo, so it is not shared.
+
+        Ports not given are picked free, but another socket (a client connection's
+        local port) can take one before the server binds it: then the server exits
+        at once saying "address already in use", and it is started again on new ports."""
+        log_file = log_file or db_file.with_suffix(".log")
+        for attempt in range(_PORT_ATTEMPTS):
+            logged = log_file.stat().st_size if log_file.exists() else 0
+            try:
+                return cls._start_once(db_file, port=port, ui_port=ui_port, log_file=log_file, headless=headless,
+                                       timeout_s=timeout_s, shared=shared)
+            except ConfigError:
+                lost_port = _TAKEN_PORT in _log_since(log_file, logged)
+                if not lost_port or attempt == _PORT_ATTEMPTS - 1 or (port is not None and ui_port is not None):
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start_once(
+        cls, db_file: Path, *, port: int | None, ui_port: int | None, log_file: Path, headless: bool,
+        timeout_s: float, shared: bool,
+    ) -> "DevServer":
         port = port or free_port()
         if port_open("127.0.0.1", port):
             raise ConfigError(
@@ -220,7 +254,6 @@ class DevServer:
         db_file.parent.mkdir(parents=True, exist_ok=True)
         stop_orphaned_server(db_file)
         lock_fd = lock_db(db_file)
-        log_file = log_file or db_file.with_suffix(".log")
         args = [
             str(temporal_binary()), "server", "start-dev",
             "--ip", "127.0.0.1",
