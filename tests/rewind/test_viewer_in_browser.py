@@ -112,7 +112,7 @@ async def test_a_real_run_with_a_fork_and_a_rollback_in_headless_chromium(world,
     code, out, err = await rewind(cli, env, "view", "v-1", "--out", "-")
     assert code == 0 and out.encode() == page.read_bytes(), err
     code, out, err = await rewind(cli, env, "view", "v-1", "--out", str(tmp_path / "other.html"))
-    assert code == 0 and out.startswith(f"wrote {tmp_path / 'other.html'} (") and "3 branches" in out, out + err
+    assert code == 0 and out.startswith(f"wrote {tmp_path / 'other.html'} (") and "3 branch(es), 8 checkpoint(s)" in out, out + err
 
     # Bad input: one line each, no traceback.
     code, _, err = await rewind(cli, env, "view", "../v-1")
