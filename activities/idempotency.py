@@ -34,7 +34,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from checkpoint_bridge.objects import ObjectStore
+from checkpoint_bridge.stores import ObjectStore
 from workflows.errors import CheckpointNotFoundError
 
 

@@ -18,9 +18,9 @@ import hashlib
 import json
 from typing import Any
 
-from checkpoint_bridge.addressed import get_addressed, put_addressed
+from checkpoint_bridge.stores.addressed import get_addressed, put_addressed
 from checkpoint_bridge.lru import LRU
-from checkpoint_bridge.objects import ObjectStore
+from checkpoint_bridge.stores import ObjectStore
 from workflows.canonical import canonical_json
 from workflows.errors import TranscriptError
 

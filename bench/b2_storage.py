@@ -37,8 +37,8 @@ from bench.common import (
     start_agent,
 )
 from bench.step_cost import step_cost
-from checkpoint_bridge.envelope import encode as envelope_encode
-from checkpoint_bridge.schema import checkpoint_to_dict
+from checkpoint_bridge.document.envelope import encode as envelope_encode
+from checkpoint_bridge.document.schema import checkpoint_to_dict
 from checkpoint_bridge.store import open_checkpoint_store
 from rewind.timing import step_marks
 

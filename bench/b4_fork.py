@@ -24,7 +24,7 @@ from bench.common import Section, history_events, log, median, rewind_worker, tu
 from checkpoint_bridge.branching import seed_from, source_input
 from rewind import fork
 from checkpoint_bridge.lineage import resolve_step
-from checkpoint_bridge.objects import open_object_store
+from checkpoint_bridge.stores import open_object_store
 from checkpoint_bridge.store import open_checkpoint_store
 from activities.transcript import TranscriptStore
 from rewind.client import workflow_id_for

@@ -18,9 +18,9 @@ import uuid
 
 from bench.b2_storage import long_run
 from bench.common import Section, log, median, percentile, rewind_worker
-from checkpoint_bridge.layout import branch_prefix
-from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore
-from checkpoint_bridge.schema import dump_checkpoint
+from checkpoint_bridge.document.layout import branch_prefix
+from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
+from checkpoint_bridge.document.schema import dump_checkpoint
 from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
 
 LOAD_REPEATS = 5

@@ -26,10 +26,10 @@ from datetime import datetime, timedelta, timezone
 
 from bench.common import REPO, Section, log, median, moto_process, save_figure
 from bench.tools import blob_text
-from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore
-from checkpoint_bridge.packs import PACK_STEPS
+from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
+from checkpoint_bridge.document.packs import PACK_STEPS
 from checkpoint_bridge.projector import record_parts
-from checkpoint_bridge.schema import dump_checkpoint
+from checkpoint_bridge.document.schema import dump_checkpoint
 from checkpoint_bridge.store import CheckpointStore
 from workflows.canonical import cache_key
 from workflows.contracts import Ledger, StepRecord, ToolCallLog
@@ -102,7 +102,7 @@ class _Counting:
 _LOADER = """
 import asyncio, json, sys, time
 from checkpoint_bridge.store import CheckpointStore
-from checkpoint_bridge.objects import open_object_store
+from checkpoint_bridge.stores import open_object_store
 url, endpoint, cid, plain = sys.argv[1:5]
 async def main():
     objects = open_object_store(url, endpoint_url=endpoint or None, region_name="us-east-1")

@@ -88,8 +88,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     if skip is not None:
         sec.notes.append(f"Skipped: {skip}")
         return sec
-    from checkpoint_bridge.langgraph_saver import RewindSaver
-    from checkpoint_bridge.objects import FileObjectStore, S3ObjectStore
+    from checkpoint_bridge.langgraph.saver import RewindSaver
+    from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     model = suite.model(0)

@@ -19,8 +19,8 @@ from typing import Any
 
 from activities.context_budget import message_budget
 from activities.context_window import compress_messages
-from checkpoint_bridge.objects import FileObjectStore
-from checkpoint_bridge.schema import AgentCheckpoint, StepParts, checkpoint_to_dict
+from checkpoint_bridge.stores import FileObjectStore
+from checkpoint_bridge.document.schema import AgentCheckpoint, StepParts, checkpoint_to_dict
 from checkpoint_bridge.store import CheckpointStore
 
 REPEATS = 3

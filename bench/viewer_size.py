@@ -27,10 +27,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from checkpoint_bridge.objects import FileObjectStore
+from checkpoint_bridge.stores import FileObjectStore
 from checkpoint_bridge.projector import record_parts
 from checkpoint_bridge.store import CheckpointStore
-from checkpoint_bridge.viewer import build_view, render_page
+from checkpoint_bridge.views.viewer import build_view, render_page
 from workflows.canonical import cache_key
 from workflows.contracts import Ledger, StepRecord, ToolCallLog
 from workflows.ids import checkpoint_id

@@ -47,7 +47,7 @@ from checkpoint_bridge.runs import (
     check_tools,
     start_agent,
 )
-from checkpoint_bridge.schema import AgentCheckpoint
+from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from workflows.canonical import canonical_json
 from workflows.contracts import (

@@ -3,7 +3,7 @@
 A v2 delta names, in its `chain`, every object between the run's root
 snapshot and its parent. ``ChainReader`` reads the head, then fetches the
 whole chain at once (bounded parallel GETs, skipping what it has cached;
-finished blocks of steps from their packs, see packs.py), checks that every
+finished blocks of steps from their packs, see document/packs.py), checks that every
 link names the one before it as its parent, and replays the deltas forward:
 a checkpoint at any step loads in two sequential rounds of requests (three
 if a pack is missing), however long the run, and with about one request per
@@ -28,13 +28,13 @@ from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 from workflows.tool_calls import with_system_prompt
 
-from .envelope import Chain, Envelope, apply_delta, chain_after, decode
-from .layout import step_key
-from .lru import LRU
-from .migrations import migrate
-from .objects import ObjectStore
-from .packs import Block, block_of, decode_pack
-from .schema import CURRENT_SCHEMA_VERSION
+from checkpoint_bridge.document.envelope import Chain, Envelope, apply_delta, chain_after, decode
+from checkpoint_bridge.document.layout import step_key
+from checkpoint_bridge.lru import LRU
+from checkpoint_bridge.document.migrations import migrate
+from checkpoint_bridge.stores import ObjectStore
+from checkpoint_bridge.document.packs import Block, block_of, decode_pack
+from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 
 __all__ = ["ChainReader", "HeadInfo", "decode_as", "read_many", "chain_ids"]
 

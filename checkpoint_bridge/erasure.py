@@ -23,11 +23,11 @@ from typing import Iterable
 from workflows.errors import CheckpointError, CorruptCheckpointError
 from workflows.ids import checkpoint_id
 
-from .chain import decode_as, read_many
-from .layout import parse_key, run_prefix, step_key
-from .migrations import migrate
-from .objects import ObjectStore
-from .store import CheckpointStore
+from checkpoint_bridge.chain import decode_as, read_many
+from checkpoint_bridge.document.layout import parse_key, run_prefix, step_key
+from checkpoint_bridge.document.migrations import migrate
+from checkpoint_bridge.stores import ObjectStore
+from checkpoint_bridge.store import CheckpointStore
 
 __all__ = [
     "IDEMPOTENCY_KEY", "PartialDeletion", "run_object_keys", "delete_run_objects", "delete_keys",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from checkpoint_bridge.schema import AgentCheckpoint, CheckpointSummary
+from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import InvalidIdError, RunNotFoundError, StepNotFoundError
 from workflows.ids import validate_id

@@ -28,9 +28,9 @@ from workflows.contracts import StepRecord
 from workflows.errors import TranscriptError
 from workflows.tool_calls import OUTPUT_REF, output_text
 
-from .addressed import get_addressed, put_addressed
-from .lru import LRU
-from .objects import ObjectStore
+from checkpoint_bridge.stores.addressed import get_addressed, put_addressed
+from checkpoint_bridge.lru import LRU
+from checkpoint_bridge.stores import ObjectStore
 
 __all__ = ["OUTPUT_FORMAT", "REF_MIN_BYTES", "OutputStore", "output_key"]
 

@@ -17,7 +17,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
-from checkpoint_bridge.schema import AgentCheckpoint, StepParts, ToolCallRecord, checkpoint_to_dict
+from checkpoint_bridge.document.schema import AgentCheckpoint, StepParts, ToolCallRecord, checkpoint_to_dict
 from workflows.contracts import Ledger, MirrorBatch, StepRecord, ToolCallLog
 from workflows.errors import ProjectionError
 from workflows.ids import checkpoint_id

@@ -33,9 +33,9 @@ from workflows.canonical import canonical_json
 from workflows.errors import CheckpointExistsError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
-from .chain import ChainReader, HeadInfo, decode_as, read_many
-from .envelope import Chain, apply_delta, chain_after, delta_payload, encode, make_delta
-from .layout import (
+from checkpoint_bridge.chain import ChainReader, HeadInfo, decode_as, read_many
+from checkpoint_bridge.document.envelope import Chain, apply_delta, chain_after, delta_payload, encode, make_delta
+from checkpoint_bridge.document.layout import (
     ParsedKey,
     branch_prefix,
     invalidation_key,
@@ -44,11 +44,11 @@ from .layout import (
     run_prefix,
     step_key,
 )
-from .lru import LRU
-from .migrations import migrate, validate_document
-from .objects import ObjectStore, open_object_store
-from .packs import MAX_PACK_BYTES, PACK_STEPS, block_of, encode_pack
-from .schema import AgentCheckpoint, CheckpointSummary, StepParts, checkpoint_to_dict
+from checkpoint_bridge.lru import LRU
+from checkpoint_bridge.document.migrations import migrate, validate_document
+from checkpoint_bridge.stores import ObjectStore, open_object_store
+from checkpoint_bridge.document.packs import MAX_PACK_BYTES, PACK_STEPS, block_of, encode_pack
+from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary, StepParts, checkpoint_to_dict
 
 __all__ = ["CheckpointStore", "StepFacts", "open_checkpoint_store", "DEFAULT_STORE_URL"]
 
@@ -187,7 +187,7 @@ class CheckpointStore:
             self._written.put(key, data)
 
     async def _pack_if_block_done(self, run_id: str, branch_id: str, step: int, own_chain: Chain) -> None:
-        """After the last step of a block: store the block's objects as one pack (packs.py)."""
+        """After the last step of a block: store the block's objects as one pack (document/packs.py)."""
         block = block_of(run_id, branch_id, step)
         if step != block.last:
             return

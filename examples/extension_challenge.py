@@ -21,8 +21,8 @@ import asyncio
 import sys
 import time
 
-from checkpoint_bridge.diff import diff, diff_text
-from checkpoint_bridge.inspect import tree_text
+from checkpoint_bridge.views.diff import diff, diff_text
+from checkpoint_bridge.views.inspect import tree_text
 from examples.research_agent import DEFAULT_TASK
 from rewind import checkpoint_store, fork, new_run_id, start_run
 from rewind.config import Settings

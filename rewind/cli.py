@@ -451,8 +451,8 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 # -- checkpoints ----------------------------------------------------------------
 
 async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.inspect import tree, tree_json, tree_text
-    from checkpoint_bridge.tree_graph import tree_dot, tree_mermaid
+    from checkpoint_bridge.views.inspect import tree, tree_json, tree_text
+    from checkpoint_bridge.views.tree_graph import tree_dot, tree_mermaid
 
     validate_id("run", args.run)
     if args.json and args.format != "text":
@@ -465,7 +465,7 @@ async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.stats import stats_text, store_stats
+    from checkpoint_bridge.views.stats import stats_text, store_stats
 
     async with _checkpoints(settings) as store:
         stats = await store_stats(store, args.run or None)
@@ -474,7 +474,7 @@ async def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.inspect import checkpoint_text
+    from checkpoint_bridge.views.inspect import checkpoint_text
 
     parse_checkpoint_id(args.checkpoint)
     async with _checkpoints(settings) as store:
@@ -484,7 +484,7 @@ async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _export_langgraph(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.langgraph_interop import close_saver, export_to_thread, open_saver
+    from checkpoint_bridge.langgraph.interop import close_saver, export_to_thread, open_saver
 
     if args.thread is None or (args.sqlite is None) == (args.store is None):
         raise UsageError("--format langgraph needs --thread T and one of --sqlite PATH or --store URL "
@@ -505,7 +505,7 @@ async def _export_langgraph(args: argparse.Namespace, settings: Settings) -> int
 
 
 async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.langgraph_interop import close_saver, import_thread, open_saver
+    from checkpoint_bridge.langgraph.interop import close_saver, import_thread, open_saver
 
     validate_id("run", args.run_id)
     saver = await asyncio.to_thread(open_saver, sqlite=args.sqlite, store_url=args.store,
@@ -651,7 +651,7 @@ async def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.diff import diff, diff_json, diff_text
+    from checkpoint_bridge.views.diff import diff, diff_json, diff_text
 
     validate_id("run", args.run)
     validate_id("branch", args.branch_a)
@@ -663,7 +663,7 @@ async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_view(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.viewer import view_page
+    from checkpoint_bridge.views.viewer import view_page
 
     validate_id("run", args.run)
     if args.out == "-" and args.json:
@@ -732,7 +732,7 @@ async def cmd_experiment(args: argparse.Namespace, settings: Settings) -> int:
     if verb == "status":
         _emit(status.model_dump(mode="json"), args.json, _experiment_summary(status))
         return 0
-    from checkpoint_bridge.experiment_table import experiment_table, table_markdown, table_text
+    from checkpoint_bridge.views.experiment_table import experiment_table, table_markdown, table_text
 
     if args.score:
         status = await ex.score_experiment(client, settings, status, args.score)
@@ -769,7 +769,7 @@ async def _experiment_start(args: argparse.Namespace, settings: Settings) -> int
     if args.json:
         _emit(status.model_dump(mode="json"), True, "")
     else:
-        from checkpoint_bridge.experiment_table import experiment_table, table_text
+        from checkpoint_bridge.views.experiment_table import experiment_table, table_text
 
         async with _checkpoints(settings) as store:
             print(_experiment_summary(status))

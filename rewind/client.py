@@ -19,11 +19,13 @@ from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHandle
 
-from checkpoint_bridge import branching, decisions
+from checkpoint_bridge import branching
+
+from checkpoint_bridge import decisions
 from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
 from checkpoint_bridge.compensation import SideEffect, run_compensations
 from checkpoint_bridge.runs import branch_workflows, pollers, start_agent
-from checkpoint_bridge.schema import AgentCheckpoint
+from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
 from rewind.config import Settings

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from checkpoint_bridge.objects import parse_store_url
+from checkpoint_bridge.stores import parse_store_url
 from workflows.contracts import DEFAULT_MODEL
 from workflows.errors import ConfigError
 

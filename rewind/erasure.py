@@ -50,8 +50,8 @@ from checkpoint_bridge.erasure import (
     last_checkpoint_at,
     run_object_keys,
 )
-from checkpoint_bridge.layout import parse_key
-from checkpoint_bridge.objects import ObjectStore, parse_store_url
+from checkpoint_bridge.document.layout import parse_key
+from checkpoint_bridge.stores import ObjectStore, parse_store_url
 from checkpoint_bridge.outputs import OutputStore, output_key
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings

@@ -35,8 +35,8 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
-from checkpoint_bridge.addressed import get_addressed, put_addressed
-from checkpoint_bridge.objects import FileObjectStore, parse_store_url
+from checkpoint_bridge.stores.addressed import get_addressed, put_addressed
+from checkpoint_bridge.stores import FileObjectStore, parse_store_url
 from rewind.encryption import EncryptionCodec, parse_keys
 from workflows.errors import ConfigError, PayloadIntegrityError
 from workflows.wire import LOCAL_PAYLOAD_DRIVER, S3_PAYLOAD_DRIVER

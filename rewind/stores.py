@@ -9,7 +9,7 @@ polling or a CLI command does anything else.
 
 from __future__ import annotations
 
-from checkpoint_bridge.objects import ObjectStore, open_object_store, verify_store
+from checkpoint_bridge.stores import ObjectStore, open_object_store, verify_store
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
 from workflows.errors import CheckpointError, ConfigError

@@ -54,7 +54,7 @@ def scripted(model, turns: list[dict]) -> str:
 
 def outputs_of(settings):  # type: ignore[no-untyped-def]
     """The tool outputs that history names by reference (the run's payload store)."""
-    from checkpoint_bridge.objects import open_object_store
+    from checkpoint_bridge.stores import open_object_store
     from checkpoint_bridge.outputs import OutputStore
 
     return OutputStore(open_object_store(settings.payload_url))

@@ -7,6 +7,10 @@ function-level ones too), so nothing has to run.
     activities/          what runs in an activity
     checkpoint_bridge/   documents, stores, projection, branches
     workflows/           vocabulary and the loop                      (bottom)
+
+Inside checkpoint_bridge/ the same holds between its rooms: views/ and
+langgraph/ on top, the checkpoint store, projection and branches in the
+middle, document/ and stores/ at the bottom (neither imports the other).
 """
 
 from __future__ import annotations
@@ -66,9 +70,34 @@ def _layer(module: str) -> int:
     return LAYERS[module.split(".")[0]]
 
 
+# The rooms of checkpoint_bridge/ (a module directly in it is the middle floor).
+BRIDGE_ROOMS = {"document": 0, "stores": 0, "views": 2, "langgraph": 2}
+
+
+def _room(module: str) -> tuple[str, int]:
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[1] in BRIDGE_ROOMS:
+        return parts[1], BRIDGE_ROOMS[parts[1]]
+    return "checkpoint_bridge", 1
+
+
 def test_imports_point_down_only():
     up = sorted(f"{m} -> {d}" for m, deps in _graph().items() for d in deps if _layer(d) > _layer(m))
     assert up == [], "imports that point up a layer:\n" + "\n".join(up)
+
+
+def test_checkpoint_bridge_rooms_point_down_only():
+    bridge = {m: deps for m, deps in _graph().items() if m.startswith("checkpoint_bridge.")}
+    wrong = []
+    for module, deps in bridge.items():
+        room, floor = _room(module)
+        for dep in deps:
+            if not dep.startswith("checkpoint_bridge.") or dep == "checkpoint_bridge":
+                continue
+            dep_room, dep_floor = _room(dep)
+            if dep_room != room and dep_floor >= floor:
+                wrong.append(f"{module} -> {dep}")
+    assert sorted(wrong) == [], "imports inside checkpoint_bridge/ that point up or sideways:\n" + "\n".join(sorted(wrong))
 
 
 def test_the_ground_floor_imports_nothing_else_of_the_project():

@@ -9,7 +9,7 @@ from activities.idempotency import IdempotencyLedger
 from activities.redaction import Redactor
 from activities.tool_runner import ToolActivities
 from activities.tools import ToolRegistry, tool, tool_context
-from checkpoint_bridge.objects import FileObjectStore
+from checkpoint_bridge.stores import FileObjectStore
 from workflows.contracts import ToolRequest, ToolSpec
 from workflows.errors import ToolRegistryError
 from workflows.tool_calls import canonical_arguments, idempotency_key

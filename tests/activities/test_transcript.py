@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from activities.transcript import TranscriptStore, tools_key
-from checkpoint_bridge.objects import FileObjectStore
+from checkpoint_bridge.stores import FileObjectStore
 from workflows.errors import TranscriptError
 
 TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}]

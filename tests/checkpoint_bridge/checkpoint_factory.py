@@ -6,7 +6,7 @@ import hashlib
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from checkpoint_bridge.schema import AgentCheckpoint, ToolCallRecord
+from checkpoint_bridge.document.schema import AgentCheckpoint, ToolCallRecord
 from workflows.ids import checkpoint_id
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import boto3
 
-from checkpoint_bridge.objects import FileObjectStore, ObjectStore, S3ObjectStore
+from checkpoint_bridge.stores import FileObjectStore, ObjectStore, S3ObjectStore
 from checkpoint_bridge.store import CheckpointStore
 
 

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from checkpoint_bridge.layout import check_key, invalidation_key, parse_key, step_key
+from checkpoint_bridge.document.layout import invalidation_key, parse_key, step_key
+from checkpoint_bridge.stores.contract import check_key
 from workflows.errors import InvalidIdError
 from workflows.ids import (
     MAX_STEP_INDEX,

@@ -18,7 +18,7 @@ from checkpoint_bridge.erasure import (
     last_checkpoint_at,
     run_object_keys,
 )
-from checkpoint_bridge.schema import ToolCallRecord
+from checkpoint_bridge.document.schema import ToolCallRecord
 from checkpoint_bridge.store import CheckpointStore
 
 KEY = "idem-" + "a1" * 20

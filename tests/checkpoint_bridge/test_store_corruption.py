@@ -8,8 +8,8 @@ import pytest
 from checkpoint_factory import T0, make_run, next_step
 from store_backends import Backend
 
-from checkpoint_bridge import envelope
-from checkpoint_bridge.schema import CURRENT_SCHEMA_VERSION, AgentCheckpoint
+from checkpoint_bridge.document import envelope
+from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION, AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import CorruptCheckpointError, FutureSchemaError
 

@@ -6,7 +6,7 @@ import pytest
 from checkpoint_factory import T0, first_step
 from store_backends import Backend
 
-from checkpoint_bridge.schema import AgentCheckpoint
+from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import InvalidIdError
 

@@ -15,9 +15,9 @@ import json
 from checkpoint_factory import make_run, next_step
 from store_backends import Backend
 
-from checkpoint_bridge import envelope
-from checkpoint_bridge.objects import ObjectStore
-from checkpoint_bridge.schema import checkpoint_to_dict, dump_checkpoint
+from checkpoint_bridge.document import envelope
+from checkpoint_bridge.stores import ObjectStore
+from checkpoint_bridge.document.schema import checkpoint_to_dict, dump_checkpoint
 from checkpoint_bridge.store import CheckpointStore
 
 STEPS = 200

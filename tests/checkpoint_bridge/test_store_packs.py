@@ -15,7 +15,7 @@ from checkpoint_factory import make_run, next_step
 from store_backends import Backend
 from test_store_linear_storage import CountingObjects
 
-from checkpoint_bridge.packs import PACK_STEPS, block_of, decode_pack
+from checkpoint_bridge.document.packs import PACK_STEPS, block_of, decode_pack
 from checkpoint_bridge.store import CheckpointStore
 
 PACK = "runs/run-1/branches/main/packs/00000032-00000063.json.gz"

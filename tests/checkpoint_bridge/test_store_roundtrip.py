@@ -6,8 +6,8 @@ import pytest
 from checkpoint_factory import first_step, make_run, next_step
 from store_backends import Backend
 
-from checkpoint_bridge.migrations import load_document
-from checkpoint_bridge.schema import dump_checkpoint
+from checkpoint_bridge.document.migrations import load_document
+from checkpoint_bridge.document.schema import dump_checkpoint
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import CheckpointNotFoundError
 

@@ -13,7 +13,7 @@ from checkpoint_factory import T0, make_run, text_of
 from store_backends import Backend
 
 from checkpoint_bridge.projector import apply_record, record_parts
-from checkpoint_bridge.schema import checkpoint_to_dict
+from checkpoint_bridge.document.schema import checkpoint_to_dict
 from checkpoint_bridge.store import CheckpointStore
 from workflows.canonical import canonical_json
 from workflows.contracts import Ledger, StepRecord, ToolCallLog

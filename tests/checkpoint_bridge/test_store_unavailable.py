@@ -8,7 +8,7 @@ import pytest
 from checkpoint_factory import first_step
 from store_backends import Backend
 
-from checkpoint_bridge.objects import S3ObjectStore
+from checkpoint_bridge.stores import S3ObjectStore
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import StoreUnavailableError
 

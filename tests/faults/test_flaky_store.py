@@ -22,7 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
 from checkpoint_bridge.mirror import mirror_run
-from checkpoint_bridge.objects import S3ObjectStore
+from checkpoint_bridge.stores import S3ObjectStore
 from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
 from fault_helpers import FlakyS3Proxy, add_script, assert_chain, assert_well_formed, percentile
 from helpers import outputs_of, start_agent

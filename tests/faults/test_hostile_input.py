@@ -68,7 +68,7 @@ async def test_tampered_checkpoints_are_detected_and_refused_before_any_workflow
 
 async def test_smuggled_objects_stay_inert_data(settings, tmp_path):
     """Checkpoints are parsed as plain JSON: nothing is imported, constructed or executed."""
-    from checkpoint_bridge.schema import AgentCheckpoint
+    from checkpoint_bridge.document.schema import AgentCheckpoint
     from workflows.ids import checkpoint_id
 
     marker = tmp_path / "pwned"

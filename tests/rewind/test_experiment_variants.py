@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoint_bridge.experiment_table import normalise_answer
+from checkpoint_bridge.views.experiment_table import normalise_answer
 from rewind.experiments import parse_variant
 from workflows.errors import UsageError
 

@@ -36,7 +36,7 @@ async def lookup(key: str, size: int = 64) -> str:
 
 
 def _agent_module():
-    path = Path(__file__).resolve().parent.parent / "checkpoint_bridge" / "langgraph_agent.py"
+    path = Path(__file__).resolve().parent.parent / "checkpoint_bridge" / "langgraph" / "langgraph_agent.py"
     spec = importlib.util.spec_from_file_location("langgraph_agent_for_interop", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # LangGraph reads the state's type hints through the module
@@ -130,7 +130,7 @@ async def test_a_sqlite_thread_imported_forked_on_temporal_and_exported_back(wor
 
 
 async def test_a_rewind_saver_thread_is_imported_from_its_store(world, tmp_path) -> None:
-    from checkpoint_bridge.langgraph_saver import RewindSaver
+    from checkpoint_bridge.langgraph.saver import RewindSaver
 
     agent = _agent_module()
     name = f"lgstore-{world.queue}"

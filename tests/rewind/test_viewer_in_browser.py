@@ -183,7 +183,7 @@ async def _long_run(root: Path, steps: int, fork_at: int, fork_steps: int) -> in
     a fork `f` of `fork_steps` from step `fork_at`. Returns how many checkpoints it has."""
     from datetime import datetime, timedelta, timezone
 
-    from checkpoint_bridge.objects import FileObjectStore
+    from checkpoint_bridge.stores import FileObjectStore
     from checkpoint_bridge.projector import record_parts
     from checkpoint_bridge.store import CheckpointStore
     from workflows.contracts import StepRecord, ToolCallLog

@@ -291,7 +291,7 @@ async def test_a_compensated_effect_is_no_longer_reused(worker, client, settings
 
 async def test_diff_compares_the_decisions_of_two_branches(worker, client, settings, model, events_file, store):
     from rewind import diff
-    from checkpoint_bridge.diff import diff_text
+    from checkpoint_bridge.views.diff import diff_text
 
     pay = {"tool_calls": [{"name": "wire_money", "arguments": {"to": "bob", "amount_cents": 700}}]}
     main = scripted(model, [{"tool_calls": [{"name": "lookup", "arguments": {"term": "bob"}}]}, pay, {"content": "paid"}])

@@ -1,0 +1,70 @@
+"""Opening an object store from a ``REWIND_STORE`` / ``REWIND_PAYLOADS`` URL.
+
+The backend modules are imported only when a URL names them, so a process
+whose store is a folder never loads an S3 client.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflows.errors import ConfigError
+
+from checkpoint_bridge.stores.contract import ObjectStore
+
+__all__ = ["ACCEPTED_URLS", "StoreLocation", "parse_store_url", "open_object_store"]
+
+ACCEPTED_URLS = "file://relative/path, file:///absolute/path, a bare path, or s3://bucket[/prefix]"
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A parsed store URL: an S3 bucket and prefix, or a local folder."""
+
+    kind: str  # "s3" | "file"
+    bucket: str = ""
+    prefix: str = ""
+    path: str = ""
+
+
+def parse_store_url(url: str) -> StoreLocation:
+    """The one parser of ``REWIND_STORE`` / ``REWIND_PAYLOADS`` URLs (see ``ACCEPTED_URLS``)."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"store URL {url!r} is empty; use {ACCEPTED_URLS}")
+    if url.startswith("s3://"):
+        bucket, _, prefix = url[len("s3://"):].partition("/")
+        if not bucket:
+            raise ConfigError(f"store URL {url!r} names no bucket; use s3://bucket[/prefix]")
+        return StoreLocation("s3", bucket=bucket, prefix=prefix.strip("/"))
+    if url.startswith("file://"):
+        path = url[len("file://"):]
+        if not path:
+            raise ConfigError(f"store URL {url!r} names no folder; use {ACCEPTED_URLS}")
+        return StoreLocation("file", path=path)
+    if "://" in url or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url):
+        # Also `s3:/bucket` or `s3//bucket`-like typos that would otherwise be a local folder named "s3:".
+        raise ConfigError(f"store URL {url!r} has an unsupported scheme (or a typo in one); use {ACCEPTED_URLS}")
+    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file"}:
+        raise ConfigError(f"store URL {url!r} looks like a mistyped s3:// or file:// URL; use {ACCEPTED_URLS}")
+    return StoreLocation("file", path=url)
+
+
+def open_object_store(url: str, *, endpoint_url: str | None = None, region_name: str | None = None) -> ObjectStore:
+    """Open the store a ``REWIND_STORE``-style URL points at (see ``ACCEPTED_URLS``).
+
+    S3 talks to ``endpoint_url`` (MinIO, a local S3 server; None: AWS) and
+    takes its credentials from botocore's usual chain.
+    """
+    where = parse_store_url(url)
+    if where.kind == "s3":
+        from checkpoint_bridge.stores.s3 import S3ObjectStore
+
+        try:
+            return S3ObjectStore(where.bucket, where.prefix, endpoint_url=endpoint_url, region_name=region_name)
+        except ConfigError as exc:
+            raise ConfigError(f"store URL {url!r} is not usable: {exc}") from exc
+    from checkpoint_bridge.stores.folder import FileObjectStore
+
+    return FileObjectStore(Path(where.path))

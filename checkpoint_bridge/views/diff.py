@@ -1,0 +1,315 @@
+"""Comparing two branches of one run: what each did after the point where they split.
+
+Pure functions over *lineages*: for each branch, its checkpoints from step 0 to
+its head, following parent links (a fork's lineage starts with the checkpoints
+it shares with its parent branch). Nothing here reads a store, so the CLI, a
+notebook and the tests all diff the same way.
+
+Checkpoint totals (tokens, cost) are cumulative along a lineage, so what a branch
+spent after the fork point is its head's total minus the fork point's.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from workflows.text import usd
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointStatus
+from workflows.errors import LineageError
+from workflows.ids import short_id
+
+if TYPE_CHECKING:
+    from checkpoint_bridge.store import CheckpointStore
+
+__all__ = ["LineageError", "ForkPoint", "StepRow", "ToolCallRow", "Tokens", "BranchSide", "BranchDiff",
+           "fork_point", "diff_branches", "diff_text", "diff_json"]
+
+ARGUMENTS_CHARS = 40
+MAX_ROWS = 20  # steps or tool calls listed per side in text; the rest are counted
+ANSWER_LINES = 8
+
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ForkPoint(_Row):
+    checkpoint_id: str
+    step_index: int
+    step_label: str
+
+
+class StepRow(_Row):
+    step_index: int
+    step_label: str
+    status: CheckpointStatus
+    checkpoint_id: str
+
+
+class ToolCallRow(_Row):
+    step_index: int | None
+    """The step whose assistant message asked for the call; None if no message names its id."""
+    tool_name: str
+    arguments: str
+    """``name="value", ...``, shortened to about ARGUMENTS_CHARS characters."""
+    served_from_cache: bool
+    error: str | None
+    side_effects: bool
+    decision: str | None = None
+    """A person's decision on the call: ``approved by NAME``, ``approved by NAME, edited``
+    or ``rejected by NAME: REASON`` (``timeout`` as NAME when the wait ran out)."""
+    reused: bool = False
+    """The call returned the result of an effect its lineage already caused, without running."""
+
+
+class Tokens(_Row):
+    total: int
+    prompt: int
+    completion: int
+
+
+class BranchSide(_Row):
+    name: str
+    head_checkpoint_id: str
+    head_status: CheckpointStatus
+    model: str | None
+    system_prompt: str | None
+    steps: list[StepRow]
+    tool_calls: list[ToolCallRow]
+    tool_calls_executed: int
+    tool_calls_from_cache: int
+    tool_calls_reused: int = 0
+    """Side-effecting calls answered with an effect of the lineage instead of running again."""
+    tool_calls_rejected: int = 0
+    tool_errors: int
+    tokens: Tokens
+    cost_usd: float
+    final_answer: str | None
+
+
+class BranchDiff(_Row):
+    run_id: str
+    fork_point: ForkPoint | None
+    """The last checkpoint both lineages share; None when they share none."""
+    a: BranchSide
+    b: BranchSide
+    same_final_answer: bool
+    """Plain equality: two branches that both ended without an answer count as the same."""
+
+
+def _check(lineage: Sequence[AgentCheckpoint], name: str, *, rolled_back: bool = False) -> None:
+    if not lineage:
+        raise LineageError(f"the lineage of {name!r} is empty; pass its checkpoints from step 0 to its head")
+    for i, cp in enumerate(lineage):
+        if cp.status == "invalidated" and not rolled_back:
+            raise LineageError(f"checkpoint {cp.checkpoint_id} in the lineage of {name!r} is invalidated; "
+                               "leave rolled-back checkpoints out of lineages")
+        if i and cp.parent_id != lineage[i - 1].checkpoint_id:
+            raise LineageError(f"checkpoint {cp.checkpoint_id} in the lineage of {name!r} has parent "
+                               f"{cp.parent_id}, not the checkpoint before it ({lineage[i - 1].checkpoint_id}); "
+                               "pass a lineage in step order, following parent links")
+
+
+def _fork_indexes(a: Sequence[AgentCheckpoint], b: Sequence[AgentCheckpoint]) -> tuple[int, int] | None:
+    in_b = {cp.checkpoint_id: i for i, cp in enumerate(b)}
+    for i in range(len(a) - 1, -1, -1):
+        if a[i].checkpoint_id in in_b:
+            return i, in_b[a[i].checkpoint_id]
+    return None
+
+
+def fork_point(lineage_a: Sequence[AgentCheckpoint], lineage_b: Sequence[AgentCheckpoint]) -> AgentCheckpoint | None:
+    """The last checkpoint both lineages share (same checkpoint_id), or None."""
+    _check(lineage_a, "lineage_a")
+    _check(lineage_b, "lineage_b")
+    found = _fork_indexes(lineage_a, lineage_b)
+    return None if found is None else lineage_a[found[0]]
+
+
+def _text(content: Any) -> str | None:
+    """A message's content as text; OpenAI content parts are joined."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return str(content)
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+def _arguments(tool_input: dict[str, Any]) -> str:
+    if set(tool_input) == {"_unparsed_arguments"}:  # the model sent arguments that were not JSON
+        text = str(tool_input["_unparsed_arguments"])
+    else:
+        text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, sort_keys=True)}" for k, v in tool_input.items())
+    return _shorten(" ".join(text.split()), ARGUMENTS_CHARS)
+
+
+def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: AgentCheckpoint | None) -> BranchSide:
+    """``lineage[start:]`` is what the branch did after ``base`` (its fork point, or nothing)."""
+    head, after = lineage[-1], lineage[start:]
+    # The step of each tool call: the step that added the assistant message naming its id.
+    call_steps: dict[str, int] = {}
+    seen = len(base.messages) if base else 0
+    for cp in after:
+        for m in cp.messages[seen if seen <= len(cp.messages) else 0:]:
+            if m.get("role") == "assistant":
+                for call in m.get("tool_calls") or []:
+                    if isinstance(call, dict) and isinstance(call.get("id"), str):
+                        call_steps.setdefault(call["id"], cp.step_index)
+        seen = len(cp.messages)
+    records = head.tool_call_cache[len(base.tool_call_cache) if base else 0:]
+    calls = [ToolCallRow(step_index=call_steps.get(r.tool_call_id or ""), tool_name=r.tool_name,
+                         arguments=_arguments(r.tool_input), served_from_cache=r.served_from_cache,
+                         error=r.error, side_effects=r.side_effects, decision=decision_text(r.approval),
+                         reused=r.reused is not None) for r in records]
+    system = next((m for m in head.messages if m.get("role") == "system"), None)
+    last = next((m for m in reversed(head.messages) if m.get("role") == "assistant"), None)
+    answer = None
+    if head.status == "completed" and last is not None and not last.get("tool_calls"):
+        answer = _text(last.get("content"))
+    def spent(field: str) -> Any:  # totals are cumulative along a lineage
+        return getattr(head, field) - (getattr(base, field) if base else 0)
+
+    return BranchSide(
+        name=name, head_checkpoint_id=head.checkpoint_id, head_status=head.status, model=head.model,
+        system_prompt=_text(system.get("content")) if system else None,
+        steps=[StepRow(step_index=cp.step_index, step_label=cp.step_label, status=cp.status,
+                       checkpoint_id=cp.checkpoint_id) for cp in after],
+        tool_calls=calls,
+        tool_calls_executed=sum(not (c.served_from_cache or c.reused or _rejected(c)) for c in calls),
+        tool_calls_from_cache=sum(c.served_from_cache for c in calls),
+        tool_calls_reused=sum(c.reused for c in calls),
+        tool_calls_rejected=sum(_rejected(c) for c in calls),
+        tool_errors=sum(c.error is not None for c in calls),
+        tokens=Tokens(total=spent("llm_tokens_used"), prompt=spent("prompt_tokens"),
+                      completion=spent("completion_tokens")),
+        cost_usd=round(spent("llm_cost_usd"), 10),  # 0.0012, not 0.0012000000000000001
+        final_answer=answer,
+    )
+
+
+def decision_text(approval: dict[str, Any] | None) -> str | None:
+    """One line for a tool record's approval (see ToolCallRow.decision)."""
+    if not approval:
+        return None
+    text = f"{approval.get('verdict', '?')} by {approval.get('by', '?')}"
+    if approval.get("original_arguments") is not None:
+        text += ", edited"
+    if approval.get("verdict") == "rejected" and approval.get("reason"):
+        text += f": {approval['reason']}"
+    return text
+
+
+def _rejected(c: ToolCallRow) -> bool:
+    return (c.decision or "").startswith("rejected")
+
+
+def diff_branches(run_id: str, name_a: str, lineage_a: Sequence[AgentCheckpoint],
+                  name_b: str, lineage_b: Sequence[AgentCheckpoint], *, rolled_back: Sequence[str] = ()) -> BranchDiff:
+    """What each branch did after the last checkpoint they share (everything, if none).
+
+    `rolled_back`: names of lineages that may hold invalidated checkpoints (a
+    revision a rollback replaced, named as `main.r0`, `main.r1`, ...)."""
+    for name, lineage in ((name_a, lineage_a), (name_b, lineage_b)):
+        _check(lineage, name, rolled_back=name in rolled_back)
+        stray = next((cp for cp in lineage if cp.run_id != run_id), None)
+        if stray is not None:
+            raise LineageError(f"checkpoint {stray.checkpoint_id} in the lineage of {name!r} is not of run {run_id!r}")
+    i, j = _fork_indexes(lineage_a, lineage_b) or (-1, -1)
+    base = lineage_a[i] if i >= 0 else None
+    a, b = _side(name_a, lineage_a, i + 1, base), _side(name_b, lineage_b, j + 1, base)
+    return BranchDiff(
+        run_id=run_id,
+        fork_point=None if base is None else ForkPoint(
+            checkpoint_id=base.checkpoint_id, step_index=base.step_index, step_label=base.step_label),
+        a=a, b=b, same_final_answer=a.final_answer == b.final_answer,
+    )
+
+
+def diff_json(d: BranchDiff) -> dict[str, Any]:
+    """The diff as plain JSON data."""
+    return d.model_dump(mode="json")
+
+
+def _listed(rows: list[str]) -> list[str]:
+    if not rows:
+        return ["(none)"]
+    if len(rows) > MAX_ROWS:
+        return [*rows[: MAX_ROWS - 1], f"… {len(rows) - MAX_ROWS + 1} more"]
+    return rows
+
+
+def _call_line(c: ToolCallRow, cell: int) -> str:
+    tags = "".join(f" [{t}]" for t, on in (("cache", c.served_from_cache), ("error", c.error is not None),
+                                          ("reused", c.reused),
+                                          ("side effects", c.side_effects and not (c.served_from_cache or c.reused)),
+                                          (c.decision or "", c.decision is not None)) if on)
+    prefix = f"{c.step_index if c.step_index is not None else '?':<3}"
+    return prefix + _shorten(f"{c.tool_name}({c.arguments})", max(cell - len(prefix) - len(tags), 4)) + tags
+
+
+def _wrapped(text: str, cell: int) -> list[str]:
+    lines = textwrap.wrap(" ".join(text.split()), cell) or [""]
+    if len(lines) > ANSWER_LINES:
+        lines = [*lines[: ANSWER_LINES - 1], _shorten(lines[ANSWER_LINES - 1] + " …", cell)]
+    return lines
+
+
+def diff_text(d: BranchDiff, width: int = 100) -> str:
+    """Both branches side by side; ``≠`` in the gutter marks rows that differ."""
+    if width < 60:
+        raise ValueError(f"width {width} is too narrow for two columns; use 60 or more")
+    label, gutter = 14, 3
+    cell = (width - label - gutter) // 2
+    fp = d.fork_point
+    where = (f"step {fp.step_index} ({fp.step_label}) {fp.checkpoint_id} [{short_id(fp.checkpoint_id)}]"
+             if fp else "none (the branches share no checkpoint; both counted from step 0)")
+    lines = [_shorten(f"diff of run {d.run_id}: {d.a.name} vs {d.b.name}", width),
+             _shorten(f"fork point: {where}", width)]
+
+    def row(name: str, get: Callable[[BranchSide], list[str]], differ: bool = False) -> None:
+        left, right = get(d.a), get(d.b)
+        for i in range(max(len(left), len(right))):
+            mark = " ≠ " if differ and i == 0 else " | "
+            l_cell = _shorten(left[i], cell) if i < len(left) else ""
+            r_cell = _shorten(right[i], cell) if i < len(right) else ""
+            lines.append(f"{name if i == 0 else '':<{label}}{l_cell:<{cell}}{mark}{r_cell}".rstrip())
+
+    row("", lambda s: [s.name])
+    row("head", (lambda s: [f"{s.head_checkpoint_id} ({s.head_status})"]), d.a.head_status != d.b.head_status)
+    row("model", (lambda s: [s.model or "-"]), d.a.model != d.b.model)
+    row("system prompt", (lambda s: _wrapped(_shorten(" ".join((s.system_prompt or "-").split()), 60), cell)),
+        d.a.system_prompt != d.b.system_prompt)
+    row("steps taken", (lambda s: _listed([f"{r.step_index:<3}{r.step_label}" + (
+        "" if r.status == "completed" else f" [{r.status}]") for r in s.steps])))
+    row("tool calls", (lambda s: _listed([_call_line(c, cell) for c in s.tool_calls])))
+    row("", (lambda s: [f"{s.tool_calls_executed} run, {s.tool_calls_from_cache} cached, "
+                              f"{s.tool_errors} failed"
+                              + (f", {s.tool_calls_reused} reused" if s.tool_calls_reused else "")
+                              + (f", {s.tool_calls_rejected} rejected" if s.tool_calls_rejected else "")]))
+    row("tokens", (lambda s: [f"{s.tokens.total} ({s.tokens.prompt} in / {s.tokens.completion} out)"]))
+    row("cost", (lambda s: [usd(s.cost_usd)]))
+    row("final answer", (lambda s: _wrapped(s.final_answer, cell) if s.final_answer is not None
+                              else [f"(none: head {s.head_status})"]), not d.same_final_answer)
+    return "\n".join(lines)
+
+
+async def diff(store: "CheckpointStore", run_id: str, branch_a: str, branch_b: str) -> BranchDiff:
+    """Compare two branches of a run as stored (the API behind `rewind diff`)."""
+    from checkpoint_bridge.lineage import load_lineage
+
+    from checkpoint_bridge.lineage import is_revision_name
+
+    return diff_branches(
+        run_id, branch_a, await load_lineage(store, run_id, branch_a),
+        branch_b, await load_lineage(store, run_id, branch_b),
+        rolled_back=[name for name in (branch_a, branch_b) if is_revision_name(name)],
+    )
