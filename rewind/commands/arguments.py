@@ -1,0 +1,60 @@
+"""Argument types of the command line: one-line errors naming the value and the rule."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any, Callable
+
+from workflows.errors import UsageError
+from workflows.ids import echo
+
+
+def at_least(minimum: float, kind: Callable[[str], Any], what: str, *, strictly: bool = False) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{echo(text, 30)} is not {what}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{echo(text, 30)} is not a finite number")
+        if strictly and not value > minimum:
+            raise argparse.ArgumentTypeError(f"{text} must be more than {minimum:g}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{echo(text, 30)} is not a finite number")
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {minimum:g}")
+        return value
+    return parse
+
+
+STEPS = at_least(1, int, "a whole number")
+
+
+COUNT = at_least(0, int, "a whole number")
+
+
+TOKENS = at_least(0, int, "a whole number", strictly=True)
+
+
+USD = at_least(0, float, "a number of USD", strictly=True)
+
+
+def task_text(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; say what the agent should do")
+    return text
+
+
+def parse_set(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set {echo(pair)} is not key=value")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out

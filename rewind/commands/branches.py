@@ -1,0 +1,119 @@
+"""Branches: `rewind fork`, `rollback`, `diff`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Callable
+
+from rewind.commands.arguments import COUNT, STEPS, parse_set
+from rewind.commands.common import (
+    client_for,
+    emit,
+    interactive,
+    names,
+    open_checkpoints,
+    wait_and_report,
+)
+from rewind.config import Settings
+from workflows.ids import validate_id
+
+
+async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.client import fork
+    from workflows.contracts import RunLimits
+
+    validate_id("run", args.run)
+    validate_id("branch", args.from_branch)
+    client = await client_for(settings)
+    async with open_checkpoints(settings) as store:
+        limits = RunLimits(max_steps=args.max_steps) if args.max_steps else None
+        result = await fork(
+            client, settings, store, args.run, args.step, branch=args.branch, from_branch=args.from_branch,
+            system_prompt=args.system_prompt, model=args.model, limits=limits,
+            tools=names(args.tools), variables=parse_set(args.set),
+        )
+    info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id, "fork_point": result.fork_point}
+    if args.wait:
+        if not args.json:  # which checkpoint it started from: after a rollback, a revision's
+            print(f"forked {result.fork_point} into branch {result.branch}" + ("; progress:" if interactive(args) else ""),
+                  flush=True)
+        return await wait_and_report(args, client, result.handle, result.run_id, result.branch, info)
+    emit(info, args.json, f"forked {result.fork_point} into branch {result.branch} of run {result.run_id} (workflow {result.workflow_id})")
+    return 0
+
+
+async def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
+    from dataclasses import asdict
+
+    from rewind.client import rollback
+
+    validate_id("run", args.run)
+    validate_id("branch", args.branch)
+    client = await client_for(settings)
+    async with open_checkpoints(settings) as store:
+        result = await rollback(client, settings, store, args.run, args.step, branch=args.branch, compensate=args.compensate)
+    info = {
+        "run_id": result.run_id, "branch": result.branch, "step": result.step,
+        "stopped_workflow": result.stopped_workflow, "invalidated": result.invalidated_steps,
+        "side_effects": [asdict(e) for e in result.side_effects], "compensations": result.compensations,
+        "workflow_id": result.continued.workflow_id,
+    }
+    lines = [f"rolled branch {result.branch} of run {result.run_id} back to step {result.step}"]
+    if result.stopped_workflow:
+        lines.append(f"  stopped running workflow {result.stopped_workflow}")
+    lines.append(f"  invalidated {len(result.invalidated_steps)} checkpoint(s) (kept; shown as invalidated in `rewind tree`)")
+    if result.side_effects:
+        lines.append("  side effects after that step (rewinding does not undo them; their compensations ran, below):"
+                     if args.compensate else
+                     "  side effects after that step (rewinding does not undo them; --compensate runs their compensations):")
+        for e in result.side_effects:
+            lines.append(f"    step {e.step}: {e.tool_name}({json.dumps(e.arguments)[:80]}) key {e.idempotency_key}")
+    for c in result.compensations:
+        lines.append(f"  compensation of {c['tool_name']} ({c['original_key']}): {c['status']}" + (f" - {c['error']}" if c.get("error") else ""))
+    lines.append(f"  continuing from step {result.step} in workflow {result.continued.workflow_id}")
+    if args.wait:
+        if not args.json:
+            print("\n".join(lines), flush=True)
+        return await wait_and_report(args, client, result.continued.handle, result.run_id, result.branch, info)
+    emit(info, args.json, "\n".join(lines))
+    return 0
+
+
+async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.views.diff import diff, diff_json, diff_text
+
+    validate_id("run", args.run)
+    validate_id("branch", args.branch_a)
+    validate_id("branch", args.branch_b)
+    async with open_checkpoints(settings) as store:
+        result = await diff(store, args.run, args.branch_a, args.branch_b)
+    emit(diff_json(result), args.json, "" if args.json else diff_text(result))
+    return 0
+
+
+def register(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
+    p = command("fork", "start a new branch of a run from one of its checkpoints", handler=cmd_fork)
+    p.add_argument("run")
+    p.add_argument("--step", type=COUNT, required=True)
+    p.add_argument("--from-branch", default="main")
+    p.add_argument("--branch", required=True, help="name of the new branch")
+    p.add_argument("--system-prompt")
+    p.add_argument("--model")
+    p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names for the new branch")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set an agent variable (JSON or text)")
+    p.add_argument("--max-steps", type=STEPS)
+    p.add_argument("--wait", action="store_true")
+
+    p = command("rollback", "roll a branch back to a step in place and continue from there", handler=cmd_rollback)
+    p.add_argument("run")
+    p.add_argument("--step", type=COUNT, required=True)
+    p.add_argument("--branch", default="main")
+    p.add_argument("--compensate", action="store_true", help="run the compensations of side effects after that step")
+    p.add_argument("--wait", action="store_true")
+
+    p = command("diff", "compare two branches of a run side by side", handler=cmd_diff)
+    p.add_argument("run")
+    p.add_argument("branch_a")
+    p.add_argument("branch_b")

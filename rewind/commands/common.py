@@ -1,0 +1,126 @@
+"""What every command group shares: printing, the store and the client, waiting for a run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+from rewind.config import Settings
+from workflows.text import usd
+
+if TYPE_CHECKING:
+    from checkpoint_bridge.store import CheckpointStore
+
+
+# Exit codes: 0 done, 1 an error (one line on stderr), 2 a usage error (a bad
+# argument), 3 `--wait` saw the run stop without completing (paused for its
+# budget, cancelled).
+EXIT_DONE, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_DONE = 0, 1, 2, 3
+
+
+def emit(doc: Any, as_json: bool, text: str) -> None:
+    if as_json:
+        print(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    elif text:
+        print(text)
+
+
+def names(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+@asynccontextmanager
+async def open_checkpoints(settings: Settings) -> AsyncIterator[CheckpointStore]:
+    """The checkpoint store, checked first: a store that cannot work is one line naming REWIND_STORE."""
+    from rewind.stores import check_store, checkpoint_store
+
+    store = checkpoint_store(settings)
+    try:
+        await check_store(store.objects, "REWIND_STORE")
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def client_for(settings: Settings) -> Any:
+    from rewind.client import connect
+
+    return await connect(settings)
+
+
+def interactive(args: argparse.Namespace) -> bool:
+    """Live progress only for a person watching: a terminal, and not --json."""
+    return not args.json and sys.stdout.isatty()
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def wait_and_report(
+    args: argparse.Namespace, client: Any, handle: Any, run_id: str, branch: str, extra: dict[str, Any],
+) -> int:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import CancelledError
+
+    from rewind.client import wait_for_outcome
+    from rewind.progress import follow
+
+    try:
+        if interactive(args):
+            result = await follow(client, run_id, handle, sys.stdout, branch)
+        else:
+            await _say_if_nobody_runs_it(client, handle)
+            result = await wait_for_outcome(handle)
+    except WorkflowFailureError as exc:
+        if isinstance(exc.cause, CancelledError):
+            # `rewind cancel` (or a rollback of this branch) stopped it: not a failure.
+            emit({**extra, "state": "cancelled"}, args.json,
+                  f"run {run_id} ({branch}): cancelled; its checkpoints stay (`rewind tree {run_id}`)")
+            return EXIT_NOT_DONE
+        reason = str(exc.cause or exc)
+        emit({**extra, "state": "failed", "error": reason}, args.json, f"run {run_id} ({branch}) failed: {reason}")
+        return EXIT_ERROR
+    except asyncio.CancelledError:
+        # Ctrl-C while waiting: only the waiting stops, the run goes on.
+        print(f"rewind: stopped waiting; run {run_id} ({branch}) goes on (`rewind status {run_id}`)", file=sys.stderr)
+        raise
+    doc = {**extra, **result.model_dump(mode="json")}
+    text = f"run {run_id} ({result.status.branch_id}): {result.status.state}"
+    if result.status.budget_reason:
+        text += f" ({result.status.budget_reason}; {continue_hint(run_id, result.status)})"
+    emit(doc, args.json, text + (f"\n{result.final_answer}" if result.final_answer else ""))
+    return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
+
+
+async def _say_if_nobody_runs_it(client: Any, handle: Any) -> None:
+    """Waiting quietly (no terminal) on a run no worker polls for would look like a hang: say so once."""
+    from checkpoint_bridge.runs import pollers
+
+    queue = (await handle.describe()).raw_description.execution_config.task_queue.name
+    if queue and not await pollers(client, queue, workflows=True):
+        print(f"rewind: no worker is polling task queue {queue!r} yet; waiting for one "
+              "(Ctrl-C stops the waiting, not the run)", file=sys.stderr, flush=True)
+
+
+def continue_hint(run_id: str, status: Any) -> str:
+    """A `rewind continue` command that raises the budget the run is paused on, ready to paste."""
+    reason = status.budget_reason or ""
+    branch = "" if status.branch_id == "main" else f" --branch {status.branch_id}"
+    limits = status.limits
+    if reason.startswith("max_cost") and limits.max_cost_usd is not None:
+        flag = f"--max-cost {usd(max(limits.max_cost_usd * 2, limits.max_cost_usd + 0.01))[1:]}"
+    elif reason.startswith("max_tokens") and limits.max_tokens is not None:
+        flag = f"--max-tokens {max(limits.max_tokens * 2, limits.max_tokens + 1000)}"
+    else:
+        flag = f"--max-steps {limits.max_steps * 2}"
+    return f"raise it with `rewind continue {run_id}{branch} {flag}` (the number is the new total)"
