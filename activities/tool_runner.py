@@ -229,6 +229,11 @@ class ToolActivities:
             return ToolOutcome(started_at=started, duration_ms=int((time.monotonic() - clock) * 1000),
                                attempt=activity.info().attempt, **fields)
 
+        if registered.spec.agent is not None:
+            # A sub-agent is answered by a run of its own (workflows/subagents.py), never by this activity.
+            return outcome(error=f"{request.tool_name} is a sub-agent: the calling run starts it as a run of its own",
+                           error_kind="tool_error")
+
         try:
             kwargs = registered.validate(request.arguments)
         except pydantic.ValidationError as exc:

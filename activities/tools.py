@@ -20,7 +20,7 @@ from typing import Annotated, Any, Awaitable, Callable
 import pydantic
 from temporalio import activity
 
-from workflows.contracts import ToolSpec
+from workflows.contracts import AgentSpec, ToolSpec
 from workflows.errors import ToolError, ToolRegistryError
 
 # Every plain `str` argument is capped (a model can send megabytes); the
@@ -228,6 +228,101 @@ def _check_effect_options(
                       f"(it has {', '.join(model.model_fields) or 'none'})")
 
 
+# -- sub-agents -------------------------------------------------------------------
+
+def _task_schema(model: type[pydantic.BaseModel]) -> dict[str, Any]:
+    schema = _json_schema(model)
+    schema["properties"]["task"]["description"] = "What the sub-agent should do: its whole instruction."
+    return schema
+
+
+class DeclaredAgent(RegisteredTool):
+    """A sub-agent declared with `subagent(...)`: offered to models as a tool, run as an
+    agent of its own (a child workflow) whenever a model calls it."""
+
+    def with_arg_cap(self, cap: int) -> "RegisteredTool":
+        if not self.spec.agent or not self.spec.agent.task_only:
+            return self  # a declared argument model keeps its own limits
+        capped = super().with_arg_cap(cap)
+        capped.spec.parameters = _task_schema(capped.args_model)
+        return capped
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise ToolRegistryError(
+            f"{self.spec.name!r} is a sub-agent: it runs as an agent of its own when a model calls it in a run; "
+            f"start it directly with `rewind start --agent {self.spec.name} --task TEXT`"
+        )
+
+
+def subagent(
+    *,
+    name: str,
+    description: str,
+    system_prompt: str,
+    tools: list[str] | tuple[str, ...] = (),
+    model: str | None = None,
+    max_steps: int = 10,
+    args: type[pydantic.BaseModel] | None = None,
+    task_template: str | None = None,
+    timeout_s: float | None = None,
+) -> DeclaredAgent:
+    """Declare an agent that other agents can call as a tool, next to `@tool` functions.
+
+    The model sees a tool `name` whose one argument is `task` (a string that becomes the
+    sub-agent's user message), or, with `args=` a pydantic model, that model's fields;
+    the user message is then `task_template.format(**arguments)` (default: the arguments
+    as JSON). Each call runs the agent as a durable run of its own (a child workflow of
+    the caller, on the same worker pool): its own system prompt, tools and model (None:
+    the caller's), at most `max_steps` steps, its checkpoints under the caller's run.
+    Its final answer is the call's result; a failure is the call's error, and the
+    caller's model decides what to do. `rewind start --agent NAME` runs it top-level.
+
+    timeout_s: how long one call may take before the caller stops waiting for it (None: as long as
+        it takes, approvals and budget pauses included).
+    """
+    def bad(text: str) -> ToolRegistryError:
+        return ToolRegistryError(f"sub-agent {name!r}: {text}")
+
+    if not isinstance(name, str) or not name.strip():
+        raise ToolRegistryError("subagent(name=...) needs a name (what the model calls it)")
+    if not isinstance(system_prompt, str) or not system_prompt.strip():
+        raise bad("needs a system_prompt: an agent's prompt lives with its tools")
+    if not isinstance(description, str) or not description.strip():
+        raise bad("needs a description: it is what a calling model reads to decide when to use it")
+    if isinstance(tools, str) or not all(isinstance(t, str) and t for t in tools):
+        raise bad(f"tools must be a list of tool names, e.g. tools=['search_company'], not {tools!r}")
+    if name in tools:
+        raise bad("lists itself among its tools; an agent that calls itself would nest until the depth limit")
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+        raise bad(f"max_steps must be a whole number of at least 1, not {max_steps!r}")
+    if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < float("inf")):
+        raise bad(f"timeout_s must be a positive number of seconds, not {timeout_s!r}")
+    if args is not None and not (isinstance(args, type) and issubclass(args, pydantic.BaseModel)):
+        raise bad(f"args must be a pydantic model class describing the call's arguments, not {args!r}")
+    if task_template is not None and args is None:
+        raise bad("task_template renders the fields of args=; without args the model's `task` is the message")
+
+    async def run_as_subagent(task: str) -> Any:  # the signature the model sees; never called
+        raise AssertionError("a sub-agent runs as a workflow")
+
+    if args is None:
+        model_cls = _args_model(run_as_subagent, name)
+    else:
+        model_cls = args
+        if task_template is not None:
+            try:
+                task_template.format(**{f: "" for f in model_cls.model_fields})
+            except (KeyError, IndexError, ValueError) as exc:
+                raise bad(f"task_template {task_template!r} names what args does not have ({exc})") from None
+    schema = _task_schema(model_cls) if args is None else _json_schema(model_cls)
+    spec = ToolSpec(
+        name=name, description=description.strip(), parameters=schema,
+        agent=AgentSpec(name=name, system_prompt=system_prompt, tools=list(tools), model=model, max_steps=max_steps,
+                        task_only=args is None, task_template=task_template, timeout_s=timeout_s),
+    )
+    return DeclaredAgent(fn=run_as_subagent, spec=spec, args_model=model_cls)
+
+
 class ToolRegistry:
     """The tools one worker can execute, by name."""
 
@@ -253,7 +348,8 @@ class ToolRegistry:
             found = [v for v in vars(module).values() if isinstance(v, RegisteredTool)]
             if not found:
                 raise ToolRegistryError(
-                    f"tool module {module_name!r} ({getattr(module, '__file__', '?')}) defines no @tool functions"
+                    f"tool module {module_name!r} ({getattr(module, '__file__', '?')}) defines no @tool functions "
+                    "or sub-agents"
                 )
             for t in found:
                 registry.add(t.with_arg_cap(max_arg_chars))
@@ -317,6 +413,6 @@ def reset_tool_context(token: contextvars.Token[ToolContext]) -> None:
 
 
 __all__ = [
-    "tool", "tool_context", "ToolError", "ToolContext", "RegisteredTool", "ToolRegistry",
+    "tool", "subagent", "DeclaredAgent", "tool_context", "ToolError", "ToolContext", "RegisteredTool", "ToolRegistry",
     "import_tool_module", "DEFAULT_MAX_ARG_CHARS",
 ]

@@ -40,7 +40,7 @@ from checkpoint_bridge.lineage import (
     split_revision,
     validate_branch_name,
 )
-from checkpoint_bridge.projector import chain_events, first_started_event
+from checkpoint_bridge.projector import chain_events, first_started_event, log_of
 from checkpoint_bridge.runs import (
     branch_workflows,
     check_limits,
@@ -57,10 +57,11 @@ from workflows.contracts import (
     Ledger,
     LineageEffect,
     LoopState,
+    RedoPlan,
     RunLimits,
 )
-from workflows.errors import CheckpointNotUsableError, RunExistsError
-from workflows.ids import validate_id, workflow_id_for
+from workflows.errors import CheckpointNotUsableError, RunExistsError, StepNotFoundError, UsageError
+from workflows.ids import parse_subagent_branch, validate_id, workflow_id_for
 from workflows.tool_calls import NOT_EXECUTED, with_system_prompt
 from workflows.wire import RUN_TOOL
 
@@ -219,11 +220,14 @@ async def fork(
     branch: str, from_branch: str = "main", system_prompt: str | None = None, model: str | None = None,
     tools: list[str] | None = None, variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
     limit_overrides: dict[str, Any] | None = None, llm_overrides: dict[str, Any] | None = None,
+    subagent_overrides: dict[str, dict[str, str]] | None = None,
 ) -> ForkResult:
     """Start branch `branch` of `run_id` from checkpoint `step` of `from_branch`.
 
     `limit_overrides` / `llm_overrides` change single fields of the source's limits
-    and model-call options (an experiment's per-branch budget, temperature, seed)."""
+    and model-call options (an experiment's per-branch budget, temperature, seed);
+    `subagent_overrides` what the branch's sub-agents run with ({name: {"model": M,
+    "system_prompt": P}}) instead of their declarations."""
     validate_id("run", run_id)
     validate_branch_name(branch)
     validate_id("branch", from_branch)
@@ -244,14 +248,16 @@ async def fork(
         limits = None
     return await _start_from(client, launcher, cp, base, branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
-                             effects=lineage_effects_of(cp, source))
+                             effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp),
+                             subagent_overrides=subagent_overrides)
 
 
 async def _start_from(
     client: Client, launcher: Launcher, cp: AgentCheckpoint, base: AgentInput, name: str, storage: str, *,
     system_prompt: str | None = None, model: str | None = None, tools: list[str] | None = None,
     variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
-    effects: list[LineageEffect] | None = None,
+    effects: list[LineageEffect] | None = None, adjust: Callable[[LoopState], None] | None = None,
+    subagent_overrides: dict[str, dict[str, str]] | None = None,
 ) -> ForkResult:
     if system_prompt is None:
         # The branch keeps its own system prompt, also when it continues from a
@@ -261,6 +267,8 @@ async def _start_from(
         if current is not None and current != base.system_prompt:
             system_prompt = base.system_prompt
     seed = await seed_from(cp, launcher.transcripts, system_prompt, effects)
+    if adjust is not None:
+        adjust(seed)
     inp = base.model_copy(update={
         "run_id": cp.run_id,
         "branch_id": storage,
@@ -270,6 +278,7 @@ async def _start_from(
         "variables": {**base.variables, **(variables or {})},
         "limits": limits or base.limits,
         "resume": seed,
+        "subagent_overrides": {**base.subagent_overrides, **(subagent_overrides or {})},
     })
     handle = await start_agent(client, launcher.task_queue, inp, launcher.redact, verify_tools=False)
     return ForkResult(cp.run_id, name, storage, handle.id, cp.checkpoint_id, handle)
@@ -325,6 +334,10 @@ async def rollback(
     """Roll branch `branch` back to `step` in place and continue it from there."""
     validate_id("run", run_id)
     validate_id("branch", branch)
+    if parse_subagent_branch(split_revision(branch)[0]) is not None:
+        raise UsageError(
+            f"branch {branch!r} is a sub-agent's run, which its caller waits for; redo the call instead: "
+            f"`rewind redo {run_id} --step N --call CALL` on the caller's step (`rewind tree {run_id}` shows both)")
     branch = await current_name(store, run_id, branch)
     line = await lineage(store, run_id, branch)
     point = await resolve_step(store, run_id, branch, step)
@@ -368,9 +381,88 @@ async def rollback(
                               step=e.step, origin="discarded")
                 for e in effects if e.idempotency_key not in undone_keys]
     continued = await _start_from(client, launcher, cp, _input_for(cp, source), branch, revision_branch(branch, next_revision),
-                                  effects=lineage_effects_of(cp, source, standing))
+                                  effects=lineage_effects_of(cp, source, standing) + await subagent_effects(store, cp))
     result = RollbackResult(run_id, branch, step, stopped, sorted(invalidated), effects, continued, compensations)
     return result
 
 
-__all__ = ["fork", "rollback", "Launcher", "ForkResult", "RollbackResult", "SideEffect", "display_name"]
+async def subagent_effects(store: CheckpointStore, cp: AgentCheckpoint, depth: int = 0) -> list[LineageEffect]:
+    """The side effects the sub-agents of `cp`'s lineage caused (their runs' checkpoints), so
+    a branch started from `cp` does not cause them again through a new sub-agent call."""
+    found: list[LineageEffect] = []
+    for record in cp.tool_call_cache:
+        sub = record.subagent or {}
+        branch = sub.get("branch_id")
+        if not branch or depth > 8:
+            continue
+        head = await store.load_latest(cp.run_id, branch)
+        if head is None:
+            continue  # not mirrored (or erased): nothing to go by
+        found += lineage_effects_of(head, None) + await subagent_effects(store, head, depth + 1)
+    return found
+
+
+# A redo's plan rides in its workflow's start input: recorded answers beyond this are refused.
+REDO_PLAN_MAX_BYTES = 1_000_000
+
+
+async def redo(
+    client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, step: int, call_id: str, *,
+    branch: str | None = None, from_branch: str = "main", system_prompt: str | None = None, model: str | None = None,
+) -> ForkResult:
+    """`rewind redo`: a new branch from step `step` of `from_branch` (the step whose model call
+    asked for tool calls) on which every call of that step keeps its recorded answer except
+    `call_id`, which runs again: a sub-agent as a new run of its own (with `system_prompt`
+    or `model` instead of its declaration's, if given), a read-only tool afresh; the run then
+    goes on from there. The model call of that step is not made again."""
+    validate_id("run", run_id)
+    validate_id("branch", from_branch)
+    point = await resolve_step(store, run_id, from_branch, step)
+    cp = usable(await store.load(point.checkpoint_id))
+    if cp.parent_id is None:
+        raise StepNotFoundError(f"step {step} of {from_branch!r} is the run's start: it made no tool calls to redo")
+    before = usable(await store.load(cp.parent_id))
+    added = cp.messages[len(before.messages):]
+    message = next((m for m in added if m.get("role") == "assistant" and m.get("tool_calls")), None)
+    calls = [str(c.get("id")) for c in (message or {}).get("tool_calls") or []]
+    if message is None or call_id not in calls:
+        listed = ", ".join(calls) or "none"
+        raise StepNotFoundError(f"step {step} of {from_branch!r} has no tool call {call_id!r}; its calls: {listed} "
+                                f"(`rewind show {point.checkpoint_id}` lists them)")
+    records = {r.tool_call_id: r for r in cp.tool_call_cache[len(before.tool_call_cache):]}
+    redone = records.get(call_id)
+    if redone is not None and redone.side_effects and not redone.subagent:
+        raise UsageError(f"call {call_id} ({redone.tool_name}) is a side effect; redo runs sub-agents and read-only "
+                         "tools again, not effects (fork from the step before to let the model ask anew)")
+    if (system_prompt or model) and (redone is None or not redone.subagent):
+        raise UsageError(f"--system-prompt and --model change the sub-agent a call runs; {call_id} is not a sub-agent call")
+    name = branch or f"redo-{step}-{call_id}"
+    validate_branch_name(name)
+    if await _branch_taken(client, store, run_id, name):
+        raise RunExistsError(f"run {run_id!r} already has a branch {name!r}; choose another --branch")
+    source = await source_input(client, workflow_id_for(run_id, point.branch_id))
+    base = _input_for(cp, source)
+    step_ledger = Ledger.model_validate((cp.ledger or {}).get("step") or {})
+    old = Ledger.model_validate((redone.subagent or {}).get("ledger") or {}) if redone is not None else Ledger()
+    # The branch inherits the step as recorded, but for what the redone call's old run spent.
+    kept = step_ledger.minus(old.rolled_up() if redone is not None and redone.subagent else Ledger())
+    plan = RedoPlan(
+        step=step, source_checkpoint=cp.checkpoint_id, message=message, call_id=call_id,
+        answers={cid: log_of(r, step) for cid, r in records.items() if cid != call_id},
+        system_prompt=system_prompt, model=model, model_ledger=kept,
+    )
+    size = len(plan.model_dump_json())
+    if size > REDO_PLAN_MAX_BYTES:
+        raise UsageError(f"the recorded answers of step {step} are {size:,} bytes, too many to carry into a redo "
+                         f"(at most {REDO_PLAN_MAX_BYTES:,}); fork from step {step - 1} instead")
+
+    def adjust(seed: LoopState) -> None:
+        seed.totals = seed.inherited = seed.totals.plus(kept)
+        seed.tool_cache = tool_cache_of(cp)
+        seed.redo = plan
+
+    return await _start_from(client, launcher, before, base, name, name, adjust=adjust,
+                             effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp))
+
+
+__all__ = ["fork", "rollback", "redo", "Launcher", "ForkResult", "RollbackResult", "SideEffect", "display_name"]

@@ -15,7 +15,7 @@ import re
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import InvalidIdError, RunNotFoundError, StepNotFoundError
-from workflows.ids import validate_id
+from workflows.ids import parse_subagent_branch, validate_id
 
 # `main.r1`, `main.r2`, ... are the revisions rollbacks made; `main.r0` names the
 # original `main` itself (what a user compares a rolled-back branch against).
@@ -41,6 +41,9 @@ def validate_branch_name(name: str) -> str:
     validate_id("branch", name)
     if _REVISION.match(name):
         raise InvalidIdError(f"branch name {name!r} ends in '.rN', which Rewind reserves for rolled-back branches; choose another name")
+    if parse_subagent_branch(name) is not None:
+        raise InvalidIdError(f"branch name {name!r} ends in '.sN-CALL', which Rewind reserves for sub-agent runs; "
+                             "choose another name")
     return name
 
 

@@ -18,7 +18,16 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from checkpoint_bridge.document.schema import AgentCheckpoint, StepParts, ToolCallRecord, checkpoint_to_dict
-from workflows.contracts import Ledger, MirrorBatch, StepRecord, ToolCallLog
+from workflows.contracts import (
+    SUBAGENT_LEDGER_FIELDS,
+    ApprovalRecord,
+    EffectRef,
+    Ledger,
+    MirrorBatch,
+    StepRecord,
+    SubagentCall,
+    ToolCallLog,
+)
 from workflows.errors import ProjectionError
 from workflows.ids import checkpoint_id
 from workflows.tool_calls import with_system_prompt
@@ -26,7 +35,7 @@ from workflows.wire import MIRROR_STEP, MIRROR_STEPS
 
 
 
-_COUNTED_LATER = ("model_retries", "tool_retries")
+_COUNTED_LATER = ("model_retries", "tool_retries", *SUBAGENT_LEDGER_FIELDS)
 
 
 def ledger_dict(ledger: Ledger) -> dict[str, Any]:
@@ -52,7 +61,34 @@ def tool_record(log: ToolCallLog) -> ToolCallRecord:
         approval=log.approval.model_dump(mode="json") if log.approval is not None else None,
         reused=log.reused.model_dump(mode="json") if log.reused is not None else None,
         attempts=log.attempts,
+        subagent=_subagent_dict(log),
+        answered_from=log.answered_from,
+        redo_of=log.redo_of,
     )
+
+
+def log_of(record: ToolCallRecord, step: int) -> ToolCallLog:
+    """A checkpoint's tool record as the run logged it (`tool_record` read back): what a
+    redo answers a kept call with."""
+    return ToolCallLog(
+        step=step, tool_call_id=record.tool_call_id or "", tool_name=record.tool_name,
+        arguments=record.tool_input, output=record.tool_output, error=record.error, called_at=record.called_at,
+        duration_ms=record.duration_ms, cache_key=record.cache_key or None, idempotency_key=record.idempotency_key,
+        side_effects=record.side_effects, served_from_cache=record.served_from_cache,
+        approval=ApprovalRecord.model_validate(record.approval) if record.approval else None,
+        reused=EffectRef.model_validate(record.reused) if record.reused else None,
+        attempts=record.attempts,
+        subagent=SubagentCall.model_validate(record.subagent) if record.subagent else None,
+    )
+
+
+def _subagent_dict(log: ToolCallLog) -> dict[str, Any] | None:
+    if log.subagent is None:
+        return None
+    data = log.subagent.model_dump(mode="json", exclude_none=True)
+    if log.subagent.ledger is not None:
+        data["ledger"] = ledger_dict(log.subagent.ledger)
+    return data
 
 
 def _checkpoint(record: StepRecord, messages: list[dict[str, Any]], tools: list[ToolCallRecord]) -> AgentCheckpoint:
@@ -80,6 +116,7 @@ def _checkpoint(record: StepRecord, messages: list[dict[str, Any]], tools: list[
             "total": ledger_dict(record.total_ledger),
         },
         model_view=record.model_view,
+        agent=record.agent,
     )
 
 

@@ -20,10 +20,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.lineage import is_revision_name, revision_branch, split_revision
 from checkpoint_bridge.visibility import ensure_search_attributes, start_options
-from workflows.contracts import AgentInput, AgentResult
+from workflows.contracts import AgentInput, AgentResult, AgentSpec, DescribeToolsRequest, DescribeToolsResponse
 from workflows.errors import RunExistsError, UsageError
 from workflows.ids import echo, validate_id, workflow_id_for
-from workflows.wire import AGENT_WORKFLOW, tool_task_queue
+from workflows.wire import AGENT_WORKFLOW, DESCRIBE_TOOLS_WORKFLOW, tool_task_queue
 
 
 async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple[str, WorkflowHandle[Any, AgentResult]]]:
@@ -152,6 +152,36 @@ async def check_tools(client: Client, task_queue: str, names: list[str]) -> None
         )
 
 
+async def describe_tools(client: Client, task_queue: str, names: list[str], *, wait_s: float = 10.0) -> DescribeToolsResponse:
+    """What the workers on `task_queue` say the named tools (and declared agents) are, asked
+    through a short DescribeToolsWorkflow: a worker holding each describes it."""
+    import uuid
+
+    if not await pollers(client, task_queue, workflows=True):
+        raise UsageError(f"no worker polls task queue {task_queue!r}, so nobody can say what "
+                         f"{', '.join(echo(n, 40) for n in names)} is; start a worker with the tool modules that "
+                         "declare it (`rewind worker --tool-modules MODULE`)")
+    return await client.execute_workflow(
+        DESCRIBE_TOOLS_WORKFLOW, DescribeToolsRequest(names=names, wait_s=wait_s),
+        id=f"rewind-describe-{uuid.uuid4().hex[:12]}", task_queue=task_queue, result_type=DescribeToolsResponse,
+        execution_timeout=timedelta(seconds=wait_s + 60),
+    )
+
+
+async def declared_agent(client: Client, task_queue: str, name: str) -> AgentSpec:
+    """The declaration of agent `name` (`subagent(...)` in a tools module a worker loaded)."""
+    validate_id("agent", name)
+    described = await describe_tools(client, task_queue, [name])
+    spec = next((s for s in described.tools if s.name == name), None)
+    if spec is None:
+        raise UsageError(f"no worker on task queue {task_queue!r} declares an agent {name!r}; declare it with "
+                         f"subagent(name={name!r}, ...) in a tools module the worker loads (--tool-modules)")
+    if spec.agent is None:
+        raise UsageError(f"{name!r} is a tool, not an agent: declare agents with subagent(...); start a run that uses "
+                         f"the tool with `rewind start --tools {name} --task TEXT`")
+    return spec.agent
+
+
 def fast_task_timeout(agent_input: AgentInput) -> timedelta | None:
     """The workflow task timeout of a fast run: the worker records the results of
     local activities in history at 80% of it (it completes the task and goes on in
@@ -191,4 +221,4 @@ async def start_agent(
         ) from exc
 
 
-__all__ = ["branch_workflows", "fast_task_timeout", "check_limits", "check_input", "pollers", "missing_tools", "check_tools", "start_agent"]
+__all__ = ["branch_workflows", "describe_tools", "declared_agent", "fast_task_timeout", "check_limits", "check_input", "pollers", "missing_tools", "check_tools", "start_agent"]

@@ -21,17 +21,14 @@ from typing import Any
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.contracts import AgentInput
-from workflows.run_index import STATE_KEY
+from workflows.run_index import BRANCH_KEY, MODEL_KEY, RUN_ID_KEY, STATE_KEY
 from workflows.summaries import run_summary
-from workflows.wire import SA_BRANCH, SA_MODEL, SA_RUN_ID, SEARCH_ATTRIBUTES
+from workflows.wire import SEARCH_ATTRIBUTES
 
-RUN_ID_KEY = SearchAttributeKey.for_keyword(SA_RUN_ID)
-BRANCH_KEY = SearchAttributeKey.for_keyword(SA_BRANCH)
-MODEL_KEY = SearchAttributeKey.for_keyword(SA_MODEL)
 _MEMO_TASK_CHARS = 500
 
 # Per client: whether its namespace has Rewind's search attributes (asked once).

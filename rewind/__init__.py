@@ -2,9 +2,9 @@
 
 The public API, in one place:
 
-    from rewind import tool, tool_context, ToolError            # writing tools
-    from rewind import Settings, connect, start_run, wait_for_outcome, run_view
-    from rewind import checkpoint_store, tree, fork, rollback, diff, compensate, mirror_run, store_stats
+    from rewind import tool, subagent, tool_context, ToolError  # writing tools and agents
+    from rewind import Settings, connect, start_run, agent_input, wait_for_outcome, run_view
+    from rewind import checkpoint_store, tree, fork, redo, rollback, diff, compensate, mirror_run, store_stats
     from rewind import delete_run, gc                                     # erasing runs
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
     from rewind import AgentInput, RunLimits, RewindError
@@ -21,6 +21,7 @@ from typing import Any
 _EXPORTS = {
     # writing tools
     "tool": "activities.tools",
+    "subagent": "activities.tools",
     "tool_context": "activities.tools",
     "ToolError": "workflows.errors",
     "RelativePath": "activities.arg_types",
@@ -29,6 +30,7 @@ _EXPORTS = {
     "Settings": "rewind.config",
     "connect": "rewind.client",
     "start_run": "rewind.client",
+    "agent_input": "rewind.client",
     "new_run_id": "rewind.client",
     "wait_for_outcome": "rewind.client",
     "run_view": "rewind.client",
@@ -47,6 +49,7 @@ _EXPORTS = {
     "tree": "checkpoint_bridge.views.inspect",
     "lineage": "checkpoint_bridge.lineage",
     "fork": "rewind.client",
+    "redo": "rewind.client",
     "rollback": "rewind.client",
     "compensate": "rewind.client",
     "diff": "checkpoint_bridge.views.diff",

@@ -30,7 +30,16 @@ from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
 from rewind.config import Settings
 from rewind.payloads import data_converter
-from workflows.contracts import AgentInput, AgentResult, AgentStatus, ApprovalDecision, ApprovalRecord, Ledger, RunState
+from workflows.contracts import (
+    AgentInput,
+    AgentResult,
+    AgentStatus,
+    ApprovalDecision,
+    ApprovalRecord,
+    Ledger,
+    RunLimits,
+    RunState,
+)
 from workflows.errors import ConfigError, RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
 from workflows.wire import STATUS_QUERY
@@ -85,6 +94,13 @@ async def fork(client: Client, settings: Settings, store: CheckpointStore, run_i
         return await branching.fork(client, launch, store, run_id, step, **options)
 
 
+async def redo(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, call_id: str,
+               **options: Any) -> ForkResult:
+    """`rewind redo`: a new branch from `step` on which only `call_id` runs again (checkpoint_bridge.branching.redo)."""
+    async with launcher(settings) as launch:
+        return await branching.redo(client, launch, store, run_id, step, call_id, **options)
+
+
 async def rollback(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int,
                    **options: Any) -> RollbackResult:
     """`rewind rollback`: the branch back to `step`, continued in place (checkpoint_bridge.branching.rollback)."""
@@ -129,6 +145,26 @@ async def reject(client: Client, run_id: str, tool_call_id: str, *, reason: str,
 async def pending_approvals(client: Client) -> decisions.Pending:
     """`rewind pending`: every tool call waiting for a decision, across the open runs."""
     return await decisions.pending_approvals(client)
+
+
+async def agent_input(
+    client: Client, settings: Settings, agent: str, task: str, *, run_id: str | None = None,
+    system_prompt: str | None = None, tools: list[str] | None = None, model: str | None = None,
+    limits: RunLimits | None = None, **fields: Any,
+) -> AgentInput:
+    """The input of a run of declared agent `agent` (`rewind start --agent NAME`): its system
+    prompt, tools, model and max_steps, as a worker that loaded its declaration says, except
+    what is given here. Start it with `start_run`."""
+    from checkpoint_bridge.runs import declared_agent
+
+    spec = await declared_agent(client, settings.task_queue, agent)
+    chosen = limits or RunLimits(max_steps=spec.max_steps)
+    return AgentInput(
+        run_id=run_id or new_run_id(), task=task, agent=agent,
+        system_prompt=system_prompt or spec.system_prompt,
+        tools=list(tools) if tools is not None else list(spec.tools),
+        model=model or spec.model or settings.model, limits=chosen, **fields,
+    )
 
 
 def new_run_id() -> str:
@@ -321,7 +357,7 @@ async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: flo
 
 
 __all__ = [
-    "connect", "start_run", "run_view", "new_run_id", "wait_for_outcome", "fork", "rollback", "compensate",
+    "connect", "start_run", "agent_input", "run_view", "new_run_id", "wait_for_outcome", "fork", "redo", "rollback", "compensate",
     "launcher", "RunView", "status_from_checkpoint", "view_from_store", "workflow_id_for", "branch_workflows",
     "approve", "reject", "pending_approvals",
 ]

@@ -38,9 +38,22 @@ def new_experiment_id() -> str:
     return uuid.uuid4().hex[:8]
 
 
+SUBAGENT_KEYS = ("model", "system_prompt")
+
+
+def parse_subagent_key(key: str, where: str) -> tuple[str, str]:
+    """`sub.AGENT.model` -> ("AGENT", "model"): what a sub-agent runs with instead of its declaration."""
+    _, agent, rest = (key.split(".", 2) + ["", ""])[:3]
+    if not agent or rest not in SUBAGENT_KEYS:
+        raise UsageError(f"{where}: {echo(key, 60)} must be sub.AGENT.model or sub.AGENT.system_prompt")
+    validate_id("agent", agent)
+    return agent, rest
+
+
 def parse_variant(text: str, base: Path | None = None) -> Variant:
     """`NAME:key=value[,key=value...]`: model, system_prompt (or system_prompt=@file), tools
-    (names joined by +), temperature, seed; any other key sets an agent variable (JSON or text)."""
+    (names joined by +), temperature, seed, `sub.AGENT.model` / `sub.AGENT.system_prompt` (what
+    sub-agent AGENT runs with); any other key sets an agent variable (JSON or text)."""
     name, sep, rest = text.partition(":")
     if not sep and "=" in name:
         raise UsageError(f"--variant {echo(text, 60)} needs a name first: NAME:key=value,...")
@@ -58,7 +71,10 @@ def parse_variant(text: str, base: Path | None = None) -> Variant:
             except OSError as exc:
                 raise UsageError(f"--variant {name}: cannot read the system prompt file {value[1:]}: "
                                  f"{exc.strerror or exc}") from exc
-        if key == "tools":
+        if key.startswith("sub."):
+            agent, key_name = parse_subagent_key(key, f"--variant {name}")
+            fields.setdefault("subagents", {}).setdefault(agent, {})[key_name] = value
+        elif key == "tools":
             fields["tools"] = [t for t in value.split("+") if t]
         elif key == "temperature":
             try:

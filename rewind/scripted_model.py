@@ -10,8 +10,14 @@ kept between requests; only faults, scripts and the request log are state.
 
 Models:
     script:NAME   plays the turns registered with `add_script(NAME, ...)`; a turn with
-                  "by_seed": {"2": turn} plays that turn for requests with seed 2
-    anything else the built-in research policy (search_company, save_report)
+                  "by_seed": {"2": turn} plays that turn for requests with seed 2, one with
+                  "by_user": {"Initech": turn} that turn when the first user message
+                  contains "Initech" (a sub-agent per company), and a turn
+                  {"error": {"status": 400, "message": "..."}} answers with that HTTP error
+    anything else a built-in policy, by the tools the request offers: the research agent
+                  (search_company + save_report), the fan-out orchestrator (research_company,
+                  a sub-agent: one call per company, then a synthesis of their answers) and
+                  the company researcher (search_company alone: one search, then a profile)
 
 Dialects (`dialect=` / `--dialect` / REWIND_SCRIPTED_DIALECT for the CLI):
     openai    (default) the checks below, as OpenAI answers them
@@ -387,6 +393,13 @@ def _script_reply(turns: list[dict], messages: list[dict], turn: int, seed: Any 
     step = turns[turn]
     # A turn may answer differently per sampling seed: {"by_seed": {"2": {...}}, ...the default}.
     step = (step.get("by_seed") or {}).get(str(seed), step)
+    # ... and per task (a sub-agent per company): {"by_user": {"Initech": {...}}, ...the default}.
+    first_user = next((_text(m.get("content")) for m in messages if m["role"] == "user"), "")
+    step = next((variant for text, variant in (step.get("by_user") or {}).items() if text in first_user), step)
+    error = step.get("error")
+    if isinstance(error, dict):
+        status = int(error.get("status", 400))
+        raise _ApiError(status, str(error.get("message") or f"Scripted error: HTTP {status}."))
     content = _tool_results_since_last_assistant(messages) if step.get("echo_tool_results") else step.get("content")
     # String arguments go out verbatim so a script can play a model that emits invalid JSON.
     args = [c.get("arguments", {}) for c in step.get("tool_calls") or []]
@@ -427,8 +440,72 @@ def _report(companies: list[str], results: dict[str, str], technical: bool) -> s
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _research_reply(body: dict, messages: list[dict]) -> _Reply:
+def _builtin_reply(body: dict, messages: list[dict]) -> _Reply:
+    """The built-in policy the request's tools call for."""
     tools = {t["function"]["name"] for t in body.get("tools") or []}
+    if "research_company" in tools:
+        return _fanout_reply(messages)
+    if "search_company" in tools and "save_report" not in tools:
+        return _researcher_reply(messages)
+    return _research_reply(body, messages, tools)
+
+
+def _calls_and_results(messages: list[dict]) -> list[tuple[str, dict, str]]:
+    """(tool, arguments, result text) of every answered call, in order."""
+    calls = {
+        c["id"]: (c.get("function", {}).get("name"), _loads(c.get("function", {}).get("arguments")))
+        for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []
+    }
+    return [(*calls[m["tool_call_id"]], _text(m.get("content"))) for m in messages if m["role"] == "tool"]
+
+
+def researcher_task(company: str) -> str:
+    """What the fan-out orchestrator asks each researcher (the researcher reads the company back)."""
+    return f"Research {company} and return a short profile."
+
+
+def _fanout_reply(messages: list[dict]) -> _Reply:
+    """An orchestrator: one `research_company` sub-agent call per company, in one step,
+    then a synthesis that quotes each answer (and says which got none)."""
+    first_user = next((_text(m.get("content")) for m in messages if m["role"] == "user"), "")
+    companies = _companies(first_user)
+    answers = {str(args.get("task", "")): result for name, args, result in _calls_and_results(messages)
+               if name == "research_company"}
+    if not answers:
+        if not companies:
+            return "Which companies should I research? Name them after a colon, separated by commas.", []
+        return None, [("research_company", json.dumps({"task": researcher_task(c)})) for c in companies]
+    lines = [f"Synthesis of {len(companies)} compan{'y' if len(companies) == 1 else 'ies'}:"]
+    for company in companies:
+        result = answers.get(researcher_task(company))
+        lines.append(f"- {company}: " + ("no answer (" + result.strip()[:200] + ")" if result is None or _failed(result)
+                                         else " ".join(result.split())[:QUOTE_CHARS]))
+    done = sum(1 for c in companies if answers.get(researcher_task(c)) and not _failed(answers[researcher_task(c)]))
+    lines.append(f"{done} of {len(companies)} researched.")
+    return "\n".join(lines), []
+
+
+def _researcher_reply(messages: list[dict]) -> _Reply:
+    """A company researcher: one search, then a profile from the angle its system prompt asks for."""
+    first_user = next((_text(m.get("content")) for m in messages if m["role"] == "user"), "")
+    match = re.match(r"\s*Research (.+?) and return", first_user)
+    company = (match.group(1) if match else first_user).strip().rstrip(".") or "the company"
+    searched = [result for name, _args, result in _calls_and_results(messages) if name == "search_company"]
+    if not searched:
+        return None, [("search_company", json.dumps({"company": company}))]
+    result = searched[-1]
+    if _failed(result):
+        return f"{company}: no data ({result.strip()[:200]})", []
+    facts = _loads(result)
+    technical = any("technical" in _text(m.get("content")).lower() for m in messages if m["role"] == "system")
+    if technical:
+        return (f"{company} (technical): stack {facts.get('tech_stack', '?')}, {facts.get('patents', '?')} patents, "
+                f"{facts.get('employees', '?')} engineers and staff."), []
+    return (f"{company} (business): revenue ${facts.get('revenue_musd', '?')}M, growth {facts.get('growth_pct', '?')}%, "
+            f"{facts.get('employees', '?')} employees, founded {facts.get('founded', '?')}."), []
+
+
+def _research_reply(body: dict, messages: list[dict], tools: set[str]) -> _Reply:
     first_user = next((_text(m.get("content")) for m in messages if m["role"] == "user"), "")
     companies = _companies(first_user)
     if not {"search_company", "save_report"} <= tools:
@@ -535,8 +612,14 @@ class ScriptedModelServer:
         if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
             raise ScriptError(f"script {name!r}: turns must be a list of objects, got {turns!r}")
         for i, t in enumerate(turns):
-            if not all(isinstance(c, dict) and c.get("name") for c in t.get("tool_calls") or []):
-                raise ScriptError(f"script {name!r} turn {i}: every tool call needs a 'name'")
+            for variant in [t, *(t.get("by_seed") or {}).values(), *(t.get("by_user") or {}).values()]:
+                if not isinstance(variant, dict):
+                    raise ScriptError(f"script {name!r} turn {i}: a by_seed / by_user variant must be an object")
+                if not all(isinstance(c, dict) and c.get("name") for c in variant.get("tool_calls") or []):
+                    raise ScriptError(f"script {name!r} turn {i}: every tool call needs a 'name'")
+                error = variant.get("error")
+                if error is not None and not (isinstance(error, dict) and 400 <= int(error.get("status", 400)) <= 599):
+                    raise ScriptError(f"script {name!r} turn {i}: error must be {{\"status\": 400-599, \"message\": ...}}")
         with self._lock:
             self._scripts[name] = json.loads(json.dumps(turns))  # private copy
 
@@ -616,7 +699,7 @@ class ScriptedModelServer:
                                     code="model_not_found", param="model")
                 reply = _script_reply(turns, messages, turn, body.get("seed"))
             else:
-                reply = _research_reply(body, messages)
+                reply = _builtin_reply(body, messages)
         except _ApiError as exc:
             return exc.status, exc.body, {}
         return 200, _completion(body, turn, reply), {}

@@ -51,6 +51,7 @@ from rewind.config import Settings, drop_empty_library_variables
 from rewind.stores import check_stores, object_store
 from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
+from workflows.describe import DescribeToolsWorkflow
 from workflows.experiment import ExperimentWorkflow, ScoreWorkflow
 from workflows.errors import ConfigError, RewindError
 from workflows.wire import tool_task_queue
@@ -162,7 +163,8 @@ def build_worker(
     main = Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=workflows or [AgentWorkflow, CompensationWorkflow, ExperimentWorkflow, ScoreWorkflow],
+        workflows=workflows or [AgentWorkflow, CompensationWorkflow, ExperimentWorkflow, ScoreWorkflow,
+                                DescribeToolsWorkflow],
         # The tool activities stay on the main queue too, for runs started
         # before tool queues (they schedule tool calls here).
         activities=[llm.call_llm, mirror.mirror_step, mirror.mirror_steps, *tool_activities,

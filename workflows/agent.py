@@ -30,18 +30,19 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         ApprovalRecord,
         AgentStatus,
-        DescribeToolsRequest,
-        DescribeToolsResponse,
         Ledger,
         LlmRequest,
         LlmResponse,
         LoopState,
         MirrorBatch,
+        RedoPlan,
         RunLimits,
         StepRecord,
+        SubagentNotice,
         ToolCallLog,
     )
     from workflows.canonical import canonical_json
+    from workflows.describe import describe_here, describe_routed
     from workflows.ids import checkpoint_id
     from workflows.text import usd
     from workflows.tool_calls import failure_text, step_label
@@ -59,17 +60,28 @@ with workflow.unsafe.imports_passed_through():
         CALL_LLM,
         CHECKPOINT_CONFLICT,
         DECIDE_UPDATE,
-        DESCRIBE_TOOLS,
         LLM_REJECTED,
         MIRROR_BATCH_PATCH,
         MIRROR_STEP,
         MIRROR_STEPS,
         RAISE_LIMITS_SIGNAL,
         STATUS_QUERY,
+        SUBAGENT_STATE_SIGNAL,
         TOOL_QUEUES_PATCH,
-        tool_task_queue,
     )
 
+
+
+def _agent_info(inp: AgentInput) -> dict[str, Any] | None:
+    """What a checkpoint says of the agent its branch runs (None: a plain run)."""
+    if inp.agent is None:
+        return None
+    info: dict[str, Any] = {"name": inp.agent}
+    caller = inp.called_by
+    if caller is not None:
+        info.update(called_by=checkpoint_id(inp.run_id, caller.branch_id, caller.step),
+                    tool_call_id=caller.tool_call_id, depth=inp.depth)
+    return info
 
 
 # Records per mirror activity at most: a backlog (the store was down, a fast
@@ -97,19 +109,35 @@ class AgentWorkflow:
         self._gate = ApprovalGate(on_change=self._show_state)
         self._index = RunIndex(False)
         self._trace = RunTrace()  # spans of the run and its steps; nothing while tracing is off
+        self._told_caller = "running"  # a sub-agent's state as its caller last heard it
 
     # -- queries, signals and updates ------------------------------------------
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> AgentStatus:
         if self._status is None:
             raise ApplicationError("the run has not started its first workflow task yet")
-        if not self._gate.pending:
+        state, reason = self._shown_state()
+        if state == self._status.state and not self._gate.pending:
             return self._status
-        waiting = self._status.state == "running"
         return self._status.model_copy(update={
-            "state": "waiting_for_approval" if waiting else self._status.state,
+            "state": state, "budget_reason": reason or self._status.budget_reason,
             "pending_approvals": list(self._gate.pending.values()),
         })
+
+    def _shown_state(self) -> tuple[str, str | None]:
+        """The state to show: the run's own, or that it waits for a person (one of its calls,
+        or one of its sub-agents') or for a sub-agent's raised budget."""
+        status = self._status
+        assert status is not None
+        if status.state != "running":
+            return status.state, None
+        if self._gate.pending:
+            return "waiting_for_approval", None
+        child = self._tools.agents.waiting() if self._tools is not None else None
+        if child is None:
+            return "running", None
+        why = f"sub-agent {child.agent} ({child.branch_id}) paused: {child.reason}" if child.reason else None
+        return child.state, why
 
     @workflow.update(name=DECIDE_UPDATE)
     async def decide(self, decision: ApprovalDecision) -> ApprovalRecord:
@@ -138,12 +166,21 @@ class AgentWorkflow:
         self._gate.check(decision)
 
     @workflow.signal(name=RAISE_LIMITS_SIGNAL)
-    def raise_limits(self, limits: RunLimits) -> None:
+    async def raise_limits(self, limits: RunLimits) -> None:
         """Continue a run paused by its budget, with new limits; a running run
-        takes them at once (an experiment moves budget between its branches)."""
+        takes them at once (an experiment moves budget between its branches), and
+        hands the raise on to its sub-agents paused for their share of it."""
         self._new_limits = limits
         if self._status is not None and self._status.state == "running":
-            self._status.limits = limits
+            old, self._status.limits = self._status.limits, limits
+            if self._tools is not None:
+                await self._tools.agents.raise_limits(old, limits)
+
+    @workflow.signal(name=SUBAGENT_STATE_SIGNAL)
+    def subagent_state(self, notice: SubagentNotice) -> None:
+        """A sub-agent of the step in flight waits (for a person, for budget) or goes on again."""
+        if self._tools is not None:
+            self._tools.agents.notice(notice)
 
     # -- the loop -------------------------------------------------------------
     @workflow.run
@@ -170,7 +207,7 @@ class AgentWorkflow:
         self._trace.run_started(inp.run_id, inp.branch_id, inp.model)
         self._sync_status()
         routed = workflow.patched(TOOL_QUEUES_PATCH)
-        described = await (self._describe_routed(inp) if routed else self._describe_here(inp))
+        described = await (describe_routed(inp.tools, inp.tool_wait_s) if routed else describe_here(inp.tools))
         if described.missing:
             how = (f"no worker on task queue {workflow.info().task_queue!r} offered them within {inp.tool_wait_s:g}s"
                    if routed else "not registered on the worker")
@@ -178,7 +215,8 @@ class AgentWorkflow:
                 f"tools {', '.join(described.missing)}: {how}; start a worker with --tool-modules "
                 "(or REWIND_TOOL_MODULES) naming the modules that define them"
             )
-        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed, gate=self._gate)
+        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed, gate=self._gate,
+                               trace=self._trace, budget_left=self._budget_left, on_change=self._subagents_changed)
         openai_tools = [t.openai_schema() for t in described.tools]
 
         if inp.resume is None:
@@ -190,10 +228,17 @@ class AgentWorkflow:
         for record in self._state.pending_records:  # left unmirrored by the previous run
             self._mirror_later(record)
         self._state.pending_records = []
+        if self._state.redo is not None:
+            await self._redo(self._state.redo)
 
         while True:
             reason = self._budget_exceeded()
             if reason is not None:
+                if inp.called_by is not None and reason.startswith("max_steps"):
+                    # A sub-agent's own steps are its declaration's: used up, it ends and its caller decides.
+                    status.state, status.budget_reason = "budget_exceeded", reason
+                    self._show_state()
+                    return await self._finish_run()
                 if not await self._pause_for_budget(reason):
                     return await self._finish_run()
                 continue
@@ -204,6 +249,7 @@ class AgentWorkflow:
             self._add_messages(message)
             calls = message.get("tool_calls") or []
             if calls:
+                self._tools.begin_step(calls)
                 replies = await asyncio.gather(*(self._tools.answer(self._state.step, c) for c in calls))
                 self._add_messages(*replies)
                 self._step_calls.extend(self._tools.take_log())
@@ -216,46 +262,57 @@ class AgentWorkflow:
             if self._should_continue_as_new(inp):
                 await self._continue_as_new(inp)
 
-    # -- tools ----------------------------------------------------------------
-    async def _describe_here(self, inp: AgentInput) -> DescribeToolsResponse:
-        """Runs from before tool queues: the worker that answers must have every tool."""
-        return await workflow.execute_activity(
-            DESCRIBE_TOOLS,
-            DescribeToolsRequest(names=inp.tools),
-            result_type=DescribeToolsResponse,
-            start_to_close_timeout=timedelta(seconds=30),
-        )
+    # -- redo -----------------------------------------------------------------
+    async def _redo(self, plan: RedoPlan) -> None:
+        """`rewind redo`: answer a recorded step's tool calls again, each from its recorded
+        answer except one, which runs again; then the loop goes on from there."""
+        assert self._tools is not None
+        state = self._state
+        state.step = plan.step
+        self._trace.step_started(plan.step)
+        message = plan.message
+        self._add_messages(message)
+        calls = message.get("tool_calls") or []
+        override = {k: v for k, v in {"system_prompt": plan.system_prompt, "model": plan.model}.items() if v}
+        self._tools.begin_step([c for c in calls if c.get("id") == plan.call_id])
 
-    async def _describe_routed(self, inp: AgentInput) -> DescribeToolsResponse:
-        """The worker that answers on the run's queue describes what it has (with
-        no names: all its tools); a named tool it lacks is described by a worker
-        that has it, on that tool's own queue."""
-        here = await self._describe_here(inp)
-        if not here.missing:
-            return here
-        found = await asyncio.gather(*(self._describe_one(inp, name) for name in here.missing))
-        return DescribeToolsResponse(
-            tools=[*here.tools, *(spec for spec in found if spec is not None)],
-            missing=[name for name, spec in zip(here.missing, found) if spec is None],
-        )
+        async def answer(call: dict[str, Any]) -> dict[str, Any]:
+            recorded = plan.answers.get(str(call.get("id")))
+            if call.get("id") == plan.call_id or recorded is None:
+                return await self._tools.answer(plan.step, call, override=override, redo_of=plan.source_checkpoint)  # type: ignore[union-attr]
+            return self._tools.answered(plan.step, recorded, plan.source_checkpoint)  # type: ignore[union-attr]
 
-    async def _describe_one(self, inp: AgentInput, name: str) -> Any:
+        replies = await asyncio.gather(*(answer(c) for c in calls))
+        self._add_messages(*replies)
+        self._step_calls.extend(self._tools.take_log())
+        state.redo = None
+        self._record_step(f"{step_label(message)} (redo of {plan.call_id})")
+
+    # -- sub-agents -------------------------------------------------------------
+    def _budget_left(self) -> tuple[float | None, int | None]:
+        """What the run may still spend (USD, tokens; None: no limit): its sub-agents' to share."""
+        limits, spent = self._status.limits, self._state.totals.plus(self._step_ledger())  # type: ignore[union-attr]
+        return (None if limits.max_cost_usd is None else limits.max_cost_usd - spent.cost_usd,
+                None if limits.max_tokens is None else limits.max_tokens - spent.total_tokens)
+
+    def _subagents_changed(self) -> None:
+        if self._status is not None and self._tools is not None:
+            self._status.subagents = list(self._tools.agents.states)
+            self._sync_status()
+            self._show_state()
+
+    async def _tell_caller(self, state: str, reason: str | None) -> None:
+        """A sub-agent's caller hears when it waits and when it goes on (its status shows which call waits)."""
+        caller = self._input.called_by if self._input is not None else None
+        if caller is None:
+            return
         try:
-            described = await workflow.execute_activity(
-                DESCRIBE_TOOLS,
-                DescribeToolsRequest(names=[name]),
-                result_type=DescribeToolsResponse,
-                task_queue=tool_task_queue(workflow.info().task_queue, name),
-                # No worker polls the queue of a tool nobody has: give up after a while.
-                schedule_to_start_timeout=timedelta(seconds=inp.tool_wait_s),
-                start_to_close_timeout=timedelta(seconds=30),
-            )
-        except ActivityError as err:
-            if isinstance(err.cause, CancelledError):
-                raise asyncio.CancelledError() from err
-            return None
-        return described.tools[0] if described.tools else None
+            await workflow.get_external_workflow_handle(caller.workflow_id).signal(
+                SUBAGENT_STATE_SIGNAL, SubagentNotice(tool_call_id=caller.tool_call_id, state=state, reason=reason))
+        except Exception:  # noqa: BLE001 - the caller has ended (cancelled): nobody to tell
+            pass
 
+    # -- tools ----------------------------------------------------------------
     # -- budgets --------------------------------------------------------------
     def _budget_exceeded(self) -> str | None:
         """Why the next step would exceed a budget, or None."""
@@ -357,10 +414,17 @@ class AgentWorkflow:
         return self._model_ledger.plus(self._tools.ledger) if self._tools is not None else self._model_ledger.model_copy()
 
     def _show_state(self) -> None:
-        """RewindState in Temporal's visibility follows the state `status` reports."""
-        if self._status is not None:
-            waiting = self._gate.pending and self._status.state == "running"
-            self._index.show("waiting_for_approval" if waiting else self._status.state)
+        """RewindState in Temporal's visibility follows the state `status` reports; a
+        sub-agent's caller hears when it starts or stops waiting."""
+        if self._status is None:
+            return
+        state, reason = self._shown_state()
+        self._index.show(state)
+        waits = state in ("waiting_for_approval", "budget_exceeded")
+        if self._input is not None and self._input.called_by is not None and waits != (self._told_caller != "running"):
+            self._told_caller = state if waits else "running"
+            told = reason or self._status.budget_reason if state == "budget_exceeded" else reason
+            asyncio.ensure_future(self._tell_caller(self._told_caller, told))
 
     def _sync_status(self) -> None:
         status, state = self._status, self._state
@@ -393,7 +457,7 @@ class AgentWorkflow:
             status="failed" if failed else "completed", error_info=failed,
             step_ledger=step_ledger, branch_ledger=totals.minus(state.inherited), total_ledger=totals,
             system_prompt=state.announce_system_prompt,
-            model_view=model_view,
+            model_view=model_view, agent=_agent_info(inp),
         )
         state.announce_system_prompt = None
         if step_ledger.model_calls:
@@ -513,4 +577,5 @@ class AgentWorkflow:
         self._status.state = "failed"
         self._show_state()
         await self._finish_run()
-        raise ApplicationError(reason, type=AGENT_RUN_FAILED, non_retryable=True)
+        # The status rides along: a sub-agent's caller reads what it spent from it.
+        raise ApplicationError(reason, self._status.model_dump(mode="json"), type=AGENT_RUN_FAILED, non_retryable=True)

@@ -16,10 +16,14 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, computed_f
 
 from workflows.text import scrub_text
 
+# What a run gets without a system prompt of its own: neutral, whatever its tools.
+# An agent declared with `subagent(...)` brings its own (`rewind start --agent NAME`).
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a careful research agent. Use the tools you are given, cite what they "
-    "returned, and finish with a concise answer."
+    "You are a careful agent. Use the tools you are given when they help, rely on what "
+    "they return, and finish with a concise answer."
 )
+# How deep sub-agents may nest: a top-level run is depth 0, a sub-agent it calls depth 1.
+DEFAULT_MAX_AGENT_DEPTH = 3
 DEFAULT_MODEL = "gpt-4o-mini"
 
 RunState = Literal[
@@ -34,6 +38,23 @@ RunState = Literal[
     # A tool call waits for a person's decision (`rewind approve` / `rewind reject`).
     "waiting_for_approval",
 ]
+
+
+class AgentSpec(BaseModel):
+    """A declared agent (`subagent(...)` in a tools module): what a run of it starts
+    with. As a tool of another agent, each call runs it as a child workflow."""
+
+    name: str
+    system_prompt: str
+    tools: list[str] = Field(default_factory=list)
+    model: str | None = None  # None: the calling run's model
+    max_steps: int = Field(default=10, ge=1)
+    # The call's arguments are {"task": TEXT} and TEXT is the sub-agent's user message;
+    # False: a declared argument model, rendered by `task_template` (or as JSON).
+    task_only: bool = True
+    task_template: str | None = None
+    # How long one call may run before its caller stops waiting (None: as long as it takes).
+    timeout_s: float | None = None
 
 
 class ToolSpec(BaseModel):
@@ -64,6 +85,8 @@ class ToolSpec(BaseModel):
     # or in steps a rollback discarded): return the recorded result ("reuse"),
     # ask a person ("ask"), or run it again under a new key ("run").
     on_repeat: Literal["reuse", "ask", "run"] = "reuse"
+    # Set for a sub-agent: a call runs this agent as a child workflow, not an activity.
+    agent: AgentSpec | None = None
 
     def openai_schema(self) -> dict[str, Any]:
         return {
@@ -172,12 +195,46 @@ class Ledger(BaseModel):
     # Left out of a checkpoint's ledger while 0 (runs from before they were counted).
     model_retries: int = 0
     tool_retries: int = 0
+    # Sub-agent calls, and the part of the fields above their runs spent (already
+    # included there: a parent's totals are its whole tree's). Left out while 0.
+    subagent_calls: int = 0
+    subagent_prompt_tokens: int = 0
+    subagent_completion_tokens: int = 0
+    subagent_total_tokens: int = 0
+    subagent_cost_usd: float = 0.0
+    subagent_model_calls: int = 0
+    subagent_tool_calls: int = 0
 
     def plus(self, other: "Ledger") -> "Ledger":
         return Ledger(**{k: getattr(self, k) + getattr(other, k) for k in Ledger.model_fields})
 
     def minus(self, other: "Ledger") -> "Ledger":
         return Ledger(**{k: getattr(self, k) - getattr(other, k) for k in Ledger.model_fields})
+
+    def rolled_up(self) -> "Ledger":
+        """What a sub-agent run's totals add to its caller's ledger: every amount,
+        and the same amounts again as the caller's sub-agent part."""
+        return self.model_copy(update={
+            "subagent_calls": self.subagent_calls + 1,
+            "subagent_prompt_tokens": self.prompt_tokens, "subagent_completion_tokens": self.completion_tokens,
+            "subagent_total_tokens": self.total_tokens, "subagent_cost_usd": self.cost_usd,
+            "subagent_model_calls": self.model_calls, "subagent_tool_calls": self.tool_calls,
+        })
+
+    def own(self) -> "Ledger":
+        """This ledger without what sub-agents spent (their runs count it themselves)."""
+        return self.model_copy(update={
+            "prompt_tokens": self.prompt_tokens - self.subagent_prompt_tokens,
+            "completion_tokens": self.completion_tokens - self.subagent_completion_tokens,
+            "total_tokens": self.total_tokens - self.subagent_total_tokens,
+            "cost_usd": self.cost_usd - self.subagent_cost_usd,
+            "model_calls": self.model_calls - self.subagent_model_calls,
+            "tool_calls": self.tool_calls - self.subagent_tool_calls,
+            **{name: Ledger.model_fields[name].default for name in SUBAGENT_LEDGER_FIELDS},
+        })
+
+
+SUBAGENT_LEDGER_FIELDS = tuple(name for name in Ledger.model_fields if name.startswith("subagent_"))
 
 
 class LlmTuning(BaseModel):
@@ -200,6 +257,30 @@ class LlmTuning(BaseModel):
     # an experiment varies them across branches.
     temperature: float | None = Field(default=None, ge=0, le=2)
     seed: int | None = None
+
+
+class SubagentCaller(BaseModel):
+    """Where a sub-agent run was called from: its caller's branch, step and tool call."""
+
+    branch_id: str
+    step: int
+    tool_call_id: str
+    tool_name: str
+    workflow_id: str  # the caller's workflow (signalled when this run pauses or waits)
+
+
+class SubagentCall(BaseModel):
+    """A sub-agent call as the caller's tool record keeps it: where its run lives,
+    how it ended, what it cost (already in the caller's ledger)."""
+
+    agent: str
+    branch_id: str
+    workflow_id: str
+    state: Literal["running", "completed", "failed", "budget_exceeded", "cancelled", "refused"] = "running"
+    steps: int = 0
+    model: str | None = None
+    ledger: "Ledger | None" = None
+    reason: str | None = None  # why it did not complete
 
 
 class AgentInput(BaseModel):
@@ -235,6 +316,21 @@ class AgentInput(BaseModel):
     # The client registered Rewind's search attributes and started the workflow
     # with them: the workflow keeps RewindState up to date (workflows/run_index.py).
     indexed: bool = False
+    # -- agents and sub-agents ------------------------------------------------
+    # The declared agent this run runs (`rewind start --agent NAME`, or a sub-agent call).
+    agent: str | None = None
+    # Set on a sub-agent's run: who called it (its checkpoints say so too).
+    called_by: "SubagentCaller | None" = None
+    # 0 for a top-level run; a sub-agent runs one deeper than its caller, and a call
+    # that would pass `max_agent_depth` is refused as a tool error.
+    depth: int = Field(default=0, ge=0)
+    max_agent_depth: int = Field(default=DEFAULT_MAX_AGENT_DEPTH, ge=0)
+    # Per sub-agent name, what to run it with instead of its declaration ("model",
+    # "system_prompt"): an experiment's variant or a redo; passed down the tree.
+    subagent_overrides: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Side effects the caller's lineage already caused, for a sub-agent's first run
+    # (a fork or rollback seeds them through `resume` instead).
+    lineage_effects: list["LineageEffect"] = Field(default_factory=list)
 
     @field_validator("task", "system_prompt")
     @classmethod
@@ -291,6 +387,8 @@ class LlmResponse(BaseModel):
 
 class DescribeToolsRequest(BaseModel):
     names: list[str]
+    # DescribeToolsWorkflow: how long to wait for a worker holding a named tool.
+    wait_s: float = 10.0
 
 
 class DescribeToolsResponse(BaseModel):
@@ -354,11 +452,35 @@ class ToolCallLog(BaseModel):
     approval: ApprovalRecord | None = None  # the decision, when the call needed one
     reused: EffectRef | None = None  # the earlier effect whose result this call returned
     attempts: int = 1  # activity attempts the answer took (1: no retry)
+    subagent: SubagentCall | None = None  # a sub-agent call: its run and how it ended
+    # `rewind redo`: this call kept the recorded answer of the source step (checkpoint id),
+    # or (`redo_of`) ran again in place of that step's call.
+    answered_from: str | None = None
+    redo_of: str | None = None
 
 
 def _from_ledger(name: str, kind: type) -> Any:
     """A computed field of AgentStatus that reads one total of its ledger."""
     return computed_field(property(lambda self: getattr(self.ledger, name)), return_type=kind)  # type: ignore[call-overload]
+
+
+class SubagentState(BaseModel):
+    """One sub-agent call of the step in flight, as its caller's status shows it."""
+
+    tool_call_id: str
+    agent: str
+    branch_id: str
+    state: str  # running, waiting_for_approval, budget_exceeded, completed, failed, ...
+    reason: str | None = None
+
+
+class SubagentNotice(BaseModel):
+    """The input of the `subagent_state` signal: a sub-agent run tells its caller
+    that it waits (for approval, for a raised budget) or goes on again."""
+
+    tool_call_id: str
+    state: str
+    reason: str | None = None
 
 
 class AgentStatus(BaseModel):
@@ -381,6 +503,8 @@ class AgentStatus(BaseModel):
     mirror_error: str | None = None
     # Tool calls waiting for a decision, in the order they asked.
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    # The sub-agent calls of the current step: which completed and which did not.
+    subagents: list["SubagentState"] = Field(default_factory=list)
 
     # The totals under the names `rewind status` shows, read from `ledger`
     # (computed, so never out of step with it; still in every JSON dump).
@@ -431,6 +555,8 @@ class StepRecord(BaseModel):
     system_prompt: str | None = None
     # What the model saw, when the context was compressed for this step.
     model_view: dict[str, Any] | None = None
+    # The declared agent the branch runs, and for a sub-agent who called it (AgentCheckpoint.agent).
+    agent: dict[str, Any] | None = None
 
     # -- the wire form: what this step added, once ---------------------------------
     # A StepRecord rides in Temporal history (the mirror's input), next to the tool
@@ -546,9 +672,28 @@ class LoopState(BaseModel):
     # Side effects this branch's lineage already caused (seeded by fork and
     # rollback): a call with the same effect identity follows its tool's on_repeat.
     lineage_effects: list[LineageEffect] = Field(default_factory=list)
+    # `rewind redo`: the step to answer again before the loop goes on (seeded by redo).
+    redo: "RedoPlan | None" = None
+
+
+class RedoPlan(BaseModel):
+    """Answer the tool calls of one recorded step again: every call from its recorded
+    answer except `call_id`, which runs again (with the changed prompt or model)."""
+
+    step: int
+    source_checkpoint: str  # the recorded step, run:branch:step
+    message: dict[str, Any]  # its assistant message, whose tool calls are answered
+    answers: dict[str, ToolCallLog]  # call id -> the recorded answer
+    call_id: str
+    system_prompt: str | None = None
+    model: str | None = None
+    # What the recorded step's model call cost (the redo branch inherits it, not re-spent).
+    model_ledger: Ledger = Field(default_factory=Ledger)
 
 
 AgentInput.model_rebuild()
+AgentStatus.model_rebuild()
+SubagentCall.model_rebuild()
 
 
 class CompensationRequest(BaseModel):

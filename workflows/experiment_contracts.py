@@ -61,6 +61,9 @@ class Variant(BaseModel):
     # The first repetition's sampling seed; repetition k sends seed + k - 1, so the
     # repetitions are distinct samples that can be reproduced.
     seed: int | None = None
+    # What a sub-agent runs with instead of its declaration: {name: {"model": M, "system_prompt": P}}
+    # (`sub.research_company.model=m2`).
+    subagents: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod

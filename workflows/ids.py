@@ -27,6 +27,8 @@ __all__ = [
     "short_id",
     "echo",
     "workflow_id_for",
+    "subagent_branch",
+    "parse_subagent_branch",
 ]
 
 MAX_ID_LENGTH = 128
@@ -123,3 +125,35 @@ def short_id(cid: str) -> str:
 def workflow_id_for(run_id: str, branch_id: str = "main") -> str:
     """The workflow id of one stored branch (`main`, `tech`, `main.r1`, ...) of a run."""
     return run_id if branch_id == "main" else f"{run_id}--{branch_id}"
+
+
+# A sub-agent's run is a branch of its caller's run: `main.s3-call_1` is the run of
+# tool call `call_1` of step 3 of `main` (nested: `main.s3-call_1.s2-call_0`). The
+# call id loses every character ids do not allow, dots included, so the name never
+# ends like a rollback revision (`.rN`); a name that would be too long ends in a digest.
+_SUBAGENT_BRANCH = re.compile(r"^(?P<parent>.+)\.s(?P<step>0|[1-9][0-9]*)-(?P<call>[A-Za-z0-9_-]+)$")
+
+
+def subagent_branch(parent_branch: str, step: int, tool_call_id: str) -> str:
+    """The branch id of the sub-agent run that answers `tool_call_id` of `step` of `parent_branch`."""
+    validate_id("branch", parent_branch)
+    validate_step(step)
+    call = re.sub(r"[^A-Za-z0-9_-]", "-", tool_call_id).strip("-") or "call"
+    name = f"{parent_branch}.s{step}-{call}"
+    if len(name) > MAX_ID_LENGTH:
+        digest = hashlib.sha256(tool_call_id.encode("utf-8")).hexdigest()[:12]
+        name = f"{parent_branch}.s{step}-{digest}"
+    if len(name) > MAX_ID_LENGTH:
+        raise InvalidIdError(
+            f"sub-agents nest too deep for branch ids: {parent_branch!r} leaves no room for one more level "
+            f"({MAX_ID_LENGTH} characters at most)"
+        )
+    return name
+
+
+def parse_subagent_branch(branch_id: str) -> tuple[str, int, str] | None:
+    """(caller's branch, step, call id as the name keeps it) of a sub-agent's branch; None for any other."""
+    match = _SUBAGENT_BRANCH.match(branch_id)
+    if match is None:
+        return None
+    return match["parent"], int(match["step"]), match["call"]

@@ -16,9 +16,12 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.wire import SA_STATE
+    from workflows.wire import SA_BRANCH, SA_MODEL, SA_RUN_ID, SA_STATE
 
 STATE_KEY = SearchAttributeKey.for_keyword(SA_STATE)
+RUN_ID_KEY = SearchAttributeKey.for_keyword(SA_RUN_ID)
+BRANCH_KEY = SearchAttributeKey.for_keyword(SA_BRANCH)
+MODEL_KEY = SearchAttributeKey.for_keyword(SA_MODEL)
 
 
 class RunIndex:
@@ -33,4 +36,4 @@ class RunIndex:
             self._shown = state
 
 
-__all__ = ["RunIndex", "STATE_KEY"]
+__all__ = ["RunIndex", "STATE_KEY", "RUN_ID_KEY", "BRANCH_KEY", "MODEL_KEY"]

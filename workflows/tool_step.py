@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.effects import LineageEffects, reference
     from workflows import metrics
+    from workflows.subagents import SubagentCalls, task_problem, task_text
     from workflows.tool_calls import (
         BAD_ARGUMENTS,
         UNKNOWN_TOOL,
@@ -63,15 +64,21 @@ def _from_cache(value: Any) -> dict[str, Any]:
 class ToolStep:
     def __init__(
         self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], *, routed: bool = False,
-        gate: ApprovalGate | None = None,
+        gate: ApprovalGate | None = None, trace: Any = None,
+        budget_left: Callable[[], tuple[float | None, int | None]] = lambda: (None, None),
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self._inp = inp
         self.gate = gate or ApprovalGate()
+        self._trace = trace  # workflows.tracing.RunTrace: a span per sub-agent call
         # Each call on its tool's own task queue (see workflows.wire.tool_task_queue).
         self._routed = routed
         self._specs = {s.name: s for s in specs}
-        resumed = inp.resume.lineage_effects if inp.resume is not None else []
+        # A fork or rollback seeds the lineage's effects through `resume`; a sub-agent's
+        # first run gets its caller's.
+        resumed = inp.resume.lineage_effects if inp.resume is not None else inp.lineage_effects
         self._lineage = LineageEffects(resumed, self._specs)
+        self.agents = SubagentCalls(inp, resumed, budget_left, on_change)
         self._cache = cache  # cache key -> output; lives in LoopState, so it survives continue-as-new
         self._inflight: dict[str, asyncio.Future[ToolOutcome | str]] = {}
         # This step's tool calls and cache hits; the loop adds them to the step's
@@ -80,13 +87,21 @@ class ToolStep:
         self._log: list[ToolCallLog] = []  # this step's calls, until taken
         self.last_error: str | None = None
 
+    def begin_step(self, calls: list[dict[str, Any]]) -> None:
+        """The tool calls of a new step are about to be answered (its sub-agents share the budget)."""
+        names = [str((c.get("function") or {}).get("name", "")) for c in calls]
+        self.agents.begin_step(sum(1 for n in names if (s := self._specs.get(n)) is not None and s.agent is not None))
+
     def take_log(self) -> list[ToolCallLog]:
         """The calls logged since the last take (one step's worth)."""
         taken, self._log = self._log, []
         return taken
 
-    async def answer(self, step: int, call: dict[str, Any]) -> dict[str, Any]:
-        """One tool message answering `call`; never raises for bad model output."""
+    async def answer(self, step: int, call: dict[str, Any], *, override: dict[str, str] | None = None,
+                     redo_of: str | None = None) -> dict[str, Any]:
+        """One tool message answering `call`; never raises for bad model output. `override`
+        (a redo) runs a sub-agent with another system prompt or model; `redo_of` names the
+        recorded step whose call this one runs again (the tool-result cache is not asked)."""
         call_id = str(call.get("id", ""))
         function = call.get("function") or {}
         name = str(function.get("name", ""))
@@ -103,14 +118,17 @@ class ToolStep:
         if not isinstance(args, dict):
             return self._finish(log, error=f"{BAD_ARGUMENTS} {name} must be a JSON object, got {type(args).__name__}")
         log.arguments = args
+        log.redo_of = redo_of
 
+        if spec.agent is not None:
+            return await self._subagent(step, call_id, spec, args, log, override)
         if spec.side_effects:
             log.side_effects = True
             log.idempotency_key = idempotency_key(workflow.info().workflow_id, self._inp.branch_id, step, call_id)
             return await self._side_effect(step, call_id, spec, args, log)
 
         key = log.cache_key = cache_key(name, canonical_arguments(args, spec))
-        if key in self._cache:
+        if key in self._cache and redo_of is None:
             self.ledger.cache_hits += 1
             log.served_from_cache = True
             return self._finish(log, **_from_cache(self._cache[key]))
@@ -130,6 +148,45 @@ class ToolStep:
 
     def spec(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
+
+    def answered(self, step: int, recorded: ToolCallLog, source: str) -> dict[str, Any]:
+        """A call of a redone step answered from its recorded answer (`rewind redo`)."""
+        log = recorded.model_copy(update={"step": step, "answered_from": source, "redo_of": None})
+        tool = log.tool_name if log.tool_name in self._specs else "unknown"
+        metrics.count(workflow.metric_meter(), metrics.TOOL_CALLS, tool=tool, outcome="recorded")
+        self._log.append(log)
+        return tool_message(log)
+
+    async def _subagent(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], log: ToolCallLog,
+                        override: dict[str, str] | None) -> dict[str, Any]:
+        """A sub-agent call: its run's final answer, or why there is none (workflows/subagents.py)."""
+        agent = spec.agent
+        assert agent is not None
+        if agent.task_only:
+            problem = task_problem(spec, args)
+            if problem is not None:
+                return self._finish(log, error=f"{BAD_ARGUMENTS} {spec.name} are invalid: {problem}")
+        else:
+            # A declared argument model: a worker that holds the sub-agent validates the arguments.
+            checked = await self.check(spec, args, step=step)
+            if checked is None:
+                return self._finish(log, error=f"no worker holding sub-agent {spec.name} could check its arguments")
+            if checked.invalid is not None:
+                return self._finish(log, error=f"{BAD_ARGUMENTS} {spec.name} are invalid: {checked.invalid}")
+            args = checked.arguments if checked.arguments is not None else args
+        token = self._trace.call_started(step, call_id) if self._trace is not None else None
+        started = workflow.now()
+        try:
+            record, answer, error, spent = await self.agents.run(step, call_id, spec, task_text(agent, args),
+                                                                 override=override)
+        finally:
+            if self._trace is not None:
+                self._trace.call_ended(token)
+        log.subagent = record
+        log.duration_ms = int((workflow.now() - started).total_seconds() * 1000)
+        if record.state != "refused":
+            self.ledger = self.ledger.plus(spent.rolled_up())
+        return self._finish(log, output=answer, error=error)
 
     async def _side_effect(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], log: ToolCallLog) -> dict[str, Any]:
         repeat = self._lineage.repeat_of(spec, args)
@@ -254,7 +311,8 @@ class ToolStep:
         self, log: ToolCallLog, *, output: Any = None, output_ref: str | None = None, error: str | None = None,
     ) -> dict[str, Any]:
         log.output, log.output_ref, log.error = output, output_ref, error
-        outcome = ("reused" if log.reused is not None
+        outcome = ("subagent" if log.subagent is not None and error is None
+                   else "reused" if log.reused is not None
                    else "rejected" if log.approval is not None and log.approval.verdict == "rejected"
                    else "cached" if log.served_from_cache else "error" if error is not None else "ok")
         # A name the model made up is not a label (it would be a new series each time).

@@ -79,6 +79,8 @@ TOOL_CALLS = "rewind.tool_calls"
 CACHE_HITS = "rewind.cache_hits"
 CONTINUED_AS_NEW = "rewind.continued_as_new"
 CONTEXT_COMPRESSED = "rewind.context_compressed"
+SUBAGENT_BRANCH = "rewind.subagent.branch"  # a sub-agent call: the branch its run is
+SUBAGENT_STATE = "rewind.subagent.state"
 
 # -- extern functions the tracing interceptor registers (absent: tracing is off) --
 EXTERN_EMIT = "__rewind_tracing_emit"    # (SpanRecord) -> None
@@ -115,6 +117,10 @@ def _usage(ledger: Ledger) -> dict[str, Any]:
 
 def answered_in_workflow(log: ToolCallLog) -> str | None:
     """How a tool call was answered without running the tool (None: an activity ran it)."""
+    if log.subagent is not None:
+        return "subagent"  # a child workflow answered it: its run's spans nest under this one
+    if log.answered_from is not None:
+        return "recorded"
     if log.reused is not None:
         return "reused"
     if log.approval is not None and log.approval.verdict == "rejected":
@@ -173,6 +179,17 @@ class RunTrace:
         # must schedule its calls under the same step span.
         self._step_token = self._extern(EXTERN_ENTER)(self._trace_seed, self._span_id("step", step))
 
+    def call_started(self, step: int, tool_call_id: str) -> Any:
+        """A call the workflow answers over time (a sub-agent): until `call_ended`, what it starts
+        (the sub-agent's child workflow and every span of its run) is a child of the call's span."""
+        if not self._on:
+            return None
+        return self._extern(EXTERN_ENTER)(self._trace_seed, self._span_id("call", step, tool_call_id))
+
+    def call_ended(self, token: Any) -> None:
+        if self._on and token is not None:
+            self._extern(EXTERN_EXIT)(token)
+
     def step_ended(self, record: StepRecord) -> None:
         if not self._on or self._step is None or self._step != record.step_index:
             return
@@ -194,13 +211,19 @@ class RunTrace:
             if outcome is None:
                 continue  # its activity emitted the span, once per attempt (activities/spans.py)
             at = int(log.called_at.timestamp() * 1e9)
+            subagent = outcome == "subagent"
             self._emit(SpanRecord(
-                name=tool_span_name(log.tool_name), span_id=self._span_id("tool", step, index, log.tool_call_id),
-                trace_seed=self._trace_seed, parent_id=span, start_ns=at, end_ns=at,
-                error=log.error if outcome == "error" else None,
+                name=tool_span_name(log.tool_name),
+                span_id=(self._span_id("call", step, log.tool_call_id) if subagent
+                         else self._span_id("tool", step, index, log.tool_call_id)),
+                trace_seed=self._trace_seed, parent_id=span, start_ns=at,
+                end_ns=at + log.duration_ms * 1_000_000 if subagent else at,
+                error=log.error if outcome == "error" or (subagent and log.error) else None,
                 attributes={**self._base, STEP: step, GEN_AI_OPERATION: "execute_tool", GEN_AI_TOOL_NAME: log.tool_name,
                             GEN_AI_TOOL_CALL_ID: log.tool_call_id, GEN_AI_TOOL_TYPE: "function",
-                            CACHE_HIT: outcome == "cached", OUTCOME: outcome, SIDE_EFFECTS: log.side_effects},
+                            CACHE_HIT: outcome == "cached", OUTCOME: outcome, SIDE_EFFECTS: log.side_effects,
+                            **({SUBAGENT_BRANCH: log.subagent.branch_id, SUBAGENT_STATE: log.subagent.state}
+                               if log.subagent is not None else {})},
             ))
 
     def run_ended(self, status: AgentStatus | None, *, state: str | None = None) -> None:

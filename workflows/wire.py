@@ -15,6 +15,7 @@ AGENT_WORKFLOW = "AgentWorkflow"
 COMPENSATION_WORKFLOW = "CompensationWorkflow"
 EXPERIMENT_WORKFLOW = "ExperimentWorkflow"   # one checkpoint forked N ways x K repetitions
 SCORE_WORKFLOW = "ScoreWorkflow"             # a scorer over an experiment's branches
+DESCRIBE_TOOLS_WORKFLOW = "DescribeToolsWorkflow"  # what a named tool or agent is, for a client
 
 # -- activities --------------------------------------------------------------
 CALL_LLM = "call_llm"
@@ -31,6 +32,7 @@ SCORE_BRANCH = "score_branch"                        # a user's scorer on a bran
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"
 RAISE_LIMITS_SIGNAL = "raise_limits"
+SUBAGENT_STATE_SIGNAL = "subagent_state"  # a sub-agent tells its caller it waits (approval, budget) or goes on
 DECIDE_UPDATE = "decide_tool_call"  # approve or reject a tool call waiting for approval
 EXPERIMENT_STATUS_QUERY = "experiment_status"
 RAISE_EXPERIMENT_BUDGET_SIGNAL = "raise_experiment_budget"
@@ -79,10 +81,10 @@ def tool_task_queue(task_queue: str, tool_name: str) -> str:
 
 
 __all__ = [
-    "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW", "EXPERIMENT_WORKFLOW", "SCORE_WORKFLOW",
+    "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW", "EXPERIMENT_WORKFLOW", "SCORE_WORKFLOW", "DESCRIBE_TOOLS_WORKFLOW",
     "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP", "MIRROR_STEPS", "CHECK_TOOL_CALL",
     "START_EXPERIMENT_BRANCH", "WATCH_EXPERIMENT_BRANCH", "SCORE_BRANCH",
-    "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "DECIDE_UPDATE", "EXPERIMENT_STATUS_QUERY", "RAISE_EXPERIMENT_BUDGET_SIGNAL",
+    "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "SUBAGENT_STATE_SIGNAL", "DECIDE_UPDATE", "EXPERIMENT_STATUS_QUERY", "RAISE_EXPERIMENT_BUDGET_SIGNAL",
     "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED", "SCORER_UNUSABLE",
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",

@@ -19,6 +19,10 @@ History of the schema:
   v4  tool records may carry ``approval`` (a person's decision on the call) and
       ``reused`` (the earlier effect whose result the call returned); both are
       left out when absent, so a v3 document only changes its version.
+  v5  tool records' ``attempts`` (absent: 1) and the ledgers' retry counts (absent: 0).
+  v6  sub-agents and redo: tool records may carry ``subagent``, ``answered_from`` and
+      ``redo_of``, checkpoints ``agent``, ledgers ``subagent_*``; all left out when
+      absent, so a v5 document only changes its version.
 """
 
 from __future__ import annotations
@@ -75,7 +79,12 @@ def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 5}
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+def _v5_to_v6(doc: dict[str, Any]) -> dict[str, Any]:
+    # v6 added sub-agent and redo fields, each absent when unused.
+    return {**doc, "schema_version": 6}
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
 """``MIGRATIONS[n]`` turns a version-n document into a version-(n+1) one."""
 
 

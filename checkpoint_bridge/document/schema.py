@@ -45,7 +45,7 @@ __all__ = [
     "format_datetime",
 ]
 
-CURRENT_SCHEMA_VERSION = 5
+CURRENT_SCHEMA_VERSION = 6
 
 CheckpointStatus = Literal["completed", "failed", "in_progress", "invalidated"]
 
@@ -87,14 +87,24 @@ class ToolCallRecord(BaseModel):
     running (``tool_name``, ``arguments``, ``idempotency_key``, ``branch_id``, ``step``, ``origin``)."""
     attempts: int = Field(default=1, ge=1)
     """Activity attempts the call took (v5; left out when 1: no retry)."""
+    subagent: dict[str, Any] | None = None
+    """A sub-agent call (v6): ``agent``, ``branch_id`` (the branch of this run that holds its
+    run's checkpoints), ``workflow_id``, ``state`` (completed, failed, budget_exceeded,
+    refused), ``steps``, ``model``, ``ledger`` (what its run spent: already in this
+    checkpoint's ledger) and ``reason`` (why it did not complete)."""
+    answered_from: str | None = None
+    """`rewind redo` (v6): the call kept the recorded answer of this checkpoint's step."""
+    redo_of: str | None = None
+    """`rewind redo` (v6): the call ran again in place of the same call of this checkpoint."""
 
     _utc = field_validator("called_at")(_to_utc)
 
     @model_serializer(mode="wrap")
     def _absent_when_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Only calls that had a decision or a reuse carry the fields (v4), only retried ones attempts (v5).
+        # Only calls that had a decision or a reuse carry the fields (v4), only retried ones attempts (v5),
+        # only sub-agent calls and redone steps theirs (v6).
         data = handler(self)
-        for name in ("approval", "reused"):
+        for name in ("approval", "reused", "subagent", "answered_from", "redo_of"):
             if data.get(name) is None:
                 data.pop(name, None)
         if data.get("attempts") == 1:
@@ -143,9 +153,21 @@ class AgentCheckpoint(BaseModel):
     ledger: dict[str, Any] | None = None
     """``{"step": {...}, "branch": {...}, "total": {...}}``: tokens in/out, cost,
     model calls, tool calls, cache hits and tool time of this step, of the
-    branch itself so far, and of its whole line (with what a fork inherited)."""
+    branch itself so far, and of its whole line (with what a fork inherited).
+    A sub-agent's spending is in its caller's ledgers too (``subagent_*`` say how much)."""
+    agent: dict[str, Any] | None = None
+    """The declared agent this branch runs (v6; left out for a plain run): ``name``, and for a
+    sub-agent's run ``called_by`` (the caller's checkpoint of the calling step),
+    ``tool_call_id`` and ``depth``."""
 
     _utc = field_validator("created_at")(_to_utc)
+
+    @model_serializer(mode="wrap")
+    def _agent_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("agent") is None:
+            data.pop("agent", None)
+        return data
 
     @model_validator(mode="after")
     def _check_ids(self) -> AgentCheckpoint:
@@ -187,6 +209,7 @@ class CheckpointSummary(BaseModel):
     llm_cost_usd: float
     llm_tokens_used: int
     created_at: datetime
+    agent: dict[str, Any] | None = None  # a sub-agent's run: who called it (AgentCheckpoint.agent)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,31 @@ async def tree(store: CheckpointStore, run_id: str) -> list[CheckpointSummary]:
     return summaries
 
 
+async def subagent_info(store: CheckpointStore, summaries: list[CheckpointSummary]) -> dict[str, dict[str, Any]]:
+    """Per sub-agent branch of the run: its agent, who called it and how its call ended, as
+    the caller's checkpoint of the calling step records it ("running" while that step is
+    not stored yet)."""
+    first: dict[str, CheckpointSummary] = {}
+    for s in summaries:
+        if s.agent and s.agent.get("called_by") and s.branch_id not in first:
+            first[s.branch_id] = s
+    callers: dict[str, AgentCheckpoint | None] = {}
+    known = {s.checkpoint_id for s in summaries}
+    out: dict[str, dict[str, Any]] = {}
+    for branch, s in first.items():
+        agent = s.agent or {}
+        called_by = str(agent["called_by"])
+        if called_by not in callers:
+            callers[called_by] = await store.load(called_by) if called_by in known else None
+        caller = callers[called_by]
+        record = next((r for r in (caller.tool_call_cache if caller else []) if (r.subagent or {}).get("branch_id") == branch),
+                      None)
+        sub = (record.subagent or {}) if record is not None else {}
+        out[branch] = {"agent": agent.get("name"), "called_by": called_by, "tool_call_id": agent.get("tool_call_id"),
+                       "depth": agent.get("depth"), "state": sub.get("state", "running"), "reason": sub.get("reason")}
+    return out
+
+
 def _fork_of(s: CheckpointSummary) -> str | None:
     """'main:2' when this checkpoint starts a branch (or revision) from another one."""
     if s.parent_id is None:
@@ -32,39 +57,64 @@ def _fork_of(s: CheckpointSummary) -> str | None:
     return None if parent_branch == s.branch_id else f"{parent_branch}:{parent_step}"
 
 
-def tree_json(summaries: list[CheckpointSummary]) -> dict[str, Any]:
-    """Rows grouped by stored branch; a rolled-back branch's revisions are `main`, `main.r1`, ..."""
+def tree_json(summaries: list[CheckpointSummary], subagents: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Rows grouped by stored branch; a rolled-back branch's revisions are `main`, `main.r1`, ...;
+    a sub-agent's run is a branch too, whose `branch_info` says who called it (`subagent_info`)."""
     branches: dict[str, list[dict[str, Any]]] = {}
     info: dict[str, dict[str, Any]] = {}
     for s in summaries:
-        row = s.model_dump(mode="json")
+        row = s.model_dump(mode="json", exclude={"agent"})
         row["short_id"] = short_id(s.checkpoint_id)
         row["fork_of"] = _fork_of(s)
         branches.setdefault(s.branch_id, []).append(row)
         name, revision = split_revision(s.branch_id)
         entry = info.setdefault(s.branch_id, {"name": name, "revision": revision, "forked_from": row["fork_of"]})
         entry.setdefault("forked_from", row["fork_of"])
+        if subagents and s.branch_id in subagents:
+            entry["subagent"] = subagents[s.branch_id]
     return {"run_id": summaries[0].run_id, "branches": branches, "branch_info": info}
 
 
-def tree_text(summaries: list[CheckpointSummary]) -> str:
+def tree_text(summaries: list[CheckpointSummary], subagents: dict[str, dict[str, Any]] | None = None) -> str:
+    """Branch by branch; each sub-agent's run nested (indented) under the step that called it."""
+    subagents = subagents or {}
     lines = [f"run {summaries[0].run_id}"]
     header = f"  {'step':>4}  {'branch':<14} {'status':<11} {'cost $':>10} {'tokens':>8}  {'id':<10}  {'parent':<10}  label"
     lines.append(header)
-    current = None
+    by_branch: dict[str, list[CheckpointSummary]] = {}
     for s in summaries:
-        if s.branch_id != current:
-            current = s.branch_id
-            name, revision = split_revision(s.branch_id)
-            origin = _fork_of(s)
+        by_branch.setdefault(s.branch_id, []).append(s)
+    called: dict[str, list[str]] = {}  # caller's checkpoint id -> the sub-agent branches it called
+    for branch, info in subagents.items():
+        if info["called_by"] in {s.checkpoint_id for s in summaries}:
+            called.setdefault(info["called_by"], []).append(branch)
+    nested = {b for bs in called.values() for b in bs}
+
+    def show(branch: str, indent: str) -> None:
+        steps = by_branch[branch]
+        name, revision = split_revision(branch)
+        origin = _fork_of(steps[0])
+        info = subagents.get(branch)
+        if info is not None:
+            what = (f"sub-agent {info['agent']} (call {info['tool_call_id']} of {info['called_by']}): {info['state']}"
+                    + (f" - {info['reason']}" if info.get("reason") else ""))
+        else:
             what = f"branch {name}" + (f" (revision {revision}, after a rollback)" if revision else "")
-            lines.append(f"  -- {what}" + (f", forked from {origin}" if origin and not revision else "")
-                         + (f", continues from {origin}" if origin and revision else ""))
-        parent = short_id(s.parent_id) if s.parent_id else "-"
-        lines.append(
-            f"  {s.step_index:>4}  {s.branch_id:<14} {s.status:<11} {s.llm_cost_usd:>10.6f} {s.llm_tokens_used:>8}  "
-            f"{short_id(s.checkpoint_id):<10}  {parent:<10}  {s.step_label}"
-        )
+            what += (f", forked from {origin}" if origin and not revision else "") + (
+                f", continues from {origin}" if origin and revision else "")
+        lines.append(f"  {indent}-- {what}")
+        for s in steps:
+            parent = short_id(s.parent_id) if s.parent_id else "-"
+            lines.append(
+                f"  {indent}{s.step_index:>4}  {s.branch_id:<14} {s.status:<11} {s.llm_cost_usd:>10.6f} "
+                f"{s.llm_tokens_used:>8}  {short_id(s.checkpoint_id):<10}  {parent:<10}  {s.step_label}"
+            )
+            for sub in sorted(called.get(s.checkpoint_id, [])):
+                show(sub, indent + "    ")
+
+    for branch in by_branch:
+        if branch not in nested:
+            show(branch, "")
     return "\n".join(lines)
 
 
@@ -77,9 +127,25 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
         f"  model      {cp.model or '-'}; tokens {cp.llm_tokens_used} ({cp.prompt_tokens} in / {cp.completion_tokens} out); cost {usd(cp.llm_cost_usd)}",
         f"  tool calls {len(cp.tool_call_cache)} ({sum(r.served_from_cache for r in cp.tool_call_cache)} from cache)",
     ]
+    if cp.agent:
+        a = cp.agent
+        lines.append(f"  agent      {a.get('name')}" + (
+            f", a sub-agent called by {a.get('called_by')} (call {a.get('tool_call_id')}, depth {a.get('depth')})"
+            if a.get("called_by") else ""))
     if cp.error_info:
         lines.append(f"  error      {cp.error_info}")
     for r in cp.tool_call_cache:
+        if r.subagent:
+            s = r.subagent
+            spent = s.get("ledger") or {}
+            result = r.error if r.error else " ".join(str(r.tool_output or "").split())
+            lines.append(f"  sub-agent  {r.tool_name} call {r.tool_call_id}: {s.get('state')}, branch {s.get('branch_id')}, "
+                         f"{s.get('steps', 0)} step(s), {spent.get('total_tokens', 0)} tokens, "
+                         f"{usd(float(spent.get('cost_usd') or 0))}: {result[:120]}")
+        if r.answered_from:
+            lines.append(f"  kept       {r.tool_name} call {r.tool_call_id}: its answer at {r.answered_from} (a redo)")
+        if r.redo_of:
+            lines.append(f"  redone     {r.tool_name} call {r.tool_call_id}: ran again in place of the one at {r.redo_of}")
         # Decisions, retries and reused effects: the calls a person, a failure or the lineage changed.
         if r.approval:
             a = r.approval

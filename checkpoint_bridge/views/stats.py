@@ -4,7 +4,9 @@ Drawn from the store alone (it outlives Temporal's retention): one read per
 step object, no chain replayed, so a store of many long runs is summed in
 one pass. Spend counts every step that ran, including steps a rollback later
 invalidated (they were paid for); a fork counts only its own steps, never
-what it inherited from its source.
+what it inherited from its source. A sub-agent's spending is counted once, at
+its own steps (its caller's ledger holds it too, marked as `subagent_*`), under
+its model, under the branch of its top-level caller, and under its agent.
 
 A run's state is what its checkpoints can say: `completed` (main ends with a
 final answer), `failed`, or `unfinished` (running, waiting, paused, stopped
@@ -23,7 +25,7 @@ from pydantic import BaseModel, Field
 from checkpoint_bridge.lineage import split_revision
 from checkpoint_bridge.store import CheckpointStore, StepFacts
 from workflows.errors import RunNotFoundError
-from workflows.ids import checkpoint_id, validate_id
+from workflows.ids import checkpoint_id, parse_subagent_branch, validate_id
 from workflows.text import usd
 
 MODEL_CALL = "call_llm"  # the retries key of model calls; tool calls: "run_tool <tool>"
@@ -60,7 +62,9 @@ class StoreStats(BaseModel):
     runs_by_state: dict[str, int] = Field(default_factory=dict)
     totals: Spend = Field(default_factory=Spend)
     by_model: dict[str, Spend] = Field(default_factory=dict)
-    by_branch: dict[str, Spend] = Field(default_factory=dict)  # by branch name, revisions folded in
+    by_branch: dict[str, Spend] = Field(default_factory=dict)  # by branch name, revisions and sub-agents folded in
+    by_agent: dict[str, Spend] = Field(default_factory=dict)  # by declared agent (runs started with --agent, sub-agents)
+    subagent_calls: int = 0
     tool_calls: int = 0  # executed
     cache_hits: int = 0
     cache_hit_rate: float | None = None  # cache hits / (tool calls run + cache hits)
@@ -80,6 +84,22 @@ def _when(fields: dict[str, Any]) -> datetime | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
     except ValueError:
         return None
+
+
+def _own(ledger: dict[str, Any]) -> dict[str, Any]:
+    """A step's ledger without what its sub-agents spent (counted at their own steps)."""
+    own = dict(ledger)
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "model_calls", "tool_calls"):
+        own[name] = (ledger.get(name) or 0) - (ledger.get(f"subagent_{name}") or 0)
+    own["subagent_calls"] = 0
+    return own
+
+
+def _top_branch(branch: str) -> str:
+    """The branch name a branch's spend counts under: a sub-agent's, its top-level caller's."""
+    while (called := parse_subagent_branch(branch)) is not None:
+        branch = called[0]
+    return split_revision(branch)[0]
 
 
 def _run_state(facts: list[StepFacts]) -> str:
@@ -113,10 +133,17 @@ def _add_run(stats: StoreStats, facts: list[StepFacts], durations: list[float], 
         branches.add(branch)
         if step == 0:
             continue  # the start: a task, no work
-        ledger = ((fields.get("ledger") or {}).get("step")) or {}
+        whole = ((fields.get("ledger") or {}).get("step")) or {}
+        ledger = _own(whole)
+        stats.subagent_calls += int(whole.get("subagent_calls") or 0) - int(ledger.get("subagent_calls") or 0)
         model = fields.get("model") or "unknown"
-        name = split_revision(branch)[0]
-        for spend in (stats.totals, stats.by_model.setdefault(model, Spend()), stats.by_branch.setdefault(name, Spend())):
+        name = _top_branch(branch)
+        agent = (fields.get("agent") or {}).get("name")
+        spends = [stats.totals, stats.by_model.setdefault(model, Spend()), stats.by_branch.setdefault(name, Spend())]
+        if agent:
+            spends.append(stats.by_agent.setdefault(agent, Spend()))
+            seen_branches.setdefault(f"agent:{agent}", set()).add(f"{fields['run_id']}/{branch}")
+        for spend in spends:
             spend.add_step(ledger)
         seen_branches.setdefault(f"model:{model}", set()).add(f"{fields['run_id']}/{branch}")
         seen_branches.setdefault(f"branch:{name}", set()).add(f"{fields['run_id']}/{branch}")
@@ -151,7 +178,8 @@ async def store_stats(store: CheckpointStore, run_ids: Iterable[str] | None = No
         _add_run(stats, facts, durations, seen)
     stats.totals.branches = stats.branches
     for key, spend in [*(("model:" + k, v) for k, v in stats.by_model.items()),
-                       *(("branch:" + k, v) for k, v in stats.by_branch.items())]:
+                       *(("branch:" + k, v) for k, v in stats.by_branch.items()),
+                       *(("agent:" + k, v) for k, v in stats.by_agent.items())]:
         spend.branches = len(seen.get(key, ()))
     looked_up = stats.tool_calls + stats.cache_hits
     stats.cache_hit_rate = stats.cache_hits / looked_up if looked_up else None
@@ -187,6 +215,8 @@ def stats_text(stats: StoreStats) -> str:
         "by model", *_table("model", stats.by_model),
         "by branch", *_table("branch", stats.by_branch),
     ]
+    if stats.by_agent:
+        lines += [f"by agent ({stats.subagent_calls} sub-agent call(s))", *_table("agent", stats.by_agent)]
     rate = "-" if stats.cache_hit_rate is None else f"{stats.cache_hit_rate:.1%}"
     lines.append(f"tool calls {stats.tool_calls} run, {stats.cache_hits} from cache (hit rate {rate}), "
                  f"{stats.reused_effects} reused effect(s)")

@@ -3,7 +3,8 @@
 One node per checkpoint, one cluster per stored branch (a rollback's revisions
 are clusters of their own, named `main.r1`, ...), an edge from each checkpoint
 to its parent's child; the edge that starts a branch is labelled `fork`, the
-one that starts a revision `rollback`. Invalidated and failed steps are drawn
+one that starts a revision `rollback`; a sub-agent's run starts with an edge
+`calls NAME` from the caller's step that called it. Invalidated and failed steps are drawn
 dashed. Drawn from the store alone (`rewind tree RUN --format mermaid|dot`).
 """
 
@@ -35,6 +36,12 @@ def _edge_kind(s: CheckpointSummary) -> str | None:
     return "rollback" if split_revision(s.branch_id)[1] else "fork"
 
 
+def _called_by(s: CheckpointSummary, known: set[str]) -> str | None:
+    """The caller's checkpoint a sub-agent's run begins from (drawn as a `calls` edge)."""
+    caller = (s.agent or {}).get("called_by")
+    return caller if s.parent_id is None and caller in known else None
+
+
 def _node(checkpoint_id: str) -> str:
     return "n_" + re.sub(r"[^A-Za-z0-9_]", "_", checkpoint_id.split(":", 1)[1])
 
@@ -62,6 +69,9 @@ def tree_mermaid(summaries: list[CheckpointSummary]) -> str:
             kind = _edge_kind(s)
             arrow = f"-->|{kind}|" if kind else "-->"
             lines.append(f"  {_node(s.parent_id)} {arrow} {_node(s.checkpoint_id)}")  # type: ignore[arg-type]
+        caller = _called_by(s, known)
+        if caller is not None:
+            lines.append(f'  {_node(caller)} -.->|"{text("calls " + str((s.agent or {}).get("name")))}"| {_node(s.checkpoint_id)}')
         if s.status in ("invalidated", "failed"):
             dashed.append(_node(s.checkpoint_id))
     if dashed:
@@ -88,6 +98,10 @@ def tree_dot(summaries: list[CheckpointSummary]) -> str:
             kind = _edge_kind(s)
             attrs = f" [label={quoted(kind)}, style=bold]" if kind else ""
             lines.append(f"  {quoted(s.parent_id)} -> {quoted(s.checkpoint_id)}{attrs};")  # type: ignore[arg-type]
+        caller = _called_by(s, known)
+        if caller is not None:
+            label = quoted("calls " + str((s.agent or {}).get("name")))
+            lines.append(f"  {quoted(caller)} -> {quoted(s.checkpoint_id)} [label={label}, style=dotted];")
     lines.append("}")
     return "\n".join(lines)
 

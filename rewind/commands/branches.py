@@ -32,6 +32,7 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
             client, settings, store, args.run, args.step, branch=args.branch, from_branch=args.from_branch,
             system_prompt=args.system_prompt, model=args.model, limits=limits,
             tools=names(args.tools), variables=parse_set(args.set),
+            subagent_overrides=_subagent_overrides(args.subagent),
         )
     info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id, "fork_point": result.fork_point}
     if args.wait:
@@ -40,6 +41,42 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
                   flush=True)
         return await wait_and_report(args, client, result.handle, result.run_id, result.branch, info)
     emit(info, args.json, f"forked {result.fork_point} into branch {result.branch} of run {result.run_id} (workflow {result.workflow_id})")
+    return 0
+
+
+def _subagent_overrides(pairs: list[str] | None) -> dict[str, dict[str, str]] | None:
+    """`--subagent research_company.model=m2` (repeatable) -> {"research_company": {"model": "m2"}}."""
+    from rewind.experiments import parse_subagent_key
+    from workflows.errors import UsageError
+
+    found: dict[str, dict[str, str]] = {}
+    for pair in pairs or []:
+        key, eq, value = pair.partition("=")
+        if not eq or not value:
+            raise UsageError(f"--subagent {pair!r:.60} is not AGENT.model=M or AGENT.system_prompt=TEXT")
+        agent, name = parse_subagent_key("sub." + key.strip(), "--subagent")
+        found.setdefault(agent, {})[name] = value
+    return found or None
+
+
+async def cmd_redo(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.client import redo
+
+    validate_id("run", args.run)
+    validate_id("branch", args.from_branch)
+    client = await client_for(settings)
+    async with open_checkpoints(settings) as store:
+        result = await redo(client, settings, store, args.run, args.step, args.call, branch=args.branch,
+                            from_branch=args.from_branch, system_prompt=args.system_prompt, model=args.model)
+    info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id,
+            "redone": f"{args.run}:{args.from_branch}:{args.step}", "call": args.call, "fork_point": result.fork_point}
+    said = (f"redoing call {args.call} of step {args.step} of {args.from_branch} in branch {result.branch} "
+            f"(the step's other calls keep their answers)")
+    if args.wait:
+        if not args.json:
+            print(said + ("; progress:" if interactive(args) else ""), flush=True)
+        return await wait_and_report(args, client, result.handle, result.run_id, result.branch, info)
+    emit(info, args.json, f"{said}; workflow {result.workflow_id}")
     return 0
 
 
@@ -103,7 +140,20 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--model")
     p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names for the new branch")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set an agent variable (JSON or text)")
+    p.add_argument("--subagent", action="append", metavar="AGENT.model=M",
+                   help="what a sub-agent runs with on the new branch: AGENT.model=M or AGENT.system_prompt=TEXT")
     p.add_argument("--max-steps", type=STEPS)
+    p.add_argument("--wait", action="store_true")
+
+    p = command("redo", "a new branch from a step on which one of its tool calls (a sub-agent) runs again and "
+                        "the others keep their answers", handler=cmd_redo)
+    p.add_argument("run")
+    p.add_argument("--step", type=COUNT, required=True, help="the step whose model call asked for the tool calls")
+    p.add_argument("--call", required=True, metavar="CALL_ID", help="the tool call to run again (`rewind show` lists them)")
+    p.add_argument("--from-branch", default="main")
+    p.add_argument("--branch", help="name of the new branch (default: redo-STEP-CALL)")
+    p.add_argument("--system-prompt", help="the redone sub-agent's system prompt instead of its declaration's")
+    p.add_argument("--model", help="the redone sub-agent's model instead of its declaration's")
     p.add_argument("--wait", action="store_true")
 
     p = command("rollback", "roll a branch back to a step in place and continue from there", handler=cmd_rollback)

@@ -15,7 +15,7 @@ from workflows.ids import parse_checkpoint_id, validate_id
 
 
 async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.views.inspect import tree, tree_json, tree_text
+    from checkpoint_bridge.views.inspect import subagent_info, tree, tree_json, tree_text
     from checkpoint_bridge.views.tree_graph import tree_dot, tree_mermaid
 
     validate_id("run", args.run)
@@ -23,8 +23,13 @@ async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--json and --format are two ways to print the tree; choose one")
     async with open_checkpoints(settings) as store:
         summaries = await tree(store, args.run)
-    text = {"text": tree_text, "mermaid": tree_mermaid, "dot": tree_dot}[args.format]
-    emit(tree_json(summaries), args.json, text(summaries) if not args.json else "")
+        subagents = await subagent_info(store, summaries)
+    if args.json:
+        emit(tree_json(summaries, subagents), True, "")
+    elif args.format == "text":
+        print(tree_text(summaries, subagents))
+    else:
+        print({"mermaid": tree_mermaid, "dot": tree_dot}[args.format](summaries))
     return 0
 
 

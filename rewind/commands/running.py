@@ -25,25 +25,39 @@ from workflows.text import usd
 
 async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.runs import pollers
+    from rewind.client import agent_input as declared_input
     from rewind.client import new_run_id, start_run
     from workflows.contracts import AgentInput, RunLimits
 
     if args.run_id:
         validate_id("run", args.run_id)
-    agent_input = AgentInput(
-        run_id=args.run_id or new_run_id(),
-        task=args.task,
-        tools=names(args.tools) or [],
-        model=args.model or settings.model,
-        limits=RunLimits(max_steps=args.max_steps, max_cost_usd=args.max_cost, max_tokens=args.max_tokens),
-        fast=args.fast,
-        **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
-    )
+    if args.agent:
+        validate_id("agent", args.agent)
     # A store that cannot work is one line naming its variable now, not a run that no worker takes.
     from rewind.stores import check_stores
 
     await check_stores(settings)
     client = await client_for(settings)
+    if args.agent:
+        # The agent's own prompt, tools, model and max_steps, as its declaration says, except what is given.
+        agent_input = await declared_input(
+            client, settings, args.agent, args.task, run_id=args.run_id, system_prompt=args.system_prompt,
+            tools=names(args.tools), model=args.model, fast=args.fast,
+        )
+        agent_input.limits = agent_input.limits.model_copy(update={k: v for k, v in {
+            "max_steps": args.max_steps, "max_cost_usd": args.max_cost, "max_tokens": args.max_tokens}.items()
+            if v is not None})
+    else:
+        agent_input = AgentInput(
+            run_id=args.run_id or new_run_id(),
+            task=args.task,
+            tools=names(args.tools) or [],
+            model=args.model or settings.model,
+            limits=RunLimits(max_steps=args.max_steps or RunLimits().max_steps, max_cost_usd=args.max_cost,
+                             max_tokens=args.max_tokens),
+            fast=args.fast,
+            **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
+        )
     if agent_input.tools and not await pollers(client, settings.task_queue, workflows=True):
         print(f"rewind: no worker polls task queue {settings.task_queue!r} yet, so --tools could not be checked; "
               f"the run waits for a worker ({agent_input.tool_wait_s:g} s for each named tool)", file=sys.stderr)
@@ -201,11 +215,14 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
     p = command("start", "start an agent run; prints its run id", handler=cmd_start)
     p.add_argument("--task", required=True, type=task_text)
+    p.add_argument("--agent", metavar="NAME",
+                   help="run a declared agent (subagent(...) in a tools module): its prompt, tools, model and "
+                        "max_steps, unless given here")
     p.add_argument("--system-prompt")
     p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names (default: all the worker has)")
     p.add_argument("--model")
     p.add_argument("--run-id")
-    p.add_argument("--max-steps", type=STEPS, default=50)
+    p.add_argument("--max-steps", type=STEPS, help="steps at most (default 50, or the agent's max_steps)")
     p.add_argument("--max-cost", type=USD, help="pause before a step that would pass this many USD")
     p.add_argument("--max-tokens", type=TOKENS, help="pause before a step that would pass this many tokens")
     p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")
