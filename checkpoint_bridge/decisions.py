@@ -30,9 +30,11 @@ DECISION_TIMEOUT_S = 30.0
 
 async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, branch: str = "main",
                  timeout_s: float = DECISION_TIMEOUT_S) -> ApprovalRecord:
-    """Deliver `decision` to the run's current workflow; the recorded decision, or DecisionRefusedError."""
+    """Deliver `decision` to the run's current workflow; the recorded decision, or DecisionRefusedError.
+    A call that waits inside one of the branch's sub-agents is decided there (`branch` names the caller)."""
     validate_id("run", run_id)
     validate_id("branch", branch)
+    branch = await _waiting_in(client, run_id, branch, decision.tool_call_id) or branch
     workflows = await branch_workflows(client, run_id, branch)
     if not workflows:
         raise RunNotFoundError(f"no run {run_id!r} (branch {branch!r}) in Temporal; check the id and --branch")
@@ -66,6 +68,25 @@ async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, bra
             f"the decision on {decision.tool_call_id!r} of run {run_id!r} is not confirmed ({why}); Temporal may "
             f"still deliver it when a worker runs the run again: start one and check `rewind status {run_id}` "
             "before deciding again") from None
+
+async def _waiting_in(client: Client, run_id: str, branch: str, call: str, depth: int = 0) -> str | None:
+    """The branch where `call` waits: `branch` itself or one of its running sub-agents' (nested); None: neither."""
+    workflows = await branch_workflows(client, run_id, branch)
+    if not workflows or depth > 8:
+        return None
+    try:
+        status = await workflows[-1][1].query(STATUS_QUERY, result_type=AgentStatus, rpc_timeout=timedelta(seconds=5))
+    except Exception:  # noqa: BLE001 - no worker answers: deciding on `branch` says why
+        return None
+    if any(p.tool_call_id == call for p in status.pending_approvals):
+        return branch
+    for sub in status.subagents:
+        if sub.state not in ("completed", "failed", "refused", "cancelled"):
+            found = await _waiting_in(client, run_id, sub.branch_id, call, depth + 1)
+            if found is not None:
+                return found
+    return None
+
 
 @dataclass
 class Pending:

@@ -23,6 +23,7 @@ branch of the caller's run (`main.s3-call_1`, workflows/ids.py), so:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from datetime import timedelta
@@ -216,13 +217,18 @@ class SubagentCalls:
     async def raise_limits(self, old: RunLimits, new: RunLimits) -> None:
         """The caller's budget was raised: the sub-agents paused for theirs get the raise, shared."""
         paused = [c for c in self._children.values() if c.state.state == "budget_exceeded"]
+        if not paused:
+            return
         for child in paused:
-            limits = child.limits.model_copy(update={
+            child.limits = child.limits.model_copy(update={
                 "max_cost_usd": _raised(child.limits.max_cost_usd, old.max_cost_usd, new.max_cost_usd, len(paused)),
                 "max_tokens": _raised(child.limits.max_tokens, old.max_tokens, new.max_tokens, len(paused)),
             })
-            child.limits = limits
-            await child.handle.signal(RAISE_LIMITS_SIGNAL, limits)
+            # Going on from here (it says so again if the raise is not enough): the caller's
+            # status stops showing the pause at once, not after the sub-agents' next word.
+            child.state.state, child.state.reason = "running", None
+        self._on_change()
+        await asyncio.gather(*(c.handle.signal(RAISE_LIMITS_SIGNAL, c.limits) for c in paused))
 
 
 def _raised(mine: Any, old: Any, new: Any, shares: int) -> Any:

@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 from workflows.contracts import ToolCallLog, ToolSpec
 
@@ -23,8 +23,8 @@ NOT_EXECUTED = (UNKNOWN_TOOL, BAD_ARGUMENTS)
 
 
 def failure_text(err: BaseException) -> str:
-    """The reason of an activity's final failure (its cause's message)."""
-    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+    """The reason of an activity's (or a child workflow's) final failure: its cause's message."""
+    cause = err.cause if isinstance(err, (ActivityError, ChildWorkflowError)) and err.cause is not None else err
     return str(cause) or type(cause).__name__
 
 

@@ -25,7 +25,7 @@ from workflows.ids import short_id
 if TYPE_CHECKING:
     from checkpoint_bridge.store import CheckpointStore
 
-__all__ = ["LineageError", "ForkPoint", "StepRow", "ToolCallRow", "Tokens", "BranchSide", "BranchDiff",
+__all__ = ["LineageError", "ForkPoint", "StepRow", "ToolCallRow", "Tokens", "BranchSide", "BranchDiff", "RedoneCall",
            "fork_point", "diff_branches", "diff_text", "diff_json"]
 
 ARGUMENTS_CHARS = 40
@@ -65,6 +65,10 @@ class ToolCallRow(_Row):
     or ``rejected by NAME: REASON`` (``timeout`` as NAME when the wait ran out)."""
     reused: bool = False
     """The call returned the result of an effect its lineage already caused, without running."""
+    subagent: str | None = None
+    """A sub-agent call: how its run ended (completed, failed, ...)."""
+    kept: bool = False
+    """`rewind redo`: the call kept its recorded answer instead of running again."""
 
 
 class Tokens(_Row):
@@ -92,6 +96,23 @@ class BranchSide(_Row):
     final_answer: str | None
 
 
+class CallResult(_Row):
+    result: str
+    """The call's output, or ``error: ...``."""
+    subagent_state: str | None = None
+    subagent_branch: str | None = None
+
+
+class RedoneCall(_Row):
+    """A call `rewind redo` ran again: its result on each side."""
+
+    step_index: int
+    tool_call_id: str
+    tool_name: str
+    a: CallResult
+    b: CallResult
+
+
 class BranchDiff(_Row):
     run_id: str
     fork_point: ForkPoint | None
@@ -100,6 +121,8 @@ class BranchDiff(_Row):
     b: BranchSide
     same_final_answer: bool
     """Plain equality: two branches that both ended without an answer count as the same."""
+    redone: list[RedoneCall] = []
+    """Calls one branch ran again in place of the other's (`rewind redo`), results side by side."""
 
 
 def _check(lineage: Sequence[AgentCheckpoint], name: str, *, rolled_back: bool = False) -> None:
@@ -169,7 +192,8 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
     calls = [ToolCallRow(step_index=call_steps.get(r.tool_call_id or ""), tool_name=r.tool_name,
                          arguments=_arguments(r.tool_input), served_from_cache=r.served_from_cache,
                          error=r.error, side_effects=r.side_effects, decision=decision_text(r.approval),
-                         reused=r.reused is not None) for r in records]
+                         reused=r.reused is not None, subagent=(r.subagent or {}).get("state"),
+                         kept=r.answered_from is not None) for r in records]
     system = next((m for m in head.messages if m.get("role") == "system"), None)
     last = next((m for m in reversed(head.messages) if m.get("role") == "assistant"), None)
     answer = None
@@ -184,7 +208,7 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
         steps=[StepRow(step_index=cp.step_index, step_label=cp.step_label, status=cp.status,
                        checkpoint_id=cp.checkpoint_id) for cp in after],
         tool_calls=calls,
-        tool_calls_executed=sum(not (c.served_from_cache or c.reused or _rejected(c)) for c in calls),
+        tool_calls_executed=sum(not (c.served_from_cache or c.reused or c.kept or _rejected(c)) for c in calls),
         tool_calls_from_cache=sum(c.served_from_cache for c in calls),
         tool_calls_reused=sum(c.reused for c in calls),
         tool_calls_rejected=sum(_rejected(c) for c in calls),
@@ -231,7 +255,40 @@ def diff_branches(run_id: str, name_a: str, lineage_a: Sequence[AgentCheckpoint]
         fork_point=None if base is None else ForkPoint(
             checkpoint_id=base.checkpoint_id, step_index=base.step_index, step_label=base.step_label),
         a=a, b=b, same_final_answer=a.final_answer == b.final_answer,
+        redone=_redone(lineage_a[i + 1:], lineage_b[j + 1:]),
     )
+
+
+def _result(r: Any) -> CallResult:
+    sub = r.subagent or {}
+    text = f"error: {r.error}" if r.error is not None else (
+        r.tool_output if isinstance(r.tool_output, str) else json.dumps(r.tool_output, ensure_ascii=False, sort_keys=True))
+    return CallResult(result=text, subagent_state=sub.get("state"), subagent_branch=sub.get("branch_id"))
+
+
+def _redone(after_a: Sequence[AgentCheckpoint], after_b: Sequence[AgentCheckpoint]) -> list[RedoneCall]:
+    """Calls one side ran again (`redo_of`) where the other has the original: same step, same call id."""
+    def own_records(after: Sequence[AgentCheckpoint]) -> dict[tuple[int, str], Any]:
+        found: dict[tuple[int, str], Any] = {}
+        previous = None
+        for cp in after:
+            start = len(previous.tool_call_cache) if previous is not None else 0
+            if cp.parent_id is not None and previous is None:
+                start = None  # the first step after the fork point: its parent's records come first
+            for r in (cp.tool_call_cache if start is None else cp.tool_call_cache[start:]):
+                found.setdefault((cp.step_index, r.tool_call_id or ""), r)
+            previous = cp
+        return found
+
+    a, b = own_records(after_a), own_records(after_b)
+    pairs = []
+    for key in sorted(set(a) & set(b)):
+        ra, rb = a[key], b[key]
+        if ra.redo_of is None and rb.redo_of is None:
+            continue
+        pairs.append(RedoneCall(step_index=key[0], tool_call_id=key[1], tool_name=rb.tool_name,
+                                a=_result(ra), b=_result(rb)))
+    return pairs
 
 
 def diff_json(d: BranchDiff) -> dict[str, Any]:
@@ -249,7 +306,8 @@ def _listed(rows: list[str]) -> list[str]:
 
 def _call_line(c: ToolCallRow, cell: int) -> str:
     tags = "".join(f" [{t}]" for t, on in (("cache", c.served_from_cache), ("error", c.error is not None),
-                                          ("reused", c.reused),
+                                          ("reused", c.reused), ("kept", c.kept),
+                                          (f"sub-agent {c.subagent}", c.subagent is not None),
                                           ("side effects", c.side_effects and not (c.served_from_cache or c.reused)),
                                           (c.decision or "", c.decision is not None)) if on)
     prefix = f"{c.step_index if c.step_index is not None else '?':<3}"
@@ -297,6 +355,13 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
                               + (f", {s.tool_calls_rejected} rejected" if s.tool_calls_rejected else "")]))
     row("tokens", (lambda s: [f"{s.tokens.total} ({s.tokens.prompt} in / {s.tokens.completion} out)"]))
     row("cost", (lambda s: [usd(s.cost_usd)]))
+    for redone in d.redone:
+        lines.append(_shorten(f"redone call {redone.tool_call_id} ({redone.tool_name}) of step {redone.step_index}:", width))
+        left, right = _wrapped(redone.a.result, cell), _wrapped(redone.b.result, cell)
+        for k in range(max(len(left), len(right))):
+            mark = " ≠ " if k == 0 and redone.a.result != redone.b.result else " | "
+            lines.append(f"{'' if k else 'result':<{label}}{(left[k] if k < len(left) else ''):<{cell}}{mark}"
+                         f"{right[k] if k < len(right) else ''}".rstrip())
     row("final answer", (lambda s: _wrapped(s.final_answer, cell) if s.final_answer is not None
                               else [f"(none: head {s.head_status})"]), not d.same_final_answer)
     return "\n".join(lines)

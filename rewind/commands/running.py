@@ -115,6 +115,10 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         ]
         if s.budget_reason:
             lines.append(f"  paused       {s.budget_reason}; {continue_hint(view.run_id, s)}")
+        for sub in s.subagents:
+            lines.append(f"  sub-agent    {sub.agent} call {sub.tool_call_id}: {sub.state} (branch {sub.branch_id}"
+                         + (f"; `rewind status {view.run_id} --branch {sub.branch_id}`)" if sub.state not in
+                            ("completed", "failed") else ")") + (f": {sub.reason}" if sub.reason else ""))
         for p in s.pending_approvals:
             first, *rest = pending_lines(p)
             lines.append(f"  approval     {first}")

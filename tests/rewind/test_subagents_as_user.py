@@ -28,10 +28,11 @@ from rewind import subagent, tool
 @tool(timeout_s=60)
 async def search_company(company: str) -> str:
     """Look up public facts about one company."""
-    log = Path(os.environ["SEARCH_LOG"])
-    with log.open("a") as f:
+    if company in (os.environ.get("SLOW_COMPANIES") or "").split(","):
+        await asyncio.sleep(float(os.environ.get("SEARCH_DELAY_S") or "0"))
+    # Logged when it completes: an execution a crash interrupted does not count.
+    with Path(os.environ["SEARCH_LOG"]).open("a") as f:
         f.write(company + "\\n")
-    await asyncio.sleep(float(os.environ.get("SEARCH_DELAY_S") or "0"))
     return json.dumps({"company": company, "revenue_musd": len(company) * 10, "growth_pct": 5,
                        "employees": 100, "founded": 2000, "tech_stack": "Rust", "patents": 7})
 
@@ -123,3 +124,315 @@ async def test_an_orchestrator_fans_out_to_five_sub_agents_and_synthesizes(world
         assert total["subagent_calls"] == 5
         stats = await rewind_json(cli, env, "stats", "--run", "fan-1")
         assert stats["totals"]["total_tokens"] == own, stats  # counted once, not twice
+
+
+async def _tree(cli, env, run_id: str) -> dict:
+    return await rewind_json(cli, env, "tree", run_id)
+
+
+def _heads(tree: dict) -> dict[str, dict]:
+    """Each stored branch's newest row."""
+    return {b: rows[-1] for b, rows in tree["branches"].items()}
+
+
+async def _until(predicate, what: str, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = await predicate()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+        await asyncio.sleep(0.25)
+
+
+def _researcher_requests(world, company: str) -> list[dict]:
+    task = f"Research {company} and return a short profile."
+    return [r for r in world.model.requests() if any(m["role"] == "user" and m.get("content") == task for m in r["messages"])]
+
+
+async def test_a_worker_killed_while_two_sub_agents_run_loses_nothing(world, tmp_path) -> None:
+    first_dir, second_dir, cli = world.folder("worker-a"), world.folder("worker-b"), world.folder("cli")
+    for d in (first_dir, second_dir):
+        (d / "team.py").write_text(TOOLS)
+    log = tmp_path / "searches.log"
+    env = world.env(cli)
+    slow = {"Umbrella", "Stark"}
+    async with user_workers() as start:
+        # On the first worker two searches hang; it is killed while they do.
+        first = start(first_dir, world.env(first_dir, SEARCH_LOG=str(log), SLOW_COMPANIES=",".join(sorted(slow)),
+                                           SEARCH_DELAY_S="60"), "--tool-modules", "team")
+        await first.wait_ready()
+        await rewind_json(cli, env, "start", "--agent", "orchestrator", "--task", TASK, "--run-id", "crash-1")
+
+        async def three_done() -> bool:
+            if not (tmp_path / "store").exists():
+                return False
+            heads = _heads(await _tree(cli, env, "crash-1"))
+            done = [b for b, h in heads.items() if b != "main" and h["step_label"] == "final answer"]
+            return len(done) == 3 and len(_searches(log)) == 3
+
+        await _until(three_done, "three sub-agents answer while two searches hang")
+        before = {c: len(_researcher_requests(world, c)) for c in COMPANIES}
+        orchestrator_calls = len(_model_requests(world, "You give each company"))
+        first.kill()
+        second = start(second_dir, world.env(second_dir, SEARCH_LOG=str(log)), "--tool-modules", "team")
+        await second.wait_ready()
+
+        async def completed() -> dict | None:
+            view = await rewind_json(cli, env, "status", "crash-1")
+            return view if view["state"] == "completed" else None
+
+        view = await _until(completed, "the run completes on the second worker", 180)
+    assert "5 of 5 researched" in view["status"]["final_answer"]
+    assert sorted(_searches(log)) == sorted(COMPANIES)  # each search completed once
+    for company in set(COMPANIES) - slow:
+        assert before[company] == 2 == len(_researcher_requests(world, company)), company  # no model call again
+    assert orchestrator_calls == 1 and len(_model_requests(world, "You give each company")) == 2
+
+
+def _researcher_script(failing: str) -> list[dict]:
+    """A researcher model: one search per company, then the search's result; `failing` gets a 400."""
+    first = {c: {"tool_calls": [{"name": "search_company", "arguments": {"company": c}}]} for c in COMPANIES}
+    first[failing] = {"error": {"status": 400, "message": f"This model refuses to research {failing}."}}
+    return [{"by_user": first, "content": "no company named"}, {"content": None, "echo_tool_results": True}]
+
+
+def _call_of(checkpoint: dict, company: str) -> dict:
+    return next(r for r in checkpoint["tool_call_cache"] if r["tool_name"] == "research_company"
+                and company in r["tool_input"]["task"])
+
+
+async def test_a_failed_sub_agent_is_its_calls_error_and_redo_runs_only_it(world, tmp_path) -> None:
+    work, cli = world.folder("worker"), world.folder("cli")
+    (work / "team.py").write_text(TOOLS)
+    log = tmp_path / "searches.log"
+    script = "researcher-" + world.queue
+    world.model.add_script(script, _researcher_script("Initech"))
+    env = world.env(cli)
+    async with user_workers() as start:
+        worker = start(work, world.env(work, SEARCH_LOG=str(log), RESEARCHER_MODEL=f"script:{script}"),
+                       "--tool-modules", "team")
+        await worker.wait_ready()
+        done = await rewind_json(cli, env, "start", "--agent", "orchestrator", "--task", TASK, "--run-id", "fail-1",
+                                 "--wait")
+        assert done["status"]["state"] == "completed", done
+        answer = done["final_answer"]
+        assert "4 of 5 researched" in answer and "Initech: no answer" in answer and "answered 400" in answer, answer
+        assert sorted(_searches(log)) == sorted(set(COMPANIES) - {"Initech"})
+        fan = await rewind_json(cli, env, "show", "fail-1:main:1")
+        failed = _call_of(fan, "Initech")
+        assert failed["subagent"]["state"] == "failed" and "refuses to research Initech" in failed["error"]
+        assert all(_call_of(fan, c)["subagent"]["state"] == "completed" for c in set(COMPANIES) - {"Initech"})
+
+        # Redo the failed call with a model that answers: only it runs again.
+        world.model.reset()
+        world.model.add_script(script, _researcher_script("Initech"))
+        redone = await rewind_json(cli, env, "redo", "fail-1", "--step", "1", "--call", failed["tool_call_id"],
+                                   "--model", "gpt-4o-mini", "--branch", "fixed", "--wait")
+        assert redone["status"]["state"] == "completed", redone
+        assert "5 of 5 researched" in redone["final_answer"], redone["final_answer"]
+        assert sorted(_searches(log)) == sorted(COMPANIES)  # one new search: Initech's
+        assert {r["model"] for r in world.model.requests()} == {"gpt-4o-mini"}  # no other researcher ran
+        assert len(_researcher_requests(world, "Initech")) == 2
+        assert len([r for r in world.model.requests() if r not in _researcher_requests(world, "Initech")]) == 1
+        step = await rewind_json(cli, env, "show", "fail-1:fixed:1")
+        again = _call_of(step, "Initech")
+        assert again["subagent"]["state"] == "completed" and again["redo_of"] == "fail-1:main:1"
+        assert again["subagent"]["branch_id"].startswith("fixed.s1-")
+        kept = [r for r in step["tool_call_cache"] if r.get("answered_from")]
+        assert len(kept) == 4 and all(r["answered_from"] == "fail-1:main:1" for r in kept)
+
+        diff = await rewind_json(cli, env, "diff", "fail-1", "main", "fixed")
+        (pair,) = diff["redone"]
+        assert pair["tool_call_id"] == failed["tool_call_id"]
+        assert "refuses to research Initech" in pair["a"]["result"] and "Initech (business)" in pair["b"]["result"]
+        code, text, _ = await rewind(cli, env, "diff", "fail-1", "main", "fixed")
+        assert code == 0 and "redone" in text and "Initech (business)" in text, text
+
+        # Bad input: one line each.
+        code, _, err = await rewind(cli, env, "redo", "fail-1", "--step", "1", "--call", "call_9_9")
+        one_line_error(code, err, "has no tool call 'call_9_9'", prefix="rewind: ")
+        code, _, err = await rewind(cli, env, "redo", "fail-1", "--step", "0", "--call", failed["tool_call_id"])
+        one_line_error(code, err, "made no tool calls", prefix="rewind: ")
+        code, _, err = await rewind(cli, env, "redo", "fail-1", "--step", "1", "--call", failed["tool_call_id"],
+                                    "--branch", "fixed")
+        one_line_error(code, err, "already has a branch 'fixed'", prefix="rewind: ")
+        code, _, err = await rewind(cli, env, "rollback", "fail-1", "--step", "1", "--branch", again["subagent"]["branch_id"])
+        one_line_error(code, err, "is a sub-agent's run", "rewind redo", prefix="rewind: ")
+        code, _, err = await rewind(cli, env, "start", "--agent", "nobody", "--task", "t")
+        one_line_error(code, err, "declares an agent 'nobody'", prefix="rewind: ")
+        code, _, err = await rewind(cli, env, "start", "--agent", "search_company", "--task", "t")
+        one_line_error(code, err, "is a tool, not an agent", prefix="rewind: ")
+
+
+async def test_a_fork_after_the_fan_out_reuses_and_redo_runs_one_sub_agent_with_a_new_prompt(world, tmp_path) -> None:
+    work, cli = world.folder("worker"), world.folder("cli")
+    (work / "team.py").write_text(TOOLS)
+    log = tmp_path / "searches.log"
+    env = world.env(cli)
+    async with user_workers() as start:
+        worker = start(work, world.env(work, SEARCH_LOG=str(log)), "--tool-modules", "team")
+        await worker.wait_ready()
+        await rewind_json(cli, env, "start", "--agent", "orchestrator", "--task", TASK, "--run-id", "re-1", "--wait")
+        world.model.reset()
+        forked = await rewind_json(cli, env, "fork", "re-1", "--step", "1", "--branch", "terse", "--wait",
+                                   "--system-prompt", "You give each company to research_company; be terse.")
+        assert forked["status"]["state"] == "completed"
+        assert len(_searches(log)) == 5  # 0 sub-agent calls ran again
+        assert [r for r in world.model.requests() if "research_company" not in r["tools"]] == []
+        assert len(world.model.requests()) == 1  # the orchestrator's synthesis only
+
+        world.model.reset()
+        fan = await rewind_json(cli, env, "show", "re-1:main:1")
+        call = _call_of(fan, "Globex")
+        prompt = "You are a technical analyst: report the technical angle of one company, using search_company."
+        redone = await rewind_json(cli, env, "redo", "re-1", "--step", "1", "--call", call["tool_call_id"],
+                                   "--system-prompt", prompt, "--wait")
+        assert redone["status"]["state"] == "completed"
+        assert _searches(log).count("Globex") == 2 and len(_searches(log)) == 6  # exactly the redone one's search
+        researcher = [r for r in world.model.requests() if "research_company" not in r["tools"]]
+        assert len(researcher) == 2 and all(r["messages"][0]["content"] == prompt for r in researcher)
+        assert "Globex (technical)" in redone["final_answer"] and "Acme (business)" in redone["final_answer"]
+
+
+async def test_sub_agents_that_use_up_the_budget_pause_the_tree_until_it_is_raised(world, tmp_path) -> None:
+    work, cli = world.folder("worker"), world.folder("cli")
+    (work / "team.py").write_text(TOOLS)
+    log = tmp_path / "searches.log"
+    env = world.env(cli)
+    async with user_workers() as start:
+        worker = start(work, world.env(work, SEARCH_LOG=str(log)), "--tool-modules", "team")
+        await worker.wait_ready()
+        # What the steps cost, from a run without a budget (the scripted model is deterministic).
+        await rewind_json(cli, env, "start", "--agent", "orchestrator", "--task", TASK, "--run-id", "ref-1", "--wait")
+        tree = await _tree(cli, env, "ref-1")
+        first_step = (await rewind_json(cli, env, "show", "ref-1:main:1"))["ledger"]["step"]
+        orchestrator = first_step["total_tokens"] - first_step["subagent_total_tokens"]
+        researcher = max([(await rewind_json(cli, env, "show", f"ref-1:{b}:1"))["ledger"]["step"]["total_tokens"]
+                          for b in tree["branches"] if b != "main"])
+        # Each of the five gets a fifth of what is left after the orchestrator's call: enough for
+        # its first step, not for a second one as large.
+        budget = orchestrator + 5 * (researcher * 3 // 2)
+        world.model.reset()
+        await rewind_json(cli, env, "start", "--agent", "orchestrator", "--task", TASK, "--run-id", "budget-1",
+                          "--max-tokens", str(budget))
+
+        async def paused() -> dict | None:
+            view = await rewind_json(cli, env, "status", "budget-1")
+            subs = (view.get("status") or {}).get("subagents") or []
+            return view if len(subs) == 5 and all(s["state"] == "budget_exceeded" for s in subs) else None
+
+        view = await _until(paused, "every sub-agent pauses for its share of the budget")
+        assert view["state"] == "budget_exceeded" and "sub-agent research_company" in view["status"]["budget_reason"]
+        code, text, _ = await rewind(cli, env, "status", "budget-1")
+        assert code == 0 and "budget_exceeded" in text and "rewind continue budget-1" in text, text
+        spent_before = sum(r["response"]["usage"]["total_tokens"] for r in world.model.requests())
+        assert spent_before <= budget
+
+        done = await rewind_json(cli, env, "continue", "budget-1", "--max-tokens", str(budget * 10), "--wait")
+        assert done["status"]["state"] == "completed", done
+        assert "5 of 5 researched" in done["final_answer"]
+        assert sorted(_searches(log)) == sorted(COMPANIES * 2)  # the reference run's and this one's
+        total = sum(r["response"]["usage"]["total_tokens"] for r in world.model.requests())
+        assert done["status"]["total_tokens"] == total  # the tree's tokens, once each
+        final = await rewind_json(cli, env, "show", "budget-1:main:2")
+        assert final["ledger"]["total"]["total_tokens"] == total
+
+
+async def test_cancelling_or_deleting_the_caller_takes_its_sub_agents_along(world, tmp_path) -> None:
+    work, cli = world.folder("worker"), world.folder("cli")
+    (work / "team.py").write_text(TOOLS)
+    log = tmp_path / "searches.log"
+    env = world.env(cli)
+    async with user_workers() as start:
+        worker = start(work, world.env(work, SEARCH_LOG=str(log), SLOW_COMPANIES="Acme", SEARCH_DELAY_S="120"),
+                       "--tool-modules", "team")
+        await worker.wait_ready()
+        await rewind_json(cli, env, "start", "--agent", "orchestrator", "--task", TASK, "--run-id", "stop-1")
+
+        async def four_done() -> dict | None:
+            view = await rewind_json(cli, env, "status", "stop-1")
+            subs = (view.get("status") or {}).get("subagents") or []
+            return view if sum(s["state"] == "completed" for s in subs) == 4 else None
+
+        view = await _until(four_done, "four sub-agents complete while Acme's search hangs")
+        (running,) = [s for s in view["status"]["subagents"] if s["state"] == "running"]
+        code, text, _ = await rewind(cli, env, "status", "stop-1")
+        assert code == 0 and f"sub-agent    research_company call {running['tool_call_id']}: running" in text, text
+        await rewind_json(cli, env, "cancel", "stop-1")
+
+        async def cancelled() -> dict | None:
+            sub = await rewind_json(cli, env, "status", "stop-1", "--branch", running["branch_id"])
+            return sub if sub["state"] == "cancelled" else None
+
+        await _until(cancelled, "the running sub-agent is cancelled with its caller")
+        assert (await rewind_json(cli, env, "status", "stop-1"))["state"] == "cancelled"
+
+        deleted = await rewind_json(cli, env, "delete", "stop-1", "--yes")
+        (erased,) = deleted["runs"]
+        assert sum(w.startswith("stop-1--main.s1-") for w in erased["workflows"]) == 5, erased
+        assert "stop-1" in erased["workflows"]
+        code, _, err = await rewind(cli, env, "status", "stop-1", "--branch", running["branch_id"])
+        one_line_error(code, err, prefix="rewind: ")
+        code, _, err = await rewind(cli, env, "tree", "stop-1")
+        one_line_error(code, err, "no checkpoints for run 'stop-1'", prefix="rewind: ")
+
+
+APPROVING = '''
+import os
+from pathlib import Path
+
+from rewind import subagent, tool, tool_context
+
+
+@tool(side_effects=True, needs_approval=True)
+async def place_order(item: str) -> str:
+    """Order an item: a person approves every order."""
+    out = Path(os.environ["ORDERS"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{tool_context().idempotency_key}.txt").write_text(item)
+    return f"ordered {item}"
+
+
+buyer = subagent(name="buyer", description="Buy one item.", system_prompt="You buy what you are asked to.",
+                 tools=["place_order"], model=os.environ.get("BUYER_MODEL"))
+'''
+
+
+async def test_an_approval_inside_a_sub_agent_is_pending_and_decided_as_any_other(world, tmp_path) -> None:
+    work, cli = world.folder("worker"), world.folder("cli")
+    (work / "shop.py").write_text(APPROVING)
+    buyer, boss = "buyer-" + world.queue, "boss-" + world.queue
+    world.model.add_script(buyer, [{"tool_calls": [{"name": "place_order", "arguments": {"item": "chair"}}]},
+                                   {"content": None, "echo_tool_results": True}])
+    world.model.add_script(boss, [{"tool_calls": [{"name": "buyer", "arguments": {"task": "Buy a chair."}}]},
+                                  {"content": None, "echo_tool_results": True}])
+    env = world.env(cli)
+    orders = tmp_path / "orders"
+    async with user_workers() as start:
+        worker = start(work, world.env(work, ORDERS=str(orders), BUYER_MODEL=f"script:{buyer}"), "--tool-modules", "shop")
+        await worker.wait_ready()
+        await rewind_json(cli, env, "start", "--task", "Get me a chair", "--tools", "buyer", "--model", f"script:{boss}",
+                          "--run-id", "shop-1")
+
+        async def waiting() -> dict | None:
+            view = await rewind_json(cli, env, "status", "shop-1")
+            return view if view["state"] == "waiting_for_approval" else None
+
+        await _until(waiting, "the caller shows that its sub-agent waits for approval")
+        listed = await rewind_json(cli, env, "pending")
+        (call,) = listed["waiting"]
+        assert call["tool_name"] == "place_order" and call["branch_id"].startswith("main.s1-")
+        assert not orders.exists()
+        # Decided naming the run alone: the call is found in the sub-agent that waits.
+        decided = await rewind_json(cli, env, "approve", "shop-1", call["tool_call_id"], "--by", "ops")
+        assert decided["verdict"] == "approved"
+
+        async def completed() -> dict | None:
+            view = await rewind_json(cli, env, "status", "shop-1")
+            return view if view["state"] == "completed" else None
+
+        done = await _until(completed, "the run completes after the approval")
+    assert done["status"]["final_answer"] == "ordered chair"
+    assert [p.read_text() for p in orders.iterdir()] == ["chair"]
