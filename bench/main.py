@@ -30,9 +30,10 @@ BENCHMARKS = [
     ("resume", "bench.b3_resume"),
     ("concurrency", "bench.b5_concurrency"),
     ("langgraph_saver", "bench.b9_langgraph_saver"),
+    ("subagents", "bench.b10_subagents"),
 ]
 ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
-                   "langgraph_saver"]
+                   "langgraph_saver", "subagents"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:

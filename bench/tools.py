@@ -39,3 +39,10 @@ async def nap(label: str, seconds: float, retry_seconds: float = 0.2) -> str:
                                 "pid": os.getpid(), "at": time.time()}) + "\n")
     await asyncio.sleep(seconds if ctx.attempt == 1 else retry_seconds)
     return f"{label} done"
+
+
+# A sub-agent for the sub-agents benchmark: one `nap` as its work, then its answer.
+from activities.tools import subagent  # noqa: E402
+
+helper = subagent(name="helper", description="Do one piece of work and report.", system_prompt="You do one task.",
+                  tools=["nap"], max_steps=4)

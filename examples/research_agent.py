@@ -25,6 +25,11 @@ from rewind import tool, tool_context
 
 DEFAULT_COMPANIES = ["Acme Robotics", "Globex", "Initech", "Umbrella Analytics", "Stark Industries"]
 DEFAULT_TASK = "Research these companies and save a competitive report: " + ", ".join(DEFAULT_COMPANIES)
+# The research agent's own system prompt (the demo's; a run without one gets a neutral default).
+RESEARCH_PROMPT = (
+    "You are a careful research agent. Use the tools you are given, cite what they returned, "
+    "and finish with a concise answer."
+)
 
 
 def outbox_dir() -> Path:

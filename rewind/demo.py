@@ -22,8 +22,9 @@ import json
 import sys
 from typing import Any, TextIO
 
-from examples.research_agent import DEFAULT_TASK, outbox_dir
-from rewind.client import new_run_id, start_run
+from examples.fanout_research import FANOUT_TASK
+from examples.research_agent import DEFAULT_TASK, RESEARCH_PROMPT, outbox_dir
+from rewind.client import agent_input, new_run_id, start_run
 from rewind.config import Settings
 from rewind.progress import follow
 from rewind.stack import embedded_stack
@@ -31,24 +32,27 @@ from rewind.timing import median_or_none, retried_attempts, step_durations
 from workflows.contracts import AgentInput, AgentResult
 
 
-async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = sys.stdout, *, quiet: bool = False,
-                   approve: bool = False, ask: bool | None = None) -> AgentResult:
+async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sys.stdout, *, quiet: bool = False,
+                   approve: bool = False, ask: bool | None = None, fanout: bool = False) -> AgentResult:
     """`quiet` (rewind demo --json): nothing on `out`; the caller prints the result.
     `approve`: save_report waits for approval; `ask` (default: stdin is a terminal) asks
-    for the decision there, else the demo approves on its own after showing the call."""
+    for the decision there, else the demo approves on its own after showing the call.
+    `fanout`: the orchestrator of examples.fanout_research, five researcher sub-agents at once."""
     if quiet:
         out = io.StringIO()
     if ask is None:
         ask = sys.stdin.isatty() and not quiet
     home = settings.home
-    tools = ["examples.research_with_approval" if approve else "examples.research_agent"]
+    tools = ["examples.fanout_research" if fanout else
+             "examples.research_with_approval" if approve else "examples.research_agent"]
     async with embedded_stack(settings, tools, out) as stack:
         client = stack.client
         run_id = new_run_id()
-        handle = await start_run(
-            client, settings,
-            AgentInput(run_id=run_id, task=task, model=settings.model),
-        )
+        if fanout:
+            inp = await agent_input(client, settings, "research_orchestrator", task or FANOUT_TASK, run_id=run_id)
+        else:
+            inp = AgentInput(run_id=run_id, task=task or DEFAULT_TASK, system_prompt=RESEARCH_PROMPT, model=settings.model)
+        handle = await start_run(client, settings, inp)
         print(f"run {run_id} started; progress:", file=out)
         decisions: dict[str, asyncio.Future[None]] = {}
 
@@ -81,6 +85,9 @@ async def run_demo(settings: Settings, task: str = DEFAULT_TASK, out: TextIO = s
         f"reports in {outbox_dir()}; inspect it with `rewind tree {run_id}` and `rewind show {run_id}:main:1`",
         file=out,
     )
+    if fanout:
+        print(f"each sub-agent's run is a branch of {run_id} (`rewind tree {run_id}` nests them under step 1); "
+              f"run one call again with `rewind redo {run_id} --step 1 --call CALL_ID`", file=out)
     return result
 
 

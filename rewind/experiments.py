@@ -18,7 +18,7 @@ from checkpoint_bridge.lineage import resolve_step
 from checkpoint_bridge.runs import check_tools
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
-from workflows.errors import RewindError, RunExistsError, UsageError
+from workflows.errors import InvalidIdError, RewindError, RunExistsError, UsageError
 from workflows.experiment_contracts import (
     ExperimentInput,
     ExperimentStatus,
@@ -41,12 +41,16 @@ def new_experiment_id() -> str:
 SUBAGENT_KEYS = ("model", "system_prompt")
 
 
-def parse_subagent_key(key: str, where: str) -> tuple[str, str]:
-    """`sub.AGENT.model` -> ("AGENT", "model"): what a sub-agent runs with instead of its declaration."""
-    _, agent, rest = (key.split(".", 2) + ["", ""])[:3]
+def parse_subagent_key(key: str, where: str, prefix: str = "sub.") -> tuple[str, str]:
+    """`sub.AGENT.model` -> ("AGENT", "model"): what a sub-agent runs with instead of its declaration
+    (`prefix` is what the key starts with: "sub." in a variant, nothing for `fork --subagent`)."""
+    agent, _, rest = key.removeprefix(prefix).partition(".")
     if not agent or rest not in SUBAGENT_KEYS:
-        raise UsageError(f"{where}: {echo(key, 60)} must be sub.AGENT.model or sub.AGENT.system_prompt")
-    validate_id("agent", agent)
+        raise UsageError(f"{where}: {echo(key, 60)} must be {prefix}AGENT.model or {prefix}AGENT.system_prompt")
+    try:
+        validate_id("agent", agent)
+    except InvalidIdError as exc:
+        raise UsageError(f"{where}: {exc}") from None
     return agent, rest
 
 

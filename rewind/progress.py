@@ -35,7 +35,19 @@ def progress_line(view: RunView) -> str | None:
     )
     waiting = "; ".join(f"waiting for approval: {p.tool_name} call {p.tool_call_id} "
                         f"(rewind approve {p.run_id} {p.tool_call_id})" for p in s.pending_approvals)
-    return line + (f" | {retries}" if retries else "") + (f" | {waiting}" if waiting else "")
+    return (line + (f" | {retries}" if retries else "") + (f" | {waiting}" if waiting else "")
+            + (f" | {subagents_text(s.subagents)}" if s.subagents else ""))
+
+
+def subagents_text(subagents: list[Any]) -> str:
+    """`sub-agents research_company: 3 completed, 2 running`: which calls of the step are done."""
+    by_agent: dict[str, dict[str, int]] = {}
+    for sub in subagents:
+        states = by_agent.setdefault(sub.agent, {})
+        states[sub.state] = states.get(sub.state, 0) + 1
+    return "sub-agents " + "; ".join(
+        f"{agent}: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        for agent, states in by_agent.items())
 
 
 def _activity(pending: dict[str, Any]) -> str:
@@ -70,4 +82,4 @@ async def follow(client: Client, run_id: str, handle: Any, out: TextIO, branch: 
     return outcome.result()
 
 
-__all__ = ["follow", "progress_line"]
+__all__ = ["follow", "progress_line", "subagents_text"]

@@ -234,3 +234,26 @@ async def drop_table(name: str) -> str:
 def answer_length(checkpoint) -> int:  # type: ignore[no-untyped-def]
     """A scorer (`rewind experiment --score agent_tools:answer_length`): the final answer's length."""
     return len(checkpoint.messages[-1].get("content") or "")
+
+
+# -- sub-agents (tests/workflows/test_subagents.py) ------------------------------------
+from pydantic import BaseModel, Field  # noqa: E402
+
+from activities.tools import subagent  # noqa: E402
+
+
+class LookupArguments(BaseModel):
+    term: str = Field(min_length=1)
+    limit: int = Field(default=3, ge=1, le=10)
+
+
+looker = subagent(
+    name="looker", description="Look a term up and report what it means.", system_prompt="You look terms up.",
+    tools=["lookup"], args=LookupArguments, task_template="Look up {term} (at most {limit} results).",
+)
+
+# A chain four deep: the fourth level is one more than the default depth limit allows.
+nest_a = subagent(name="nest_a", description="Level a.", system_prompt="You are level a.", tools=["nest_b"])
+nest_b = subagent(name="nest_b", description="Level b.", system_prompt="You are level b.", tools=["nest_c"])
+nest_c = subagent(name="nest_c", description="Level c.", system_prompt="You are level c.", tools=["nest_d"])
+nest_d = subagent(name="nest_d", description="Level d.", system_prompt="You are level d.", tools=["lookup"])

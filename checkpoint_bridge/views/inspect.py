@@ -79,7 +79,8 @@ def tree_text(summaries: list[CheckpointSummary], subagents: dict[str, dict[str,
     """Branch by branch; each sub-agent's run nested (indented) under the step that called it."""
     subagents = subagents or {}
     lines = [f"run {summaries[0].run_id}"]
-    header = f"  {'step':>4}  {'branch':<14} {'status':<11} {'cost $':>10} {'tokens':>8}  {'id':<10}  {'parent':<10}  label"
+    width = max([14, *(len(s.branch_id) for s in summaries)])
+    header = f"  {'step':>4}  {'branch':<{width}} {'status':<11} {'cost $':>10} {'tokens':>8}  {'id':<10}  {'parent':<10}  label"
     lines.append(header)
     by_branch: dict[str, list[CheckpointSummary]] = {}
     for s in summaries:
@@ -106,7 +107,7 @@ def tree_text(summaries: list[CheckpointSummary], subagents: dict[str, dict[str,
         for s in steps:
             parent = short_id(s.parent_id) if s.parent_id else "-"
             lines.append(
-                f"  {indent}{s.step_index:>4}  {s.branch_id:<14} {s.status:<11} {s.llm_cost_usd:>10.6f} "
+                f"  {indent}{s.step_index:>4}  {s.branch_id:<{width}} {s.status:<11} {s.llm_cost_usd:>10.6f} "
                 f"{s.llm_tokens_used:>8}  {short_id(s.checkpoint_id):<10}  {parent:<10}  {s.step_label}"
             )
             for sub in sorted(called.get(s.checkpoint_id, [])):

@@ -143,6 +143,7 @@ _RECORD_DEFAULTS = {"error": None, "tool_call_id": None, "idempotency_key": None
                     "served_from_cache": False, "tool_output": None, "duration_ms": 0}
 # A diff's tool-call rows, likewise (`reused` and the flags false, `error` and `decision` none).
 _CALL_ROW_DEFAULTS = {"error": None, "decision": None, "side_effects": False, "served_from_cache": False,
+                      "subagent": None, "kept": False,
                       "reused": False}
 
 
@@ -218,6 +219,7 @@ def _compact_diff(d: dict[str, Any], index: dict[str, int], rows: list[dict[str,
 
 def _branches(summaries: list[CheckpointSummary]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    index = {s.checkpoint_id: i for i, s in enumerate(summaries)}
     for i, s in enumerate(summaries):
         if not out or out[-1]["id"] != s.branch_id:
             name, revision = split_revision(s.branch_id)
@@ -227,8 +229,16 @@ def _branches(summaries: list[CheckpointSummary]) -> list[dict[str, Any]]:
                 if parent_branch != s.branch_id:
                     origin = f"{parent_branch}:{parent_step}"
             kind = "root" if origin is None else ("rollback" if revision else "fork")
+            called_by = (s.agent or {}).get("called_by")
+            if called_by:  # a sub-agent's run: drawn from the caller's step that called it
+                _run, caller_branch, caller_step = parse_checkpoint_id(called_by)
+                kind, origin = "subagent", f"{caller_branch}:{caller_step}"
             out.append({"id": s.branch_id, "name": name, "revision": revision, "kind": kind, "origin": origin,
                         "from": i, "to": i, "invalidated": 0})
+            if called_by:
+                out[-1].update(agent=(s.agent or {}).get("name"), call=(s.agent or {}).get("tool_call_id"))
+                if called_by in index:
+                    out[-1]["caller"] = index[called_by]
             experiment = parse_branch_name(name)
             if experiment is not None:  # grouped on the page under its experiment
                 out[-1]["experiment"] = experiment
@@ -238,8 +248,9 @@ def _branches(summaries: list[CheckpointSummary]) -> list[dict[str, Any]]:
 
 
 def _names(summaries: list[CheckpointSummary]) -> list[str]:
-    """The names `rewind diff` takes: each branch, and the older revisions of a rolled-back one."""
-    names = list(dict.fromkeys(display_name(s.branch_id) for s in summaries))
+    """The names `rewind diff` takes: each branch, and the older revisions of a rolled-back one
+    (not sub-agents' runs: each is compared where its caller's branches are)."""
+    names = list(dict.fromkeys(display_name(s.branch_id) for s in summaries if not (s.agent or {}).get("called_by")))
     stored = list(dict.fromkeys(s.branch_id for s in summaries))
     for name in list(names):
         revisions = sorted(split_revision(b)[1] for b in stored if split_revision(b)[0] == name)

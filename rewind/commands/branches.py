@@ -54,7 +54,7 @@ def _subagent_overrides(pairs: list[str] | None) -> dict[str, dict[str, str]] | 
         key, eq, value = pair.partition("=")
         if not eq or not value:
             raise UsageError(f"--subagent {pair!r:.60} is not AGENT.model=M or AGENT.system_prompt=TEXT")
-        agent, name = parse_subagent_key("sub." + key.strip(), "--subagent")
+        agent, name = parse_subagent_key(key.strip(), "--subagent", prefix="")
         found.setdefault(agent, {})[name] = value
     return found or None
 

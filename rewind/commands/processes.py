@@ -8,13 +8,16 @@ from typing import Any, Callable
 
 from rewind.commands.common import EXIT_DONE, EXIT_NOT_DONE, emit
 from rewind.config import Settings
+from workflows.errors import UsageError
 from workflows.ids import validate_id
 
 
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.demo import run_demo
 
-    result = await run_demo(settings, quiet=args.json, approve=args.approve)
+    if args.approve and args.fanout:
+        raise UsageError("--approve and --fanout are two demos; choose one")
+    result = await run_demo(settings, quiet=args.json, approve=args.approve, fanout=args.fanout)
     if args.json:
         emit(result.model_dump(mode="json"), True, "")
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
@@ -89,3 +92,5 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("demo", "whole embedded stack + the research agent, with live progress", handler=cmd_demo)
     p.add_argument("--approve", action="store_true",
                    help="save_report waits for your approval; the demo shows how to give it")
+    p.add_argument("--fanout", action="store_true",
+                   help="an orchestrator fans out to five researcher sub-agents at once, then synthesizes")

@@ -23,7 +23,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 
 from activities.llm import ModelEndpoint  # noqa: E402
 from activities.tools import ToolRegistry  # noqa: E402
-from rewind import fork, rollback  # noqa: E402
+from rewind import fork, redo, rollback  # noqa: E402
 from checkpoint_bridge.store import open_checkpoint_store  # noqa: E402
 from rewind.client import connect, start_run  # noqa: E402
 from rewind.config import Settings  # noqa: E402
@@ -193,6 +193,27 @@ async def main(only: set[str]) -> None:
             await experiment.result()
             if want("experiment"):
                 await _save_chain(client, experiment.id, "experiment")
+
+            # Sub-agents: three calls of one step (two of an argument model, one task-only), each a
+            # child workflow; one of the children recorded too; then a redo of one call.
+            model.add_script("fanout", [
+                {"by_user": {"Look up a": {"tool_calls": [{"name": "lookup", "arguments": {"term": "a"}}]},
+                             "Look up b": {"tool_calls": [{"name": "lookup", "arguments": {"term": "b"}}]},
+                             "go deep": {"content": "deep answer"}},
+                 "tool_calls": [{"name": "looker", "arguments": {"term": "a"}},
+                                {"name": "looker", "arguments": {"term": "b", "limit": 2}},
+                                {"name": "nest_d", "arguments": {"task": "go deep"}}]},
+                {"content": None, "echo_tool_results": True}])
+            fan = await start_run(client, settings, AgentInput(run_id="hist-subagents", task="fan", model="script:fanout",
+                                                               tools=["looker", "nest_d"]))
+            await fan.result()
+            async with open_checkpoint_store(settings.store_url) as store:
+                again = await redo(client, settings, store, "hist-subagents", 1, "call_0_1", model="script:fanout")
+                await again.handle.result()
+            if want("subagents"):
+                await _save_chain(client, fan.id, "subagents")
+                await _save_chain(client, "hist-subagents--main.s1-call_0_0", "subagent-child")
+                await _save_chain(client, again.workflow_id, "redo")
     finally:
         model.stop_thread()
         server.stop()

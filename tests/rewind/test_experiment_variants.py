@@ -20,6 +20,12 @@ def test_a_variant_names_what_a_fork_changes(tmp_path) -> None:
     assert parse_variant("same:").model_dump(exclude_defaults=True) == {"name": "same"}
 
 
+def test_a_variant_can_change_what_a_sub_agent_runs_with() -> None:
+    v = parse_variant("v1:sub.research_company.model=m2,sub.research_company.system_prompt=Be brief.,sub.writer.model=m3")
+    assert v.subagents == {"research_company": {"model": "m2", "system_prompt": "Be brief."}, "writer": {"model": "m3"}}
+    assert v.variables == {} and v.model is None
+
+
 @pytest.mark.parametrize("text, needle", [
     ("model=x", "needs a name first"),
     ("bad name:model=x", "variant name"),
@@ -28,6 +34,9 @@ def test_a_variant_names_what_a_fork_changes(tmp_path) -> None:
     ("a:temperature=9", "temperature"),
     ("a:seed=1.5", "is not a whole number"),
     ("a:system_prompt=@missing.txt", "cannot read the system prompt file"),
+    ("a:sub.research_company.temperature=1", "sub.AGENT.model or sub.AGENT.system_prompt"),
+    ("a:sub..model=m", "sub.AGENT.model"),
+    ("a:sub.bad/name.model=m", "agent id"),
 ])
 def test_a_bad_variant_is_one_clear_error(text, needle, tmp_path) -> None:
     with pytest.raises(UsageError, match=needle):

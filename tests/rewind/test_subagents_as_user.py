@@ -15,6 +15,9 @@ from pathlib import Path
 
 from as_user import one_line_error, rewind, rewind_json, user_workers
 
+from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.views.viewer import build_view
+
 COMPANIES = ["Acme", "Globex", "Initech", "Umbrella", "Stark"]
 TASK = "Research these companies: " + ", ".join(COMPANIES)
 
@@ -124,6 +127,19 @@ async def test_an_orchestrator_fans_out_to_five_sub_agents_and_synthesizes(world
         assert total["subagent_calls"] == 5
         stats = await rewind_json(cli, env, "stats", "--run", "fan-1")
         assert stats["totals"]["total_tokens"] == own, stats  # counted once, not twice
+        assert stats["by_agent"]["research_company"]["branches"] == 5 and stats["subagent_calls"] == 5
+
+        # The viewer draws each sub-agent's run from the caller's step that called it.
+        page = await rewind_json(cli, env, "view", "fan-1", "--out", str(tmp_path / "fan.html"))
+        assert page["branches"] == 6
+        async with open_checkpoint_store(f"file://{tmp_path / 'store'}") as store:
+            view = await build_view(store, "fan-1")
+        lanes = {b["id"]: b for b in view["branches"]}
+        caller = next(i for i, c in enumerate(view["checkpoints"]) if c["id"] == "fan-1:main:1")
+        for b in subs:
+            assert lanes[b]["kind"] == "subagent" and lanes[b]["agent"] == "research_company"
+            assert lanes[b]["caller"] == caller and lanes[b]["origin"] == "main:1"
+        assert [n["name"] for n in view["names"]] == ["main"]  # sub-agents are not diffed against their caller
 
 
 async def _tree(cli, env, run_id: str) -> dict:
@@ -436,3 +452,39 @@ async def test_an_approval_inside_a_sub_agent_is_pending_and_decided_as_any_othe
         done = await _until(completed, "the run completes after the approval")
     assert done["status"]["final_answer"] == "ordered chair"
     assert [p.read_text() for p in orders.iterdir()] == ["chair"]
+
+
+async def test_an_experiment_and_a_fork_vary_a_sub_agents_model(world, tmp_path) -> None:
+    work, cli = world.folder("worker"), world.folder("cli")
+    (work / "team.py").write_text(TOOLS)
+    log = tmp_path / "searches.log"
+    script = "terse-" + world.queue
+    world.model.add_script(script, _researcher_script("nobody"))
+    env = world.env(cli)
+    async with user_workers() as start:
+        worker = start(work, world.env(work, SEARCH_LOG=str(log)), "--tool-modules", "team")
+        await worker.wait_ready()
+        await rewind_json(cli, env, "start", "--agent", "orchestrator", "--task", TASK, "--run-id", "exp-1", "--wait")
+        world.model.reset()
+        world.model.add_script(script, _researcher_script("nobody"))
+        status = await rewind_json(cli, env, "experiment", "exp-1", "--step", "0", "--id", "subs",
+                                   "--variant", "declared:model=gpt-4o-mini",
+                                   "--variant", f"scripted:sub.research_company.model=script:{script}", "--wait")
+        assert status["state"] == "completed", status
+        branches = {b["variant"]: b["branch"] for b in status["branches"]}
+        tree = await _tree(cli, env, "exp-1")
+        models = {}
+        for variant, branch in branches.items():
+            subs = [b for b in tree["branches"] if b.startswith(branch + ".s1-")]
+            assert len(subs) == 5, (variant, sorted(tree["branches"]))
+            models[variant] = {(await rewind_json(cli, env, "show", f"exp-1:{b}:2"))["model"] for b in subs}
+        assert models == {"declared": {"gpt-4o-mini"}, "scripted": {f"script:{script}"}}
+
+        forked = await rewind_json(cli, env, "fork", "exp-1", "--step", "0", "--branch", "alt", "--wait",
+                                   "--subagent", f"research_company.model=script:{script}")
+        assert forked["status"]["state"] == "completed"
+        subs = [b for b in (await _tree(cli, env, "exp-1"))["branches"] if b.startswith("alt.s1-")]
+        assert {(await rewind_json(cli, env, "show", f"exp-1:{b}:2"))["model"] for b in subs} == {f"script:{script}"}
+        code, _, err = await rewind(cli, env, "fork", "exp-1", "--step", "0", "--branch", "bad",
+                                    "--subagent", "research_company.temperature=2")
+        one_line_error(code, err, "AGENT.model or AGENT.system_prompt", prefix="rewind")

@@ -20,7 +20,7 @@ from opentelemetry.trace import StatusCode
 from temporalio.worker import Replayer
 
 from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry, tool, tool_context
+from activities.tools import ToolRegistry, subagent, tool, tool_context
 from rewind import tracing
 from rewind.client import connect, start_run
 from rewind.config import Settings
@@ -172,6 +172,40 @@ async def test_a_run_is_one_trace_run_step_model_and_tool_spans(traced, model, e
     assert flakies[1].status.status_code != StatusCode.ERROR and flakies[1].attributes["rewind.outcome"] == "ok"
     assert {_step_of(s, spans) for s in flakies} == {1}
     assert steps[0].attributes["rewind.tool_calls"] == 2 and steps[1].attributes["rewind.cache_hits"] == 1
+
+
+helper = subagent(name="helper", description="Looks one thing up.", system_prompt="You look things up.", tools=["look"])
+
+
+async def test_a_sub_agent_is_a_span_under_its_callers_step_with_its_run_inside(traced, model, exporter):
+    client = await connect(traced)
+    name = _script(model, [
+        {"by_user": {"find a": {"content": "a is known"},
+                     "find b": {"tool_calls": [{"name": "look", "arguments": {"term": "b"}}]}},
+         "tool_calls": [{"name": "helper", "arguments": {"task": "find a"}},
+                        {"name": "helper", "arguments": {"task": "find b"}}]},
+        {"content": None, "echo_tool_results": True},
+    ])
+    endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
+    run_id = f"trace-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, traced, ToolRegistry([look, helper]), endpoint):
+        handle = await start_run(client, traced, AgentInput(run_id=run_id, task="use helpers", model=name, tools=["helper"]))
+        assert (await handle.result()).status.state == "completed"
+    spans = _of_run(exporter, run_id)  # one trace: the caller's and its sub-agents'
+    calls = _named(spans, "execute_tool helper")
+    assert len(calls) == 2 and all(_step_of(c, spans) == 1 for c in calls)
+    assert {c.attributes["rewind.outcome"] for c in calls} == {"subagent"}
+    assert {c.attributes["rewind.subagent.branch"] for c in calls} == {"main.s1-call_0_0", "main.s1-call_0_1"}
+    runs = {s.attributes["rewind.branch"]: s for s in _named(spans, "rewind.run")}
+    assert set(runs) == {"main", "main.s1-call_0_0", "main.s1-call_0_1"}
+    for call in calls:
+        sub_run = runs[call.attributes["rewind.subagent.branch"]]
+        # The sub-agent's run span sits under the call's span (through Temporal's child workflow spans).
+        assert "execute_tool helper" in _ancestors(sub_run, spans), _ancestors(sub_run, spans)
+        assert call.start_time <= sub_run.start_time and sub_run.end_time <= call.end_time
+    # The sub-agent's own tool call is under the sub-agent's step.
+    (look_b,) = _named(spans, "execute_tool look")
+    assert look_b.attributes["rewind.branch"] == "main.s1-call_0_1"
 
 
 async def test_replays_emit_no_span(traced, model, exporter):
