@@ -300,31 +300,53 @@ async def _stop(handle: WorkflowHandle[Any, Any], reason: str) -> bool:
 
 
 async def side_effects_after(client: Client, workflow_ids: list[str], step: int) -> list[SideEffect]:
-    """Completed side-effecting tool calls of steps after `step`, read from Temporal history."""
+    """Completed side-effecting tool calls of steps after `step`, read from Temporal history:
+    the branch's own, and those of the sub-agents its steps after `step` called (counted at
+    the step that called them, under the branch's workflow)."""
+    found: list[SideEffect] = []
+    for workflow_id in workflow_ids:
+        found += await _effects_of(client, workflow_id, step)
+    return sorted(found, key=lambda e: (e.step, e.idempotency_key))
+
+
+async def _effects_of(client: Client, workflow_id: str, after: int, *, called_at: int | None = None,
+                      owner: str | None = None, depth: int = 0) -> list[SideEffect]:
     from temporalio.api.enums.v1 import EventType
 
+    from workflows.contracts import AgentInput as ChildInput
     from workflows.contracts import ToolOutcome, ToolRequest
 
     found: list[SideEffect] = []
-    for workflow_id in workflow_ids:
-        events = await chain_events(client, workflow_id)
-        scheduled: dict[int, ToolRequest] = {}
-        for event in events:
-            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                attrs = event.activity_task_scheduled_event_attributes
-                if attrs.activity_type.name == RUN_TOOL:
-                    (request,) = await client.data_converter.decode(attrs.input.payloads, [ToolRequest])
-                    if request.idempotency_key and request.step > step:
-                        scheduled[event.event_id] = request
-            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-                attrs = event.activity_task_completed_event_attributes
-                request = scheduled.get(attrs.scheduled_event_id)
-                if request is not None:
-                    (outcome,) = await client.data_converter.decode(attrs.result.payloads, [ToolOutcome])
-                    if outcome.error is None:
-                        found.append(SideEffect(request.step, request.tool_name, request.arguments,
-                                                outcome.output, request.idempotency_key or "", workflow_id))
-    return sorted(found, key=lambda e: (e.step, e.idempotency_key))
+    scheduled: dict[int, ToolRequest] = {}
+    children: list[tuple[str, int]] = []
+    for event in await chain_events(client, workflow_id):
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == RUN_TOOL:
+                (request,) = await client.data_converter.decode(attrs.input.payloads, [ToolRequest])
+                if request.idempotency_key and (called_at is not None or request.step > after):
+                    scheduled[event.event_id] = request
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = event.activity_task_completed_event_attributes
+            request = scheduled.get(attrs.scheduled_event_id)
+            if request is not None:
+                (outcome,) = await client.data_converter.decode(attrs.result.payloads, [ToolOutcome])
+                if outcome.error is None:
+                    found.append(SideEffect(called_at if called_at is not None else request.step, request.tool_name,
+                                            request.arguments, outcome.output, request.idempotency_key or "",
+                                            owner or workflow_id))
+        elif event.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED and depth < 8:
+            attrs = event.start_child_workflow_execution_initiated_event_attributes
+            (child,) = await client.data_converter.decode(attrs.input.payloads, [ChildInput])
+            if child.called_by is not None and (called_at is not None or child.called_by.step > after):
+                children.append((attrs.workflow_id, called_at if called_at is not None else child.called_by.step))
+    for child_id, at in children:
+        try:
+            found += await _effects_of(client, child_id, after, called_at=at, owner=owner or workflow_id, depth=depth + 1)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:  # a sub-agent that never started: nothing it did
+                raise
+    return found
 
 
 async def rollback(

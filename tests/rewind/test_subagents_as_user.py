@@ -488,3 +488,32 @@ async def test_an_experiment_and_a_fork_vary_a_sub_agents_model(world, tmp_path)
         code, _, err = await rewind(cli, env, "fork", "exp-1", "--step", "0", "--branch", "bad",
                                     "--subagent", "research_company.temperature=2")
         one_line_error(code, err, "AGENT.model or AGENT.system_prompt", prefix="rewind")
+
+
+async def test_an_effect_a_sub_agent_caused_is_reused_when_a_rollback_asks_for_it_again(world, tmp_path) -> None:
+    work, cli = world.folder("worker"), world.folder("cli")
+    (work / "shop.py").write_text(APPROVING.replace("needs_approval=True", "on_repeat='reuse'"))
+    buyer, boss = "buyer-" + world.queue, "boss-" + world.queue
+    world.model.add_script(buyer, [{"tool_calls": [{"name": "place_order", "arguments": {"item": "chair"}}]},
+                                   {"content": None, "echo_tool_results": True}])
+    world.model.add_script(boss, [{"tool_calls": [{"name": "buyer", "arguments": {"task": "Buy a chair."}}]},
+                                  {"content": None, "echo_tool_results": True}])
+    env = world.env(cli)
+    orders = tmp_path / "orders"
+    async with user_workers() as start:
+        worker = start(work, world.env(work, ORDERS=str(orders), BUYER_MODEL=f"script:{buyer}"), "--tool-modules", "shop")
+        await worker.wait_ready()
+        done = await rewind_json(cli, env, "start", "--task", "Get me a chair", "--tools", "buyer", "--model",
+                                 f"script:{boss}", "--run-id", "again-1", "--wait")
+        assert done["final_answer"] == "ordered chair"
+        back = await rewind_json(cli, env, "rollback", "again-1", "--step", "0", "--wait")
+        assert back["status"]["state"] == "completed"
+        # The rollback lists the sub-agent's order among the effects after step 0 ...
+        assert [(e["tool_name"], e["arguments"]) for e in back["side_effects"]] == [("place_order", {"item": "chair"})]
+        # ... and the continuation's new sub-agent run reuses it: one chair ordered in all.
+        assert len(list(orders.iterdir())) == 1
+        tree = await _tree(cli, env, "again-1")
+        (again,) = [b for b in tree["branches"] if b.startswith("main.r1.s1-")]
+        step = await rewind_json(cli, env, "show", f"again-1:{again}:1")
+        (order,) = step["tool_call_cache"]
+        assert order["reused"]["origin"] == "discarded" and order["tool_output"] == "ordered chair"
