@@ -128,6 +128,8 @@ async def test_an_orchestrator_fans_out_to_five_sub_agents_and_synthesizes(world
         stats = await rewind_json(cli, env, "stats", "--run", "fan-1")
         assert stats["totals"]["total_tokens"] == own, stats  # counted once, not twice
         assert stats["by_agent"]["research_company"]["branches"] == 5 and stats["subagent_calls"] == 5
+        # Cost too: the caller's total is what every model call of the tree cost, each once.
+        assert total["cost_usd"] > 0 and abs(stats["totals"]["cost_usd"] - total["cost_usd"]) < 1e-12
 
         # The viewer draws each sub-agent's run from the caller's step that called it.
         page = await rewind_json(cli, env, "view", "fan-1", "--out", str(tmp_path / "fan.html"))
