@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from checkpoint_bridge.lineage import split_revision
 from checkpoint_bridge.store import CheckpointStore, StepFacts
+from workflows.contracts import Ledger
 from workflows.errors import RunNotFoundError
 from workflows.ids import checkpoint_id, parse_subagent_branch, validate_id
 from workflows.text import usd
@@ -64,7 +65,7 @@ class StoreStats(BaseModel):
     by_model: dict[str, Spend] = Field(default_factory=dict)
     by_branch: dict[str, Spend] = Field(default_factory=dict)  # by branch name, revisions and sub-agents folded in
     by_agent: dict[str, Spend] = Field(default_factory=dict)  # by declared agent (runs started with --agent, sub-agents)
-    subagent_calls: int = 0
+    subagent_calls: int = 0  # sub-agent runs (one per call)
     tool_calls: int = 0  # executed
     cache_hits: int = 0
     cache_hit_rate: float | None = None  # cache hits / (tool calls run + cache hits)
@@ -88,11 +89,7 @@ def _when(fields: dict[str, Any]) -> datetime | None:
 
 def _own(ledger: dict[str, Any]) -> dict[str, Any]:
     """A step's ledger without what its sub-agents spent (counted at their own steps)."""
-    own = dict(ledger)
-    for name in ("prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "model_calls", "tool_calls"):
-        own[name] = (ledger.get(name) or 0) - (ledger.get(f"subagent_{name}") or 0)
-    own["subagent_calls"] = 0
-    return own
+    return Ledger.model_validate(ledger).own().model_dump()
 
 
 def _top_branch(branch: str) -> str:
@@ -132,10 +129,9 @@ def _add_run(stats: StoreStats, facts: list[StepFacts], durations: list[float], 
                 durations.append((end - start).total_seconds() * 1000)
         branches.add(branch)
         if step == 0:
+            stats.subagent_calls += bool((fields.get("agent") or {}).get("called_by"))  # each sub-agent run once
             continue  # the start: a task, no work
-        whole = ((fields.get("ledger") or {}).get("step")) or {}
-        ledger = _own(whole)
-        stats.subagent_calls += int(whole.get("subagent_calls") or 0) - int(ledger.get("subagent_calls") or 0)
+        ledger = _own(((fields.get("ledger") or {}).get("step")) or {})
         model = fields.get("model") or "unknown"
         name = _top_branch(branch)
         agent = (fields.get("agent") or {}).get("name")

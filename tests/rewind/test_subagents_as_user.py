@@ -418,18 +418,23 @@ buyer = subagent(name="buyer", description="Buy one item.", system_prompt="You b
 '''
 
 
-async def test_an_approval_inside_a_sub_agent_is_pending_and_decided_as_any_other(world, tmp_path) -> None:
-    work, cli = world.folder("worker"), world.folder("cli")
-    (work / "shop.py").write_text(APPROVING)
+def _shop(world, tmp_path: Path, tools: str) -> tuple[Path, dict, Path, str]:
+    """A boss that sends a buyer sub-agent for a chair: (cli folder, its env, the orders folder, the boss's script)."""
+    (world.folder("worker") / "shop.py").write_text(tools)
     buyer, boss = "buyer-" + world.queue, "boss-" + world.queue
     world.model.add_script(buyer, [{"tool_calls": [{"name": "place_order", "arguments": {"item": "chair"}}]},
                                    {"content": None, "echo_tool_results": True}])
     world.model.add_script(boss, [{"tool_calls": [{"name": "buyer", "arguments": {"task": "Buy a chair."}}]},
                                   {"content": None, "echo_tool_results": True}])
-    env = world.env(cli)
-    orders = tmp_path / "orders"
+    cli = world.folder("cli")
+    return cli, world.env(cli), tmp_path / "orders", boss
+
+
+async def test_an_approval_inside_a_sub_agent_is_pending_and_decided_as_any_other(world, tmp_path) -> None:
+    cli, env, orders, boss = _shop(world, tmp_path, APPROVING)
     async with user_workers() as start:
-        worker = start(work, world.env(work, ORDERS=str(orders), BUYER_MODEL=f"script:{buyer}"), "--tool-modules", "shop")
+        worker = start(world.folder("worker"), world.env(world.folder("worker"), ORDERS=str(orders),
+                                                         BUYER_MODEL=f"script:buyer-{world.queue}"), "--tool-modules", "shop")
         await worker.wait_ready()
         await rewind_json(cli, env, "start", "--task", "Get me a chair", "--tools", "buyer", "--model", f"script:{boss}",
                           "--run-id", "shop-1")
@@ -493,17 +498,10 @@ async def test_an_experiment_and_a_fork_vary_a_sub_agents_model(world, tmp_path)
 
 
 async def test_an_effect_a_sub_agent_caused_is_reused_when_a_rollback_asks_for_it_again(world, tmp_path) -> None:
-    work, cli = world.folder("worker"), world.folder("cli")
-    (work / "shop.py").write_text(APPROVING.replace("needs_approval=True", "on_repeat='reuse'"))
-    buyer, boss = "buyer-" + world.queue, "boss-" + world.queue
-    world.model.add_script(buyer, [{"tool_calls": [{"name": "place_order", "arguments": {"item": "chair"}}]},
-                                   {"content": None, "echo_tool_results": True}])
-    world.model.add_script(boss, [{"tool_calls": [{"name": "buyer", "arguments": {"task": "Buy a chair."}}]},
-                                  {"content": None, "echo_tool_results": True}])
-    env = world.env(cli)
-    orders = tmp_path / "orders"
+    cli, env, orders, boss = _shop(world, tmp_path, APPROVING.replace("needs_approval=True", "on_repeat='reuse'"))
     async with user_workers() as start:
-        worker = start(work, world.env(work, ORDERS=str(orders), BUYER_MODEL=f"script:{buyer}"), "--tool-modules", "shop")
+        worker = start(world.folder("worker"), world.env(world.folder("worker"), ORDERS=str(orders),
+                                                         BUYER_MODEL=f"script:buyer-{world.queue}"), "--tool-modules", "shop")
         await worker.wait_ready()
         done = await rewind_json(cli, env, "start", "--task", "Get me a chair", "--tools", "buyer", "--model",
                                  f"script:{boss}", "--run-id", "again-1", "--wait")
