@@ -497,6 +497,8 @@ def _researcher_reply(messages: list[dict]) -> _Reply:
     if _failed(result):
         return f"{company}: no data ({result.strip()[:200]})", []
     facts = _loads(result)
+    if not facts:  # a search that answers in prose: its words are the profile
+        return f"{company}: {' '.join(result.split())[:QUOTE_CHARS]}", []
     technical = any("technical" in _text(m.get("content")).lower() for m in messages if m["role"] == "system")
     if technical:
         return (f"{company} (technical): stack {facts.get('tech_stack', '?')}, {facts.get('patents', '?')} patents, "
