@@ -277,6 +277,7 @@ class DevServer:
         ]
         if headless:
             args.append("--headless")
+        logged = log_file.stat().st_size if log_file.exists() else 0
         log = open(log_file, "ab")
         try:
             process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -306,6 +307,13 @@ class DevServer:
                 server.stop()
                 raise ConfigError(f"the Temporal dev server on port {port} did not become healthy; see {log_file}")
             time.sleep(0.1)
+        # The port answered, but is it this server's? Another process that took the picked
+        # port first (a test's server starting at the same moment) answers as healthy
+        # while this one exits with "address already in use": then it is not ours.
+        if process.poll() is not None or _TAKEN_PORT in _log_since(log_file, logged):
+            server.stop()
+            raise ConfigError(f"the Temporal dev server exited with code {process.returncode} "
+                              f"({_TAKEN_PORT}, another process took a port it picked); see {log_file}")
         return server
 
     def healthy(self) -> bool:
