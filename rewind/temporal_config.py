@@ -11,9 +11,10 @@ profile `TEMPORAL_PROFILE`, else `default`), then the environment over it
 `temporal workflow list` works needs nothing else for Rewind.
 
 rewind/config.py calls `load_temporal_config` with the environment it read;
-nothing here reads `os.environ`. The result remembers which setting (a
-variable, or a key of a profile) gave each value, so that an error names the
-one to fix. Certificate files are read when connecting (rewind/temporal_connect.py).
+nothing here reads the process environment. The result remembers which
+setting (a variable, or a key of a profile) gave each value, so that an
+error names the one to fix. Certificate files are read when connecting
+(rewind/temporal_connect.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 of the tests' own in front of the plaintext dev server.
 
 - `make_certs(folder)` writes PEM files the tests need: a server CA and a
-  server certificate (for `localhost`, `temporal.test` and 127.0.0.1), a
+  server certificate (for `localhost` and `temporal.test`, not 127.0.0.1), a
   client CA and a client certificate it signed, a client certificate from a
   CA the server does not know, and a key that belongs to no certificate.
 - `TLSTerminator` listens on a free loopback port with the standard library's
@@ -23,7 +23,6 @@ blocks (a subprocess wait, a synchronous helper).
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import select
 import socket
 import ssl
@@ -120,8 +119,8 @@ def make_certs(folder: Path) -> Certs:
     server_ca, server_ca_name, server_ca_key = _ca(folder, "Standin Server CA")
     client_ca, client_ca_name, client_ca_key = _ca(folder, "Standin Client CA")
     _, stranger_ca_name, stranger_ca_key = _ca(folder, "Stranger CA")
+    # No IP address: a client that dials 127.0.0.1 must name the server (TEMPORAL_TLS_SERVER_NAME).
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in SERVER_NAMES]
-    sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
     server_cert, server_key = _leaf(folder, "server", (server_ca_name, server_ca_key), sans=sans,
                                     usage=ExtendedKeyUsageOID.SERVER_AUTH)
     client_cert, client_key = _leaf(folder, "client", (client_ca_name, client_ca_key),

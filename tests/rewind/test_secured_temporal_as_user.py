@@ -131,8 +131,9 @@ async def test_mtls_client_certificates_from_the_environment(world, mtls, certs,
 
 
 def _profile(path: Path, endpoint: TLSTerminator, certs: Certs, **tls: str) -> Path:
-    """A `temporal` CLI profile file: `standin` is the TLS endpoint (by IP, with the
-    certificate's other name as server name); `default` points where nothing listens."""
+    """A `temporal` CLI profile file: `standin` is the TLS endpoint (by IP, which its
+    certificate is not for, so with a server name it is for); `default` points where
+    nothing listens."""
     path.parent.mkdir(parents=True, exist_ok=True)
     keys = {"server_name": "temporal.test", "server_ca_cert_path": str(certs.server_ca),
             "client_cert_path": str(certs.client_cert), "client_key_path": str(certs.client_key), **tls}
@@ -250,8 +251,12 @@ def _cases(mtls: TLSTerminator, certs: Certs, plain: str, profile: Path) -> dict
         "no client certificate": ({**good, "TEMPORAL_TLS_CLIENT_CERT_PATH": None, "TEMPORAL_TLS_CLIENT_KEY_PATH": None},
                                   [f"{at} requires a client certificate", "TEMPORAL_TLS_CLIENT_CERT_PATH"]),
         "wrong server name": ({**good, "TEMPORAL_TLS_SERVER_NAME": "wrong.example"},
-                              ["is not for 'wrong.example' (it is for localhost, temporal.test, 127.0.0.1)",
-                               "set TEMPORAL_TLS_SERVER_NAME to one of those"]),
+                              ["is not for 'wrong.example' (it is for localhost, temporal.test)",
+                               "set TEMPORAL_TLS_SERVER_NAME to one of those, or unset it"]),
+        "address not in the certificate": ({**good, "TEMPORAL_ADDRESS": f"127.0.0.1:{mtls.port}"},
+                                           ["is not for '127.0.0.1' (it is for localhost, temporal.test)",
+                                            "connect by one of those names in TEMPORAL_ADDRESS",
+                                            "or set TEMPORAL_TLS_SERVER_NAME to one"]),
         "server CA not trusted": ({**good, "TEMPORAL_TLS_SERVER_CA_CERT_PATH": None},
                                   ["issued by CN=Standin Server CA", "set TEMPORAL_TLS_SERVER_CA_CERT_PATH"]),
         "plaintext client, TLS endpoint": ({"TEMPORAL_ADDRESS": mtls.address},
@@ -269,7 +274,7 @@ def _cases(mtls: TLSTerminator, certs: Certs, plain: str, profile: Path) -> dict
 
 
 CASES = ["missing certificate file", "key of another certificate", "client certificate refused", "no client certificate",
-         "wrong server name", "server CA not trusted", "plaintext client, TLS endpoint", "TLS client, plaintext endpoint",
+         "wrong server name", "address not in the certificate", "server CA not trusted", "plaintext client, TLS endpoint", "TLS client, plaintext endpoint",
          "TLS turned off", "unreachable", "no host name verification", "profile key names itself"]
 
 
