@@ -27,6 +27,8 @@ _EXPORTS = {
     "NotAnOption": "activities.arg_types",
     # configuration and runs
     "Settings": "rewind.config",
+    "TemporalConnection": "rewind.temporal_config",
+    "TemporalConnectionError": "workflows.errors",
     "connect": "rewind.client",
     "start_run": "rewind.client",
     "new_run_id": "rewind.client",

@@ -298,3 +298,18 @@ async def test_a_worker_that_cannot_connect_says_why_in_one_line(world, mtls, ce
         assert await worker.wait_exit() == 1
     one_line_error(1, worker.stderr(), "refused the client certificate in TEMPORAL_TLS_CLIENT_CERT_PATH", prefix="rewind:")
     assert mtls.handshakes_refused >= 1
+
+
+async def test_the_python_api_connects_as_the_cli_does(mtls, certs, monkeypatch):
+    """`rewind.connect()` without settings: the same environment, the same one-line errors."""
+    from rewind import TemporalConnectionError, connect
+
+    for name, value in _mtls_env(mtls, certs).items():
+        monkeypatch.setenv(name, value)
+    client = await connect()
+    assert (await client.count_workflows()).count >= 0
+    assert "CountWorkflowExecutions" in _paths(mtls.requests)
+    monkeypatch.setenv("TEMPORAL_TLS_CLIENT_CERT_PATH", str(certs.stranger_cert))
+    monkeypatch.setenv("TEMPORAL_TLS_CLIENT_KEY_PATH", str(certs.stranger_key))
+    with pytest.raises(TemporalConnectionError, match="refused the client certificate in TEMPORAL_TLS_CLIENT_CERT_PATH"):
+        await connect()
