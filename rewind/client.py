@@ -40,9 +40,10 @@ async def connect(settings: Settings | None = None, runtime: Any = None, *, serv
     profile file and TEMPORAL_* variables, rewind/temporal_config.py); `runtime` (a temporalio
     Runtime) carries the worker's metrics endpoint. With tracing on, the client (and every
     worker built from it) traces as `service` unless OTEL_SERVICE_NAME says otherwise
-    (rewind/tracing.py). A connection that fails is one TemporalConnectionError naming the
-    setting to fix (TemporalUnreachableError when nothing answers at the address)."""
-    from rewind.temporal_connect import connect_options, connection_error
+    (rewind/tracing.py). A connection that fails, or a namespace that is not there or not
+    this client's, is one TemporalConnectionError naming the setting to fix
+    (TemporalUnreachableError when nothing answers at the address)."""
+    from rewind.temporal_connect import check_namespace, connect_options, connection_error
 
     settings = Settings.from_env() if settings is None else settings
     options = connect_options(settings)
@@ -53,10 +54,12 @@ async def connect(settings: Settings | None = None, runtime: Any = None, *, serv
         s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
     )
     try:
-        return await Client.connect(**options, data_converter=converter, interceptors=traced,
-                                    **({"runtime": runtime} if runtime is not None else {}))
+        client = await Client.connect(**options, data_converter=converter, interceptors=traced,
+                                      **({"runtime": runtime} if runtime is not None else {}))
     except RuntimeError as exc:
         raise await connection_error(settings, exc) from exc
+    await check_namespace(client, settings)
+    return client
 
 
 async def start_run(

@@ -163,25 +163,51 @@ def _tls_reasons(conn: TemporalConnection) -> str:
     return ", ".join(given) if given else "TLS settings"
 
 
+def _refused(settings: "Settings", said: str) -> TemporalConnectionError:
+    """The server answered UNAUTHENTICATED / PERMISSION_DENIED: which credential to fix."""
+    conn, where, said = settings.temporal, f"Temporal at {settings.temporal_address}", said.rstrip(".")
+    if conn.api_key:
+        return TemporalConnectionError(
+            f"{where} refused the API key from {conn.origin('api_key')} ({said}); set it to a valid, unexpired "
+            f"API key with access to namespace {settings.namespace!r} (from {conn.origin('namespace')})")
+    if conn.client_cert is not None:
+        return TemporalConnectionError(
+            f"{where} refused the client certificate in {_named(conn, 'client_cert')} for namespace "
+            f"{settings.namespace!r} ({said}); check {conn.origin('namespace')} and that the namespace accepts "
+            "the certificate's CA")
+    return TemporalConnectionError(
+        f"{where} wants credentials ({said}); set TEMPORAL_API_KEY to an API key, or TEMPORAL_TLS_CLIENT_CERT_PATH "
+        "and TEMPORAL_TLS_CLIENT_KEY_PATH to a client certificate and its key")
+
+
+async def check_namespace(client: Any, settings: "Settings") -> None:
+    """The namespace exists and this client may use it, or one line naming the setting now
+    (not a worker that polls nothing, or the first command refused with the server's words).
+    DescribeNamespace is what the SDK's own worker asks first too."""
+    from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=settings.namespace), timeout=datetime.timedelta(seconds=30))
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise TemporalConnectionError(
+                f"Temporal at {settings.temporal_address} has no namespace {settings.namespace!r} (from "
+                f"{settings.temporal.origin('namespace')}); set it to one that exists (`temporal operator namespace "
+                "list`; on Temporal Cloud: <namespace>.<account id>)") from None
+        if exc.status in (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED):
+            raise _refused(settings, exc.message) from None
+        # Anything else (a busy server): the command's own calls meet it and say so.
+
+
 def explain(settings: "Settings", error_text: str) -> TemporalConnectionError:
     """The one-line error for a failed connect (see the module docstring); runs the probe."""
     conn, address = settings.temporal, settings.temporal_address
     where = f"Temporal at {address}"
     status = _STATUS.search(error_text)
     if status and status.group(1) in ("Unauthenticated", "PermissionDenied"):
-        said = status.group(2).rstrip(".")
-        if conn.api_key:
-            return TemporalConnectionError(
-                f"{where} refused the API key from {conn.origin('api_key')} ({said}); set it to a valid, unexpired "
-                f"API key with access to namespace {settings.namespace!r}")
-        if conn.client_cert is not None:
-            return TemporalConnectionError(
-                f"{where} refused the client certificate in {_named(conn, 'client_cert')} for namespace "
-                f"{settings.namespace!r} ({said}); check {conn.origin('namespace')} and that the namespace accepts "
-                "the certificate's CA")
-        return TemporalConnectionError(
-            f"{where} wants credentials ({said}); set TEMPORAL_API_KEY to an API key, or TEMPORAL_TLS_CLIENT_CERT_PATH "
-            "and TEMPORAL_TLS_CLIENT_KEY_PATH to a client certificate and its key")
+        return _refused(settings, status.group(2))
     host, port = split_address(address, conn.origin("address"))
     found = probe(host, port, conn, _tls_material(conn) if conn.tls else {})
     name = conn.server_name or host
@@ -232,4 +258,4 @@ async def connection_error(settings: "Settings", exc: BaseException) -> Temporal
     return await asyncio.to_thread(explain, settings, str(exc))
 
 
-__all__ = ["connect_options", "connection_error", "explain", "split_address"]
+__all__ = ["connect_options", "connection_error", "check_namespace", "explain", "split_address"]
