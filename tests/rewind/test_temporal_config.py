@@ -160,3 +160,20 @@ def test_connection_settings_are_checked_before_connecting(env, needles):
     assert "\n" not in str(info.value)
     for needle in needles:
         assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("sdk_error, phrase", [
+    ('Failed client connect: Server connection error: tonic::transport::Error(Transport, ConnectError(Custom '
+     '{ kind: InvalidData, error: InvalidMessage(InvalidContentType) }))', "invalid content type"),
+    ('Failed client connect: `get_system_info` call error after connection: Status { code: Unknown, message: '
+     '"transport error", source: Some(tonic::transport::Error(Transport, hyper::Error(Io, Kind(ConnectionReset)))) }',
+     "connection reset"),
+    ('Failed client connect: `get_system_info` call error after connection: Status { code: Unavailable, message: '
+     '"Frontend is not healthy yet", metadata: MetadataMap { headers: {} }, source: None }', "Frontend is not healthy yet"),
+    ("something else entirely", "the connection failed"),
+])
+def test_an_unrecognised_failure_is_a_phrase_not_the_sdk_dump(sdk_error, phrase):
+    """When the probe finds nothing to name, the line still carries no tonic/gRPC dump."""
+    from rewind.temporal_connect import _reason
+
+    assert _reason(sdk_error) == phrase
