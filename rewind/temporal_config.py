@@ -48,6 +48,11 @@ VARIABLES = {
     "rpc_metadata": ("TEMPORAL_GRPC_META_<NAME>", "grpc_meta"),
 }
 _PEM_FIELDS = ("server_ca_cert", "client_cert", "client_key")
+_METADATA_PREFIX = "TEMPORAL_GRPC_META_"
+# Every variable read by name (the gRPC metadata ones by their prefix).
+_NAMED = ("TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE", *(
+    form for field_name, (variable, _) in VARIABLES.items() if field_name != "rpc_metadata"
+    for form in ((f"{variable}_PATH", f"{variable}_DATA") if field_name in _PEM_FIELDS else (variable,))))
 _TRUE, _FALSE = {"true", "1"}, {"false", "0"}
 
 
@@ -190,7 +195,8 @@ def _tls_on(profile: ClientConfigProfile) -> bool:
 def load_temporal_config(env: Mapping[str, str]) -> tuple[str, str, TemporalConnection]:
     """(address, namespace, the rest) from the profile file and `env`, the environment winning.
     Empty variables are unset ones (as everywhere in Rewind)."""
-    temporal = {k: v for k, v in env.items() if k.startswith("TEMPORAL_") and v.strip()}
+    names = [*_NAMED, *(k for k in env if k.startswith(_METADATA_PREFIX))]
+    temporal = {k: v for k in names if (v := env.get(k)) is not None and v.strip()}
     path = _config_file(temporal | {k: env[k] for k in ("HOME", "XDG_CONFIG_HOME", "APPDATA") if env.get(k)})
     profile_name = temporal.get("TEMPORAL_PROFILE", DEFAULT_PROFILE).strip()
     file_profile, raw_profile, profiles = ClientConfigProfile(), {}, {}
@@ -229,7 +235,7 @@ def load_temporal_config(env: Mapping[str, str]) -> tuple[str, str, TemporalConn
                           ("api_key", file_profile.api_key), ("server_name", file_tls.server_name),
                           ("tls", file_tls.disabled), ("rpc_metadata", file_profile.grpc_meta or None)):
         variable, key = VARIABLES[name]
-        env_names = tuple(k for k in temporal if k.startswith("TEMPORAL_GRPC_META_")) if name == "rpc_metadata" else (variable,)
+        env_names = tuple(k for k in temporal if k.startswith(_METADATA_PREFIX)) if name == "rpc_metadata" else (variable,)
         origin(name, env_names, in_file, key)
     for name, in_file in (("server_ca_cert", file_tls.server_root_ca_cert), ("client_cert", file_tls.client_cert),
                           ("client_key", file_tls.client_private_key)):
