@@ -28,6 +28,8 @@ _EXPORTS = {
     "NotAnOption": "activities.arg_types",
     # configuration and runs
     "Settings": "rewind.config",
+    "TemporalConnection": "rewind.temporal_config",
+    "TemporalConnectionError": "workflows.errors",
     "connect": "rewind.client",
     "start_run": "rewind.client",
     "agent_input": "rewind.client",

@@ -40,16 +40,24 @@ from workflows.contracts import (
     RunLimits,
     RunState,
 )
-from workflows.errors import ConfigError, RunNotFoundError
+from workflows.errors import RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
 from workflows.wire import STATUS_QUERY
 
 
 
-async def connect(settings: Settings, runtime: Any = None, *, service: str = "rewind-cli") -> Client:
-    """A Temporal client; `runtime` (a temporalio Runtime) carries the worker's metrics endpoint.
-    With tracing on, the client (and every worker built from it) traces as `service`
-    unless OTEL_SERVICE_NAME says otherwise (rewind/tracing.py)."""
+async def connect(settings: Settings | None = None, runtime: Any = None, *, service: str = "rewind-cli") -> Client:
+    """A Temporal client for `settings` (default: `Settings.from_env()`: the `temporal` CLI's
+    profile file and TEMPORAL_* variables, rewind/temporal_config.py); `runtime` (a temporalio
+    Runtime) carries the worker's metrics endpoint. With tracing on, the client (and every
+    worker built from it) traces as `service` unless OTEL_SERVICE_NAME says otherwise
+    (rewind/tracing.py). A connection that fails, or a namespace that is not there or not
+    this client's, is one TemporalConnectionError naming the setting to fix
+    (TemporalUnreachableError when nothing answers at the address)."""
+    from rewind.temporal_connect import check_namespace, connect_options, connection_error
+
+    settings = Settings.from_env() if settings is None else settings
+    options = connect_options(settings)
     traced = tracing.interceptors(settings, service=service)
     converter = data_converter(
         settings.payload_url, settings.payload_threshold,
@@ -57,14 +65,12 @@ async def connect(settings: Settings, runtime: Any = None, *, service: str = "re
         s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
     )
     try:
-        return await Client.connect(settings.temporal_address, namespace=settings.namespace, data_converter=converter,
-                                    interceptors=traced, **({"runtime": runtime} if runtime is not None else {}))
+        client = await Client.connect(**options, data_converter=converter, interceptors=traced,
+                                      **({"runtime": runtime} if runtime is not None else {}))
     except RuntimeError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(
-            f"cannot reach Temporal at {settings.temporal_address} ({first[:300]}); start one with "
-            "`rewind server` or set TEMPORAL_ADDRESS"
-        ) from exc
+        raise await connection_error(settings, exc) from exc
+    await check_namespace(client, settings)
+    return client
 
 
 async def start_run(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from checkpoint_bridge.stores import parse_store_url
+from rewind.temporal_config import TemporalConnection, load_temporal_config
 from workflows.contracts import DEFAULT_MODEL
 from workflows.errors import ConfigError
 
@@ -132,6 +133,9 @@ def _log_level(text: str) -> str:
 class Settings:
     temporal_address: str = "localhost:7233"
     namespace: str = "default"
+    # TLS, API key, gRPC metadata: the `temporal` CLI's own client configuration
+    # (profile file + TEMPORAL_* variables, rewind/temporal_config.py). Plaintext by default.
+    temporal: TemporalConnection = field(default_factory=TemporalConnection)
     task_queue: str = "rewind"
     store_url: str = "file://.rewind/checkpoints"
     # Where the run's own live data is: the conversation's transcript segments,
@@ -189,7 +193,9 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        read = _Env(os.environ if env is None else env)
+        env = os.environ if env is None else env
+        read = _Env(env)
+        temporal_address, namespace, temporal = load_temporal_config(env)
         home = Path(read.str("REWIND_HOME", ".rewind"))  # type: ignore[arg-type]
         store_url = read.str("REWIND_STORE", f"file://{home / 'checkpoints'}")
         assert store_url is not None
@@ -205,8 +211,9 @@ class Settings:
         secret_names = read.str("REWIND_SECRET_ENV")
         names = _split(secret_names) if secret_names is not None else list(DEFAULT_SECRET_ENV)
         return cls(
-            temporal_address=read.str("TEMPORAL_ADDRESS", "localhost:7233"),  # type: ignore[arg-type]
-            namespace=read.str("TEMPORAL_NAMESPACE", "default"),  # type: ignore[arg-type]
+            temporal_address=temporal_address,
+            namespace=namespace,
+            temporal=temporal,
             task_queue=read.str("REWIND_TASK_QUEUE", "rewind"),  # type: ignore[arg-type]
             store_url=store_url,
             payload_url=_checked_url("REWIND_PAYLOADS", read.str("REWIND_PAYLOADS", default_payloads)),
@@ -259,11 +266,12 @@ class Settings:
 
     def redactor(self, extra_secrets: Mapping[str, str] | None = None) -> Any:
         """The Redactor for these settings: the REWIND_SECRET_ENV values, `extra_secrets`
-        (the worker adds the model key in use), built-in and configured patterns."""
+        (the worker adds the model key in use), the Temporal API key, built-in and configured patterns."""
         from activities.redaction import Redactor, parse_patterns
 
         found = dict(self.secret_values)
-        found.update({k: v for k, v in (extra_secrets or {}).items() if v and v not in found.values()})
+        extra_secrets = {**self.temporal.secrets(), **(extra_secrets or {})}
+        found.update({k: v for k, v in extra_secrets.items() if v and v not in found.values()})
         return Redactor.build(found, parse_patterns(self.redact_patterns))
 
 

@@ -318,7 +318,10 @@ class DevServer:
 
     def healthy(self) -> bool:
         check = subprocess.run(
-            [str(temporal_binary()), "operator", "cluster", "health", "--address", self.address],
+            # This server is plaintext on loopback: not the shell's TEMPORAL_* / profile client
+            # settings (an API key or certificates for the team's cluster would turn TLS on).
+            [str(temporal_binary()), "operator", "cluster", "health", "--address", self.address,
+             "--disable-config-env", "--disable-config-file"],
             capture_output=True, text=True, timeout=10,
         )
         return check.returncode == 0 and "SERVING" in check.stdout

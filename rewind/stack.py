@@ -21,6 +21,7 @@ from activities.tools import ToolRegistry
 from rewind.client import connect
 from rewind.config import Settings
 from rewind.embedded import DevServer, running_server
+from rewind.temporal_config import TemporalConnection
 
 
 @dataclass
@@ -50,6 +51,9 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     # Everything after the server started is inside the try: a broken pipe on the
     # first print (`rewind demo | head -1`) must not leave the server running.
     try:
+        # The embedded server is plaintext on loopback: a TLS profile or API key of the
+        # shell (for the team's cluster) is not for it.
+        settings.temporal = TemporalConnection()
         if server is not None:
             settings.temporal_address = server.address
             print(f"Temporal dev server on {server.address} (UI: http://127.0.0.1:{server.ui_port}), state in {server.db_file}", file=out)

@@ -257,8 +257,9 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
     try:
         async with worker:
             log.info(
-                "worker on %s, task queue %r, tools: %s, checkpoints in %s, live data in %s, model calls to %s",
-                settings.temporal_address, settings.task_queue, ", ".join(registry.names()) or "none",
+                "worker on %s (namespace %r, %s), task queue %r, tools: %s, checkpoints in %s, live data in %s, "
+                "model calls to %s",
+                settings.temporal_address, settings.namespace, settings.temporal.describe(), settings.task_queue, ", ".join(registry.names()) or "none",
                 settings.store_url, settings.payload_url,
                 "the scripted offline model" if offline is not None else endpoint.base_url,
             )

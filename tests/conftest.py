@@ -28,6 +28,12 @@ from rewind.testing import WorkerProcess
 TESTS_DIR = Path(__file__).parent
 REPO = TESTS_DIR.parent
 
+# The suite's Temporal is its own dev server: a developer's `temporal` CLI profile
+# or TEMPORAL_* variables (a TLS cluster, an API key) must not reach the tests.
+for _name in [n for n in os.environ if n.startswith("TEMPORAL_")]:
+    del os.environ[_name]
+os.environ["TEMPORAL_CONFIG_FILE"] = os.devnull
+
 
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:

@@ -52,3 +52,9 @@ async def big_text(marker: str, size: int) -> str:
 async def fail_with(marker: str) -> str:
     """Raises with `marker` in the message (failure text in history)."""
     raise RuntimeError(f"failed on {marker}")
+
+
+@tool
+async def show_temporal_env(prefix: str) -> dict:
+    """The worker's variables starting with `prefix` (TEMPORAL_: its API key too), as a careless debugging tool returns them."""
+    return {k: v for k, v in os.environ.items() if k.startswith(prefix)}

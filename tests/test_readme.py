@@ -29,6 +29,15 @@ def test_the_configuration_table_lists_every_variable_the_product_reads():
     table = _section("## Configuration")
     missing = sorted(v for v in read if f"`{v}`" not in table)
     assert not missing, f"README's configuration table does not list {missing}"
+    # The Temporal connection's variables (read through the SDK's envconfig, rewind/temporal_config.py).
+    from rewind.temporal_config import VARIABLES
+
+    temporal = {"TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE"}
+    for name, (variable, _) in VARIABLES.items():
+        forms = [f"{variable}_PATH", f"{variable}_DATA"] if name in ("server_ca_cert", "client_cert", "client_key") else [variable]
+        temporal.update(forms)
+    unlisted = sorted(v for v in temporal if f"`{v}`" not in table)
+    assert not unlisted, f"README's configuration section does not name {unlisted}"
     # And no other module reads the environment.
     readers = sorted(
         str(path.relative_to(REPO)) for folder in ("workflows", "activities", "checkpoint_bridge", "rewind")
@@ -58,3 +67,20 @@ async def test_the_python_api_example_runs_as_written(temporal_server, tmp_path,
     lines = text.splitlines()
     assert lines[0].startswith("completed 3 $"), text
     assert len(lines) == 1 + 4 and lines[-1].endswith(":main:3 final answer"), text
+
+
+def test_the_deployment_profile_file_is_one_the_sdk_reads():
+    """The README's profile file example, read by the SDK's envconfig as a worker reads it."""
+    from temporalio.envconfig import ClientConfig
+
+    section = README[README.index("### Temporal Cloud, mTLS, profiles"):]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block, "README shows no profile file"
+    profiles = ClientConfig.load(config_source=block.group(1), config_file_strict=True).profiles
+    assert set(profiles) == {"cloud", "prod"}
+    assert profiles["cloud"].api_key and profiles["cloud"].address.endswith(":7233")
+    tls = profiles["prod"].tls
+    assert tls is not None and tls.client_cert is not None and tls.client_private_key is not None and tls.server_name
+    for variable in ("TEMPORAL_API_KEY", "TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_KEY_PATH",
+                     "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_TLS_SERVER_NAME", "TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE"):
+        assert variable in section, f"the deployment section does not show {variable}"

@@ -2,6 +2,8 @@
 
     RewindError                          base of everything Rewind raises on purpose
     ├── ConfigError                      a setting is missing or malformed
+    │   └── TemporalConnectionError      Temporal refuses this client (TLS, certificates, API key) or cannot be reached
+    │       └── TemporalUnreachableError nothing answers at the address
     ├── UsageError                       an argument no run could work with (empty task, budget < 1 step, unknown tool)
     ├── InvalidIdError                   a run / branch / checkpoint id is unsafe or malformed
     ├── RunNotFoundError                 no workflow (and no checkpoints) for a run id
@@ -52,6 +54,14 @@ class RewindError(Exception):
 
 class ConfigError(RewindError):
     """A configuration value is missing or malformed."""
+
+
+class TemporalConnectionError(ConfigError):
+    """The Temporal connection the settings describe does not work; the message names the setting to fix."""
+
+
+class TemporalUnreachableError(TemporalConnectionError):
+    """Nothing answers at the Temporal address (refused, no such host, no answer)."""
 
 
 class UsageError(RewindError, ValueError):

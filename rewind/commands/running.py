@@ -73,13 +73,13 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.client import run_view, view_from_store
-    from workflows.errors import ConfigError, RunNotFoundError
+    from workflows.errors import ConfigError, RunNotFoundError, TemporalUnreachableError
 
     validate_id("run", args.run)
     validate_id("branch", args.branch)
     try:
         client = await client_for(settings)
-    except ConfigError as unreachable:  # Temporal is down or gone: the checkpoints still answer
+    except TemporalUnreachableError as unreachable:  # Temporal is down or gone: the checkpoints still answer
         async with open_checkpoints(settings) as store:
             view = await view_from_store(store, args.run, args.branch)
         if view is None:

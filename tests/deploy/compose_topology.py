@@ -200,9 +200,11 @@ def readme_section(title: str) -> str:
 
 
 def readme_host_environment() -> dict[str, str]:
-    """The variables the README's Deployment section tells the host to `export` for the CLI."""
+    """The variables the README's Deployment section tells the host to `export` for the CLI
+    (before its subsections, which show other Temporals: Temporal Cloud, mTLS clusters)."""
     env: dict[str, str] = {}
-    for block in re.findall(r"```(?:bash|sh)\n(.*?)```", readme_section("Deployment"), re.S):
+    compose_part = readme_section("Deployment").split("\n### ", 1)[0]
+    for block in re.findall(r"```(?:bash|sh)\n(.*?)```", compose_part, re.S):
         for line in block.splitlines():
             words = shlex.split(line, comments=True)
             if not words or words[0] != "export":

@@ -1,7 +1,7 @@
 """Secrets never reach Temporal history, logs or the stores in clear.
 
-- Redaction: canary secrets planted in the worker's environment, in a tool's
-  output, in a ToolError, in a raised exception, in the model's own reply and
+- Redaction: canary secrets planted in the worker's environment (the
+  Temporal API key among them), in a tool's output, in a ToolError, in a raised exception, in the model's own reply and
   in a 401 body are found nowhere afterwards: not in the histories (raw
   protobuf), the dev server's sqlite files, the worker's logs and stderr, the
   checkpoint store or the payload store; `[REDACTED:<name>]` is there instead.
@@ -81,14 +81,21 @@ async def test_secrets_are_redacted_before_anything_is_persisted(
     key = "sk-canary" + secrets.token_hex(16)                                          # env + model key
     akia = "AKIA" + "".join(secrets.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567") for _ in range(16))  # pattern only
     internal = "internal-" + secrets.token_hex(16)                                     # custom pattern only
-    canaries = [key.encode(), akia.encode(), internal.encode(), key[3:].encode()]  # key[3:]: also without "sk-"
+    temporal_key = "tmprl-canary-" + secrets.token_hex(16)                             # the Temporal API key
+    canaries = [key.encode(), akia.encode(), internal.encode(), key[3:].encode(), temporal_key.encode()]  # key[3:]: also without "sk-"
     monkeypatch.setenv("REWIND_TEST_API_KEY", key)
+    # The worker's own Temporal API key (sent with every request; the dev server is plaintext,
+    # so TLS is off): redacted though REWIND_SECRET_ENV does not list it.
+    monkeypatch.setenv("TEMPORAL_API_KEY", temporal_key)
+    monkeypatch.setenv("TEMPORAL_TLS", "false")
     monkeypatch.setenv("REWIND_TEST_AKIA", akia)
     monkeypatch.setenv("REWIND_TEST_INTERNAL", internal)
     monkeypatch.setenv("REWIND_SECRET_ENV", "OPENAI_API_KEY,REWIND_TEST_API_KEY")
     monkeypatch.setenv("REWIND_REDACT_PATTERNS", json.dumps([r"internal-[0-9a-f]{32}"]))
     from_env = Settings.from_env()  # the worker and client take their secrets from the settings
     settings.secret_values, settings.redact_patterns = from_env.secret_values, from_env.redact_patterns
+    settings.temporal = from_env.temporal
+    keyed = await connect(settings)
     marker = f"task-marker-{uuid.uuid4().hex}"  # not a secret: proves the searched bytes hold the runs
 
     leaky_model = _script(model, [
@@ -97,16 +104,17 @@ async def test_secrets_are_redacted_before_anything_is_persisted(
             {"name": "login", "arguments": {"user": "ada"}},
             {"name": "connect_db", "arguments": {"name": "main"}},
             {"name": "echo", "arguments": {"text": f"the model repeats {key}"}},
+            {"name": "show_temporal_env", "arguments": {"prefix": "TEMPORAL_"}},
         ]},
         {"content": None, "echo_tool_results": True},
     ])
     registry = ToolRegistry.from_modules(["secret_tools"])
     endpoint = ModelEndpoint(base_url=model.base_url, api_key=key)
-    async with build_worker(client, settings, registry, endpoint):
-        ok = await start_agent(client, settings, f"Leak everything {marker}", model=leaky_model)
+    async with build_worker(keyed, settings, registry, endpoint):
+        ok = await start_agent(keyed, settings, f"Leak everything {marker}", model=leaky_model)
         result = await ok.result()
         model.inject_fault(401, message=f"Incorrect API key provided: {key}. Find your key at platform.openai.com.")
-        denied = await start_agent(client, settings, f"Research these companies: Acme {marker}")
+        denied = await start_agent(keyed, settings, f"Research these companies: Acme {marker}")
         with pytest.raises(WorkflowFailureError) as info:
             await denied.result()
 
@@ -130,7 +138,7 @@ async def test_secrets_are_redacted_before_anything_is_persisted(
 
     assert result.status.state == "completed"
     answer = result.final_answer or ""
-    for name in ("REWIND_TEST_API_KEY", "aws_access_key_id", "pattern_1"):
+    for name in ("REWIND_TEST_API_KEY", "aws_access_key_id", "pattern_1", "TEMPORAL_API_KEY"):
         assert f"[REDACTED:{name}]" in answer
     assert "401" in str(info.value.cause) and "[REDACTED:REWIND_TEST_API_KEY]" in str(info.value.cause)
     for data in (history, store, sent, logs):  # logs: the retried tool's failure

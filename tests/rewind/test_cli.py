@@ -72,6 +72,9 @@ async def test_demo_runs_twice(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_", "REWIND_"))}
     env["REWIND_DEMO_FAILURE_RATE"] = "0.2"
     for attempt in range(2):
+        if attempt == 1:  # a shell set up for the team's TLS cluster: the demo keeps its own plaintext server
+            env.update(TEMPORAL_ADDRESS="127.0.0.1:1", TEMPORAL_API_KEY="team-key-0123456789",
+                       TEMPORAL_TLS_CLIENT_CERT_PATH="/no/such/client.pem", TEMPORAL_TLS_CLIENT_KEY_PATH="/no/such/client.key")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "rewind.cli", "demo", cwd=tmp_path, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

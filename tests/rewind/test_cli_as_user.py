@@ -310,8 +310,11 @@ async def test_two_servers_or_demos_cannot_open_one_database(tmp_path):
     finally:
         first.terminate()
         first.wait(30)
-    # Once the first is gone the database is free again.
-    demo = subprocess.Popen([str(BIN / "rewind"), "demo"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+    # Once the first is gone the database is free again. The demo holding it searches for
+    # 8 s: a second `rewind demo` takes seconds just to start on a loaded machine, and must
+    # find the first still running.
+    holding = {**env, "REWIND_DEMO_SEARCH_LATENCY_S": "8"}
+    demo = subprocess.Popen([str(BIN / "rewind"), "demo"], cwd=tmp_path, env=holding, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         line = ""
