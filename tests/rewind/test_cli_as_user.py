@@ -192,7 +192,8 @@ def _run_in_pty(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: floa
 async def test_wait_shows_live_progress_on_a_terminal_and_is_quiet_otherwise(world):
     cli, wdir = world.folder("cli"), world.folder("w")
     env = world.env(cli)
-    with UserWorker(wdir, world.env(wdir, REWIND_DEMO_SEARCH_LATENCY_S="1.5"), "--tool-modules", "examples.research_agent") as w:
+    # Searches long enough that a poll of a loaded machine still sees one running.
+    with UserWorker(wdir, world.env(wdir, REWIND_DEMO_SEARCH_LATENCY_S="4"), "--tool-modules", "examples.research_agent") as w:
         await w.wait_ready()
         shown = await asyncio.to_thread(
             _run_in_pty, [str(BIN / "rewind"), "start", "--task", "Research these companies: Acme, Globex",
