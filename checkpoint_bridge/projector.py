@@ -22,6 +22,7 @@ from workflows.contracts import (
     SUBAGENT_LEDGER_FIELDS,
     ApprovalRecord,
     EffectRef,
+    McpToolInfo,
     Ledger,
     MirrorBatch,
     StepRecord,
@@ -64,6 +65,7 @@ def tool_record(log: ToolCallLog) -> ToolCallRecord:
         subagent=_subagent_dict(log),
         answered_from=log.answered_from,
         redo_of=log.redo_of,
+        mcp=log.mcp.model_dump(mode="json") if log.mcp is not None else None,
     )
 
 
@@ -79,6 +81,7 @@ def log_of(record: ToolCallRecord, step: int) -> ToolCallLog:
         reused=EffectRef.model_validate(record.reused) if record.reused else None,
         attempts=record.attempts,
         subagent=SubagentCall.model_validate(record.subagent) if record.subagent else None,
+        mcp=McpToolInfo.model_validate(record.mcp) if record.mcp else None,
     )
 
 

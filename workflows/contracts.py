@@ -474,6 +474,8 @@ class ToolCallLog(BaseModel):
     # or (`redo_of`) ran again in place of that step's call.
     answered_from: str | None = None
     redo_of: str | None = None
+    # An MCP server's tool: its server, the annotations that decided its policy, the server's version.
+    mcp: McpToolInfo | None = None
 
 
 def _from_ledger(name: str, kind: type) -> Any:

@@ -96,6 +96,10 @@ class ToolCallRecord(BaseModel):
     """`rewind redo` (v6): the call kept the recorded answer of this checkpoint's step."""
     redo_of: str | None = None
     """`rewind redo` (v6): the call ran again in place of the same call of this checkpoint."""
+    mcp: dict[str, Any] | None = None
+    """An MCP server's tool: ``server``, ``tool``, ``server_version``, ``annotations`` (as the
+    server published them), ``idempotent`` and ``policy`` (what decided cache, effect, retry and
+    approval). Absent for @tool functions."""
 
     _utc = field_validator("called_at")(_to_utc)
 
@@ -104,7 +108,7 @@ class ToolCallRecord(BaseModel):
         # Only calls that had a decision or a reuse carry the fields (v4), only retried ones attempts (v5),
         # only sub-agent calls and redone steps theirs (v6).
         data = handler(self)
-        for name in ("approval", "reused", "subagent", "answered_from", "redo_of"):
+        for name in ("approval", "reused", "subagent", "answered_from", "redo_of", "mcp"):
             if data.get(name) is None:
                 data.pop(name, None)
         if data.get("attempts") == 1:
