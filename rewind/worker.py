@@ -253,10 +253,10 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
         from activities.mcp.tools import McpHub
 
         # The worker starts its stdio servers and holds one session per server (activities/mcp/).
-        hub = McpHub(servers, approve_destructive=settings.approve_destructive)
+        hub = McpHub(servers, approve_destructive=settings.approve_destructive, log_dir=settings.home)
         for mcp_tool in await hub.start():
             registry.add(mcp_tool)
-        log.info("MCP servers: %s", "; ".join(hub.describe()))
+        log.info("MCP servers: %s (stdio servers' stderr in %s/mcp-NAME.log)", "; ".join(hub.describe()), settings.home)
     try:
         await _serve(settings, registry, hub, announce_json)
     finally:

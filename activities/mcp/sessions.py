@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from activities.mcp.config import McpServerConfig
@@ -43,8 +44,10 @@ class SentUnanswered(Exception):
 class McpServer:
     """One configured server and its session (see the module docstring)."""
 
-    def __init__(self, config: McpServerConfig) -> None:
+    def __init__(self, config: McpServerConfig, log_dir: Path | None = None) -> None:
         self.config = config
+        # A stdio server's stderr goes to its own file, not the worker's (a worker's error stays one line).
+        self.stderr_path = log_dir / f"mcp-{config.name}.log" if log_dir is not None else None
         self.name = config.name
         self.server_version = ""
         self.tools: dict[str, Any] = {}  # name -> mcp.types.Tool, as last listed
@@ -76,7 +79,7 @@ class McpServer:
         except Exception as exc:  # noqa: BLE001 - whatever the transport raised: one line
             stop.set()
             raise ServerUnavailable(f"MCP server {self.name} ({self.config.describe()}) cannot be reached: "
-                                    f"{_reason(exc)}") from None
+                                    f"{_reason(exc)}{self._last_words()}") from None
         info = getattr(init, "server_info", None)
         self.server_version = " ".join(p for p in (getattr(info, "name", ""), getattr(info, "version", "")) if p)
         self.tools = {t.name: t for t in tools}
@@ -118,12 +121,26 @@ class McpServer:
 
             params = StdioServerParameters(command=str(config.command), args=list(config.args),
                                            env=dict(config.env) or None, cwd=config.cwd)
-            return stdio_client(params, errlog=sys.stderr)
+            errlog: Any = sys.stderr
+            if self.stderr_path is not None:
+                self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
+                errlog = stack.enter_context(self.stderr_path.open("a"))
+            return stdio_client(params, errlog=errlog)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         client = create_mcp_http_client(headers=dict(config.headers))
         return streamable_http_client(str(config.url), http_client=client)
+
+    def _last_words(self) -> str:
+        """The last line the server wrote on stderr, to say why it did not start."""
+        if self.stderr_path is None:
+            return ""
+        try:
+            lines = [line.strip() for line in self.stderr_path.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return ""
+        return f" (its last words on stderr: {lines[-1][:200]})" if lines else ""
 
     async def _live(self) -> tuple[Any, int]:
         async with self._lock:

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -75,8 +76,9 @@ class McpTool(RegisteredTool):
 class McpHub:
     """The worker's MCP servers: started at worker start, their tools as McpTools."""
 
-    def __init__(self, configs: list[McpServerConfig], *, approve_destructive: bool = False) -> None:
-        self.servers = [McpServer(c) for c in configs]
+    def __init__(self, configs: list[McpServerConfig], *, approve_destructive: bool = False,
+                 log_dir: Path | None = None) -> None:
+        self.servers = [McpServer(c, log_dir) for c in configs]
         self._approve_destructive = approve_destructive
         self._payloads: Any = None  # ObjectStore: the marks of sent requests
         self.outputs: Any = None  # OutputStore: images and resources by reference
