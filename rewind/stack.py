@@ -12,7 +12,7 @@ import logging
 import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator, TextIO
+from typing import Any, AsyncIterator, TextIO
 
 from temporalio.client import Client
 
@@ -34,7 +34,11 @@ class Stack:
 
 
 @asynccontextmanager
-async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextIO = sys.stdout) -> AsyncIterator[Stack]:
+async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextIO = sys.stdout, *,
+                         mcp_servers: list[Any] | None = None,
+                         scripts: dict[str, list[Any]] | None = None) -> AsyncIterator[Stack]:
+    """`mcp_servers`: MCP servers whose tools the worker offers too; `scripts`: turns the
+    offline model can play (`--model script:NAME`)."""
     from rewind.worker import build_worker, model_endpoint
 
     # Retried tool failures are part of the show (the demo's flaky search);
@@ -48,6 +52,7 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     shared = running_server(db_file)
     server = None if shared else DevServer.start(db_file, log_file=home / "temporal.log")
     offline = None
+    hub: Any = None
     # Everything after the server started is inside the try: a broken pipe on the
     # first print (`rewind demo | head -1`) must not leave the server running.
     try:
@@ -61,13 +66,24 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
             settings.temporal_address = shared  # type: ignore[assignment]
             print(f"Temporal dev server already running on {shared} (state in {db_file}): using it", file=out)
         endpoint, offline = model_endpoint(settings)
+        for name, turns in (scripts or {}).items():
+            if offline is not None:
+                offline.add_script(name, turns)
         print("model: " + ("scripted offline model at " + str(endpoint.base_url) if offline
                            else f"OpenAI-compatible API {endpoint.base_url}"), file=out)
         client = await connect(settings)
         registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
-        async with build_worker(client, settings, registry, endpoint):
+        if mcp_servers:
+            from activities.mcp.tools import McpHub
+
+            hub = McpHub(mcp_servers, approve_destructive=settings.approve_destructive, log_dir=home)
+            for mcp_tool in await hub.start():
+                registry.add(mcp_tool)
+        async with build_worker(client, settings, registry, endpoint, mcp=hub):
             yield Stack(client, settings, server, endpoint, offline is not None)
     finally:
+        if hub is not None:
+            await hub.close()
         if server is not None:
             server.stop()
         if offline is not None:

@@ -15,9 +15,9 @@ from workflows.ids import validate_id
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.demo import run_demo
 
-    if args.approve and args.fanout:
-        raise UsageError("--approve and --fanout are two demos; choose one")
-    result = await run_demo(settings, quiet=args.json, approve=args.approve, fanout=args.fanout)
+    if sum(bool(x) for x in (args.approve, args.fanout, args.mcp)) > 1:
+        raise UsageError("--approve, --fanout and --mcp are different demos; choose one")
+    result = await run_demo(settings, quiet=args.json, approve=args.approve, fanout=args.fanout, mcp=args.mcp)
     if args.json:
         emit(result.model_dump(mode="json"), True, "")
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
@@ -94,3 +94,6 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="save_report waits for your approval; the demo shows how to give it")
     p.add_argument("--fanout", action="store_true",
                    help="an orchestrator fans out to five researcher sub-agents at once, then synthesizes")
+    p.add_argument("--mcp", action="store_true",
+                   help="an agent whose tools are the filesystem MCP server's (needs node and "
+                        "@modelcontextprotocol/server-filesystem; says so when missing)")

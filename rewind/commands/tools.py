@@ -24,8 +24,11 @@ def policy_of(spec: Any) -> dict[str, Any]:
         if spec.approval != "never":
             why.append(f"needs approval ({approval}): @tool(needs_approval=...)")
         retry = "retried"
+    kind = []
+    if spec.mcp is not None and spec.side_effects:
+        kind = ["idempotent" if spec.mcp.idempotent else "sent once"]
     label = "read-only" if not spec.side_effects else ", ".join(
-        ["side effect", *(["sent once"] if retry == "sent once" else []), *(["approval"] if spec.approval != "never" else [])])
+        ["side effect", *kind, *(["approval"] if spec.approval != "never" else [])])
     return {"label": label, "cached": not spec.side_effects, "side_effects": spec.side_effects, "retry": retry,
             "approval": approval, "on_repeat": spec.on_repeat if spec.side_effects else None,
             "max_attempts": spec.max_attempts, "timeout_s": spec.timeout_s, "why": why}
