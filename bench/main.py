@@ -31,9 +31,10 @@ BENCHMARKS = [
     ("concurrency", "bench.b5_concurrency"),
     ("langgraph_saver", "bench.b9_langgraph_saver"),
     ("subagents", "bench.b10_subagents"),
+    ("mcp", "bench.b11_mcp"),
 ]
 ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
-                   "langgraph_saver", "subagents"]
+                   "langgraph_saver", "subagents", "mcp"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:
