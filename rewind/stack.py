@@ -34,7 +34,11 @@ class Stack:
 
 
 @asynccontextmanager
-async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextIO = sys.stdout) -> AsyncIterator[Stack]:
+async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextIO = sys.stdout, *,
+                         port: int | None = None, ui_port: int | None = None,
+                         shared_server: bool = False) -> AsyncIterator[Stack]:
+    """`port`/`ui_port`: the server's (default: free ones). `shared_server`: other
+    processes of this home may use the server while it runs (`rewind demo --keep`)."""
     from rewind.worker import build_worker, model_endpoint
 
     # Retried tool failures are part of the show (the demo's flaky search);
@@ -46,7 +50,8 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     # one that `rewind server` (or another demo) runs on this home is shared.
     db_file = home / "temporal.db"
     shared = running_server(db_file)
-    server = None if shared else DevServer.start(db_file, log_file=home / "temporal.log")
+    server = None if shared else DevServer.start(db_file, port=port, ui_port=ui_port, log_file=home / "temporal.log",
+                                                 shared=shared_server)
     offline = None
     # Everything after the server started is inside the try: a broken pipe on the
     # first print (`rewind demo | head -1`) must not leave the server running.
