@@ -64,6 +64,7 @@ def tool_record(log: ToolCallLog) -> ToolCallRecord:
         subagent=_subagent_dict(log),
         answered_from=log.answered_from,
         redo_of=log.redo_of,
+        dry_run=log.dry_run,
     )
 
 
@@ -79,6 +80,7 @@ def log_of(record: ToolCallRecord, step: int) -> ToolCallLog:
         reused=EffectRef.model_validate(record.reused) if record.reused else None,
         attempts=record.attempts,
         subagent=SubagentCall.model_validate(record.subagent) if record.subagent else None,
+        dry_run=record.dry_run,
     )
 
 

@@ -26,6 +26,15 @@ DEFAULT_SYSTEM_PROMPT = (
 DEFAULT_MAX_AGENT_DEPTH = 3
 DEFAULT_MODEL = "gpt-4o-mini"
 
+# What a branch does with a side-effecting tool call (`--side-effects`): "run" (as any
+# run: a new effect runs, one its lineage already caused follows the tool's on_repeat),
+# "reuse" (a repeat of the lineage's effect always returns the recorded result; a new
+# effect runs) or "dry-run" (no effect runs: a repeat returns the recorded result, any
+# other call is answered by the tool's dry_run implementation, or by a stub saying the
+# effect was not executed).
+SideEffectMode = Literal["run", "reuse", "dry-run"]
+SIDE_EFFECT_MODES: tuple[str, ...] = ("run", "reuse", "dry-run")
+
 RunState = Literal[
     "running",
     "completed",
@@ -85,6 +94,9 @@ class ToolSpec(BaseModel):
     # or in steps a rollback discarded): return the recorded result ("reuse"),
     # ask a person ("ask"), or run it again under a new key ("run").
     on_repeat: Literal["reuse", "ask", "run"] = "reuse"
+    # The tool declares a dry_run implementation (`@tool(side_effects=True, dry_run=fn)`):
+    # what a dry-run branch calls instead of the tool.
+    dry_run: bool = False
     # Set for a sub-agent: a call runs this agent as a child workflow, not an activity.
     agent: AgentSpec | None = None
 
@@ -331,6 +343,8 @@ class AgentInput(BaseModel):
     # Side effects the caller's lineage already caused, for a sub-agent's first run
     # (a fork or rollback seeds them through `resume` instead).
     lineage_effects: list["LineageEffect"] = Field(default_factory=list)
+    # What side-effecting calls do on this branch (SideEffectMode); handed down to sub-agents.
+    side_effects: SideEffectMode = "run"
 
     @field_validator("task", "system_prompt")
     @classmethod
@@ -404,6 +418,8 @@ class ToolRequest(BaseModel):
     tool_name: str
     arguments: dict[str, Any]
     idempotency_key: str | None = None
+    # Run the tool's dry_run implementation, not the tool (a dry-run branch): no effect.
+    dry_run: bool = False
 
 
 class PendingApproval(ToolRequest):
@@ -457,6 +473,9 @@ class ToolCallLog(BaseModel):
     # or (`redo_of`) ran again in place of that step's call.
     answered_from: str | None = None
     redo_of: str | None = None
+    # A dry-run branch's side-effecting call: the effect did not happen (the output is
+    # the tool's dry_run answer, or a stub that says so).
+    dry_run: bool = False
 
 
 def _from_ledger(name: str, kind: type) -> Any:

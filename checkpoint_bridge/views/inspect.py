@@ -158,6 +158,9 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
             lines.append(line)
         if r.attempts > 1:
             lines.append(f"  retried    {r.tool_name} call {r.tool_call_id}: answered at attempt {r.attempts}")
+        if r.dry_run:
+            lines.append(f"  dry run    {r.tool_name} call {r.tool_call_id}: not executed (a dry-run branch); "
+                         f"answered {json.dumps(r.tool_output, ensure_ascii=False)[:120]}")
         if r.reused:
             u = r.reused
             where = f"step {u.get('step')} of {u.get('branch_id')}" if u.get("step") is not None else f"its lineage ({u.get('branch_id')})"

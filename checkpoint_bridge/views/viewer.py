@@ -135,6 +135,8 @@ def _outcome(r: ToolCallRecord) -> str:
         return "error"
     if r.reused is not None:
         return "reused"
+    if r.dry_run:
+        return "dry-run"
     return "cached" if r.served_from_cache else "ok"
 
 
@@ -143,7 +145,7 @@ _RECORD_DEFAULTS = {"error": None, "tool_call_id": None, "idempotency_key": None
                     "served_from_cache": False, "tool_output": None, "duration_ms": 0}
 # A diff's tool-call rows, likewise (`reused` and the flags false, `error` and `decision` none).
 _CALL_ROW_DEFAULTS = {"error": None, "decision": None, "side_effects": False, "served_from_cache": False,
-                      "subagent": None, "kept": False,
+                      "subagent": None, "kept": False, "dry_run": False,
                       "reused": False}
 
 

@@ -41,6 +41,11 @@ TOKENS = at_least(0, int, "a whole number", strictly=True)
 USD = at_least(0, float, "a number of USD", strictly=True)
 
 
+# workflows.contracts.SIDE_EFFECT_MODES, spelled out: `rewind --help` imports no pydantic model
+# (a test checks the two agree).
+SIDE_EFFECT_MODES = ("run", "reuse", "dry-run")
+
+
 def task_text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty; say what the agent should do")
