@@ -35,7 +35,7 @@ from workflows.wire import MIRROR_STEP, MIRROR_STEPS
 
 
 
-_COUNTED_LATER = ("model_retries", "tool_retries", *SUBAGENT_LEDGER_FIELDS)
+_COUNTED_LATER = ("model_retries", "tool_retries", "reused_calls", "dry_run_calls", *SUBAGENT_LEDGER_FIELDS)
 
 
 def ledger_dict(ledger: Ledger) -> dict[str, Any]:

@@ -207,6 +207,10 @@ class Ledger(BaseModel):
     # Left out of a checkpoint's ledger while 0 (runs from before they were counted).
     model_retries: int = 0
     tool_retries: int = 0
+    # Side-effecting calls answered without running: with the result of an effect the
+    # lineage already caused (reused), or on a dry-run branch. Left out while 0.
+    reused_calls: int = 0
+    dry_run_calls: int = 0
     # Sub-agent calls, and the part of the fields above their runs spent (already
     # included there: a parent's totals are its whole tree's). Left out while 0.
     subagent_calls: int = 0

@@ -204,10 +204,12 @@ class ToolStep:
             # The effect happened on this branch's lineage: its result, not a second effect
             # (a reuse or dry-run branch never repeats one, whatever the tool's on_repeat).
             log.reused = reference(repeat)
+            self.ledger.reused_calls += 1
             return self._finish(log, output=repeat.output)
         if mode == "dry-run":
             # Exploring: no effect happens, and nobody is asked to approve one.
             log.dry_run = True
+            self.ledger.dry_run_calls += 1
             if spec.dry_run:
                 result = await self._execute(step, call_id, spec, args, log.idempotency_key, dry_run=True)
                 return self._apply(log, result, executed=True)

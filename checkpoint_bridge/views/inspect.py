@@ -135,6 +135,10 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
             if a.get("called_by") else ""))
     if cp.error_info:
         lines.append(f"  error      {cp.error_info}")
+    # The agent variables (`fork --set`): what the branch's prompts and tools read.
+    for name, value in sorted(cp.agent_variables.items()):
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        lines.append(f"  variable   {name} = {text if len(text) <= 200 else text[:199] + '…'}")
     for r in cp.tool_call_cache:
         if r.subagent:
             s = r.subagent

@@ -106,10 +106,25 @@ async def test_dry_run_fork_places_no_order_and_says_so(world, tmp_path):
         assert again["status"]["state"] == "completed", again
         assert (lines(orders), lines(mails)) == (1, 1)  # step 2 of dry already answered the calls
 
+        # The step's ledger counts the calls it answered without their effect.
+        step2 = await rewind_json(cli, env, "show", "shop-1:dry:2")
+        assert step2["ledger"]["step"]["dry_run_calls"] == 2, step2["ledger"]
+        assert step2["ledger"]["step"]["tool_calls"] == 1  # send_mail's dry_run ran; place_order's stub did not
+
         # A plain fork from before the order runs it again, as it always has.
         plain = await rewind_json(cli, env, "fork", "shop-1", "--step", "1", "--branch", "plain", "--wait")
         assert plain["status"]["state"] == "completed", plain
         assert (lines(orders), lines(mails)) == (2, 2)
+
+        # A rollback that asks again for the effects its undone step caused reuses them, and
+        # the step counts them as calls (reused), not as nothing.
+        code, out, err = await rewind(cli, env, "rollback", "shop-1", "--step", "1", "--wait")
+        assert code == 0, out + err
+        assert (lines(orders), lines(mails)) == (2, 2)
+        tree = await rewind_json(cli, env, "tree", "shop-1")
+        redone = next(row for row in tree["branches"]["main.r1"] if row["step_index"] == 2)
+        shown = await rewind_json(cli, env, "show", redone["checkpoint_id"])
+        assert shown["ledger"]["step"]["reused_calls"] == 2 and shown["ledger"]["step"]["tool_calls"] == 0
 
 
 async def test_an_experiment_is_dry_run_by_default(world, tmp_path):
@@ -132,6 +147,30 @@ async def test_an_experiment_is_dry_run_by_default(world, tmp_path):
                                    "--side-effects", "run", "--wait")
         assert status["state"] == "completed", status
         assert (lines(orders), lines(mails)) == (2, 2)
+
+
+async def test_two_long_answers_show_their_difference_at_80_columns(world, tmp_path):
+    """Two final answers that share a long beginning: `rewind diff` in an 80-column
+    terminal shows the part where they differ, not the shared start cut off."""
+    folder, orders, mails = await shop_run(world, tmp_path)
+    shared = " ".join(f"Finding {i}: the price held and stock was fine." for i in range(10))
+    env = world.env(folder)
+    with UserWorker(folder, env, "--tool-modules", "shop") as worker:
+        await worker.wait_ready()
+        cli = world.folder("cli")
+        env = world.env(cli)
+        first = scripted(world.model, [TURNS[0], {"content": shared + " Verdict: order the green tea."}])
+        run = await rewind_json(cli, env, "start", "--task", "tea?", "--model", first, "--run-id", "shop-3", "--wait")
+        assert run["status"]["state"] == "completed", run
+        # The script's turn is counted from the conversation: the fork's first call is turn 2.
+        second = scripted(world.model, [TURNS[0], {"content": shared + " Verdict: wait for the black tea."}])
+        forked = await rewind_json(cli, env, "fork", "shop-3", "--step", "1", "--branch", "other", "--model", second,
+                                   "--wait")
+        assert forked["status"]["state"] == "completed", forked
+        code, text, err = await rewind(cli, {**env, "COLUMNS": "80"}, "diff", "shop-3", "main", "other")
+        assert code == 0, err
+        assert max(map(len, text.splitlines())) <= 80, text
+        assert "green tea" in text and "black tea" in text, text
 
 
 async def test_a_bad_side_effects_value_is_one_line(world, tmp_path):
