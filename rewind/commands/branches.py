@@ -13,6 +13,7 @@ from rewind.commands.common import (
     interactive,
     names,
     open_checkpoints,
+    say_if_no_worker,
     wait_and_report,
 )
 from rewind.config import Settings
@@ -31,7 +32,7 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
         result = await fork(
             client, settings, store, args.run, args.step, branch=args.branch, from_branch=args.from_branch,
             system_prompt=args.system_prompt, model=args.model, limits=limits,
-            tools=names(args.tools), variables=parse_set(args.set),
+            tools=names(args.tools), variables=parse_set(args.set, args.set_text),
             subagent_overrides=_subagent_overrides(args.subagent), side_effects=args.side_effects,
         )
     info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id, "fork_point": result.fork_point}
@@ -41,6 +42,7 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
                   flush=True)
         return await wait_and_report(args, client, result.handle, result.run_id, result.branch, info)
     emit(info, args.json, f"forked {result.fork_point} into branch {result.branch} of run {result.run_id} (workflow {result.workflow_id})")
+    await say_if_no_worker(client, result.handle, waiting=False)
     return 0
 
 
@@ -155,7 +157,9 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--system-prompt")
     p.add_argument("--model")
     p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names for the new branch")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set an agent variable (JSON or text)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="set an agent variable: JSON, or text when it does not start with { [ or \"")
+    p.add_argument("--set-text", action="append", metavar="KEY=TEXT", help="set an agent variable to this text as given")
     p.add_argument("--subagent", action="append", metavar="AGENT.model=M",
                    help="what a sub-agent runs with on the new branch: AGENT.model=M or AGENT.system_prompt=TEXT")
     p.add_argument("--max-steps", type=STEPS)
