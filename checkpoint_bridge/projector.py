@@ -22,6 +22,7 @@ from workflows.contracts import (
     SUBAGENT_LEDGER_FIELDS,
     ApprovalRecord,
     EffectRef,
+    McpToolInfo,
     Ledger,
     MirrorBatch,
     StepRecord,
@@ -65,6 +66,7 @@ def tool_record(log: ToolCallLog) -> ToolCallRecord:
         answered_from=log.answered_from,
         redo_of=log.redo_of,
         dry_run=log.dry_run,
+        mcp=log.mcp.model_dump(mode="json") if log.mcp is not None else None,
     )
 
 
@@ -81,6 +83,7 @@ def log_of(record: ToolCallRecord, step: int) -> ToolCallLog:
         attempts=record.attempts,
         subagent=SubagentCall.model_validate(record.subagent) if record.subagent else None,
         dry_run=record.dry_run,
+        mcp=McpToolInfo.model_validate(record.mcp) if record.mcp else None,
     )
 
 

@@ -190,6 +190,14 @@ class Settings:
     tracing: bool = False
     otel_service_name: str | None = None  # None: rewind-worker for a worker, rewind-cli for the CLI
     otel_protocol: str = "http/protobuf"
+    # MCP servers whose tools the worker offers (rewind/mcp_config.py): the file, and
+    # which setting named it (REWIND_MCP_CONFIG or --mcp-config) for its errors.
+    mcp_config: str | None = None
+    mcp_config_source: str = "REWIND_MCP_CONFIG"
+    # Tools whose annotations say destructive (or say nothing) wait for approval.
+    approve_destructive: bool = False
+    # The environment `${VAR}` references in the MCP file are filled in from.
+    environ: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -245,7 +253,19 @@ class Settings:
             and not read.flag("OTEL_SDK_DISABLED"),
             otel_service_name=read.str("OTEL_SERVICE_NAME"),
             otel_protocol=_otlp_protocol(read),
+            mcp_config=read.str("REWIND_MCP_CONFIG"),
+            approve_destructive=read.flag("REWIND_APPROVE_DESTRUCTIVE"),
+            environ=dict(env),
         )
+
+    def mcp_servers(self) -> list[Any]:
+        """The MCP servers of the configured file (activities.mcp.config.McpServerConfig), or none."""
+        if not self.mcp_config:
+            return []
+        from rewind.mcp_config import parse_mcp_config
+
+        environ = self.environ or dict(os.environ)
+        return parse_mcp_config(Path(self.mcp_config), environ, setting=self.mcp_config_source)
 
     @property
     def offline_model(self) -> bool:

@@ -36,13 +36,16 @@ from workflows.contracts import AgentInput, AgentResult
 
 async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sys.stdout, *, quiet: bool = False,
                    approve: bool = False, ask: bool | None = None, fanout: bool = False,
-                   keep: bool = False) -> AgentResult:
+                   keep: bool = False, mcp: bool = False) -> AgentResult:
     """`quiet` (rewind demo --json): nothing on `out`; the caller prints the result.
     `approve`: save_report waits for approval; `ask` (default: stdin is a terminal) asks
     for the decision there, else the demo approves on its own after showing the call.
     `fanout`: the orchestrator of examples.fanout_research, five researcher sub-agents at once.
     `keep`: the stack (server on TEMPORAL_ADDRESS's port when free, worker) keeps running after
-    the run until SIGINT/SIGTERM, so `rewind fork RUN ...` from another shell works."""
+    the run until SIGINT/SIGTERM, so `rewind fork RUN ...` from another shell works.
+    `mcp`: the agent of examples.mcp_files_agent, whose only tools are the filesystem MCP server's."""
+    if mcp:
+        return await _mcp_demo(settings, task, io.StringIO() if quiet else out)
     if quiet:
         out = io.StringIO()
     if ask is None:
@@ -125,6 +128,45 @@ def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any
     if fanout:
         print(f"each sub-agent's run is a branch of {run_id} (`rewind tree {run_id}` nests them under step 1); "
               f"run one call again with `rewind redo {run_id} --step 1 --call CALL_ID`", file=out)
+
+
+async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentResult:
+    """The MCP agent on a fresh workspace under .rewind/mcp-demo (needs node and the npm server)."""
+    from activities.mcp.config import McpServerConfig
+    from checkpoint_bridge.runs import describe_tools
+    from examples import mcp_files_agent as agent
+    from rewind.commands.tools import policy_of
+
+    workspace = (settings.home / "mcp-demo").resolve()
+    command = agent.filesystem_server_command(workspace)  # says what is missing before anything starts
+    agent.prepare_workspace(workspace)
+    server = McpServerConfig(name="fs", transport="stdio", command=command[0], args=tuple(command[1:]),
+                             where="rewind demo --mcp: the filesystem server")
+    print(f"MCP server fs: {' '.join(command)}", file=out)
+    scripts = {agent.SCRIPT_NAME: agent.script_turns(workspace)}
+    async with embedded_stack(settings, [], out, mcp_servers=[server], scripts=scripts) as stack:
+        client = stack.client
+        described = await describe_tools(client, settings.task_queue, [])
+        print("tools, as the server's annotations decide them:", file=out)
+        for spec in described.tools:
+            print(f"  {spec.name:<32} {policy_of(spec)['label']}", file=out)
+        run_id = new_run_id()
+        model = f"script:{agent.SCRIPT_NAME}" if stack.offline else settings.model
+        inp = AgentInput(run_id=run_id, task=task or agent.TASK, system_prompt=agent.PROMPT, model=model)
+        handle = await start_run(client, settings, inp)
+        print(f"run {run_id} started; progress:", file=out)
+        result = await follow(client, run_id, handle, out)
+    print(f"\nfinished: {result.status.state} after {result.status.step} steps, {result.status.ledger.tool_calls} "
+          f"tool calls, {result.status.ledger.cache_hits} served from the run's cache", file=out)
+    print(f"\nfinal answer:\n{result.final_answer}\n", file=out)
+    for name in ("todo.md", "summary.md"):
+        path = workspace / name
+        if path.exists():
+            print(f"{path}:\n{path.read_text()}", file=out)
+    print(f"inspect it: `rewind show {run_id}:main:3` (the second read: cached), `rewind show {run_id}:main:4` "
+          f"(the edit: its server, annotations and policy); `rewind rollback {run_id} --step 3` re-issues the edit "
+          "and reuses it (todo.md keeps one change)", file=out)
+    return result
 
 
 async def _decide(client: Any, settings: Settings, p: Any, out: TextIO, ask: bool) -> None:

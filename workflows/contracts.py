@@ -66,6 +66,21 @@ class AgentSpec(BaseModel):
     timeout_s: float | None = None
 
 
+class McpToolInfo(BaseModel):
+    """An MCP server's tool: where it comes from and why it got its durability. Recorded
+    with the run's tool specs, so replay, resume and `rewind show` never ask the server."""
+
+    server: str  # the configuration's name for the server (the tool is offered as SERVER__TOOL)
+    tool: str  # the tool's own name on the server
+    server_version: str = ""  # what the server said it is at initialize: "name version"
+    # The tool's annotations as the server published them (readOnlyHint, destructiveHint, ...).
+    annotations: dict[str, Any] = Field(default_factory=dict)
+    # A side effect that may be sent again after a request may have reached the server.
+    idempotent: bool = False
+    # One line per decision: what it decided and what said so (an annotation, the MCP default, an override).
+    policy: list[str] = Field(default_factory=list)
+
+
 class ToolSpec(BaseModel):
     """What the workflow needs to know about a tool (recorded once per run)."""
 
@@ -99,6 +114,8 @@ class ToolSpec(BaseModel):
     dry_run: bool = False
     # Set for a sub-agent: a call runs this agent as a child workflow, not an activity.
     agent: AgentSpec | None = None
+    # Set for an MCP server's tool (activities/mcp/): its server, annotations and policy.
+    mcp: McpToolInfo | None = None
 
     def openai_schema(self) -> dict[str, Any]:
         return {
@@ -480,6 +497,8 @@ class ToolCallLog(BaseModel):
     # A dry-run branch's side-effecting call: the effect did not happen (the output is
     # the tool's dry_run answer, or a stub that says so).
     dry_run: bool = False
+    # An MCP server's tool: its server, the annotations that decided its policy, the server's version.
+    mcp: McpToolInfo | None = None
 
 
 def _from_ledger(name: str, kind: type) -> Any:

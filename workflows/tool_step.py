@@ -120,6 +120,7 @@ class ToolStep:
             return self._finish(log, error=f"{BAD_ARGUMENTS} {name} must be a JSON object, got {type(args).__name__}")
         log.arguments = args
         log.redo_of = redo_of
+        log.mcp = spec.mcp  # why an MCP call was cached, reused or gated, for show and diff
 
         if spec.agent is not None:
             return await self._subagent(step, call_id, spec, args, log, override)

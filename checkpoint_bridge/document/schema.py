@@ -99,6 +99,10 @@ class ToolCallRecord(BaseModel):
     dry_run: bool = False
     """A dry-run branch's side-effecting call (v7; left out when false): the effect did not
     happen; ``tool_output`` is the tool's dry_run answer, or a stub that says so."""
+    mcp: dict[str, Any] | None = None
+    """An MCP server's tool: ``server``, ``tool``, ``server_version``, ``annotations`` (as the
+    server published them), ``idempotent`` and ``policy`` (what decided cache, effect, retry and
+    approval). Absent for @tool functions."""
 
     _utc = field_validator("called_at")(_to_utc)
 
@@ -107,7 +111,7 @@ class ToolCallRecord(BaseModel):
         # Only calls that had a decision or a reuse carry the fields (v4), only retried ones attempts (v5),
         # only sub-agent calls and redone steps theirs (v6).
         data = handler(self)
-        for name in ("approval", "reused", "subagent", "answered_from", "redo_of"):
+        for name in ("approval", "reused", "subagent", "answered_from", "redo_of", "mcp"):
             if data.get(name) is None:
                 data.pop(name, None)
         if data.get("attempts") == 1:

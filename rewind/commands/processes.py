@@ -15,11 +15,14 @@ from workflows.ids import validate_id
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.demo import run_demo
 
-    if args.approve and args.fanout:
-        raise UsageError("--approve and --fanout are two demos; choose one")
+    if sum(bool(x) for x in (args.approve, args.fanout, args.mcp)) > 1:
+        raise UsageError("--approve, --fanout and --mcp are different demos; choose one")
     if args.keep and args.json:
         raise UsageError("--keep runs until Ctrl-C, --json prints once at the end; choose one")
-    result = await run_demo(settings, quiet=args.json, approve=args.approve, fanout=args.fanout, keep=args.keep)
+    if args.keep and args.mcp:
+        raise UsageError("--keep keeps the research demo's stack; run the MCP agent's with `rewind dev --mcp-config FILE`")
+    result = await run_demo(settings, quiet=args.json, approve=args.approve, fanout=args.fanout, keep=args.keep,
+                            mcp=args.mcp)
     if args.json:
         emit(result.model_dump(mode="json"), True, "")
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
@@ -124,3 +127,6 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--keep", action="store_true",
                    help="keep the server and the worker running after the run (until Ctrl-C), so `rewind fork` "
                         "and the other commands work from another terminal")
+    p.add_argument("--mcp", action="store_true",
+                   help="an agent whose tools are the filesystem MCP server's (needs node and "
+                        "@modelcontextprotocol/server-filesystem; says so when missing)")
