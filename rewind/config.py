@@ -196,7 +196,8 @@ class Settings:
     mcp_config_source: str = "REWIND_MCP_CONFIG"
     # Tools whose annotations say destructive (or say nothing) wait for approval.
     approve_destructive: bool = False
-    # The environment `${VAR}` references in the MCP file are filled in from.
+    # The environment it was read from: what `${VAR}` references in the MCP file are filled
+    # in from, and what `rewind dev` hands its worker.
     environ: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod

@@ -66,7 +66,7 @@ def worker_environment(settings: Settings, address: str, options: DevOptions) ->
     """The worker's environment: this shell's, less its Temporal client settings (the
     embedded server is plaintext on loopback; a profile or API key for the team's
     cluster is not for it), plus the server's address and the dev options."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+    env = {k: v for k, v in settings.environ.items() if not k.startswith("TEMPORAL_")}
     env["TEMPORAL_ADDRESS"] = address
     env["TEMPORAL_CONFIG_FILE"] = os.devnull  # no profile file either: an empty one
     env["REWIND_HOME"] = str(settings.home.resolve())
