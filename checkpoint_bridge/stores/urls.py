@@ -16,14 +16,15 @@ from checkpoint_bridge.stores.contract import ObjectStore
 
 __all__ = ["ACCEPTED_URLS", "StoreLocation", "parse_store_url", "open_object_store"]
 
-ACCEPTED_URLS = "file://relative/path, file:///absolute/path, a bare path, or s3://bucket[/prefix]"
+ACCEPTED_URLS = ("file://relative/path, file:///absolute/path, a bare path, s3://bucket[/prefix], "
+                 "or sqlite:///absolute/file.db (sqlite://relative/file.db)")
 
 
 @dataclass(frozen=True)
 class StoreLocation:
     """A parsed store URL: an S3 bucket and prefix, or a local folder."""
 
-    kind: str  # "s3" | "file"
+    kind: str  # "s3" | "file" | "sqlite"
     bucket: str = ""
     prefix: str = ""
     path: str = ""
@@ -38,6 +39,14 @@ def parse_store_url(url: str) -> StoreLocation:
         if not bucket:
             raise ConfigError(f"store URL {url!r} names no bucket; use s3://bucket[/prefix]")
         return StoreLocation("s3", bucket=bucket, prefix=prefix.strip("/"))
+    if url.startswith("sqlite://"):
+        path = url[len("sqlite://"):]
+        if not path or path.endswith("/"):
+            raise ConfigError(f"store URL {url!r} names no database file; use sqlite:///absolute/file.db "
+                              "or sqlite://relative/file.db")
+        if "?" in path:
+            raise ConfigError(f"store URL {url!r} has options; a SQLite store takes none, use sqlite:///path/file.db")
+        return StoreLocation("sqlite", path=path)
     if url.startswith("file://"):
         path = url[len("file://"):]
         if not path:
@@ -46,7 +55,7 @@ def parse_store_url(url: str) -> StoreLocation:
     if "://" in url or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url):
         # Also `s3:/bucket` or `s3//bucket`-like typos that would otherwise be a local folder named "s3:".
         raise ConfigError(f"store URL {url!r} has an unsupported scheme (or a typo in one); use {ACCEPTED_URLS}")
-    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file"}:
+    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file", "sqlite"}:
         raise ConfigError(f"store URL {url!r} looks like a mistyped s3:// or file:// URL; use {ACCEPTED_URLS}")
     return StoreLocation("file", path=url)
 
@@ -65,6 +74,10 @@ def open_object_store(url: str, *, endpoint_url: str | None = None, region_name:
             return S3ObjectStore(where.bucket, where.prefix, endpoint_url=endpoint_url, region_name=region_name)
         except ConfigError as exc:
             raise ConfigError(f"store URL {url!r} is not usable: {exc}") from exc
+    if where.kind == "sqlite":
+        from checkpoint_bridge.stores.sqlite import SqliteObjectStore
+
+        return SqliteObjectStore(Path(where.path))
     from checkpoint_bridge.stores.folder import FileObjectStore
 
     return FileObjectStore(Path(where.path))

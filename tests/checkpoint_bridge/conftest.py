@@ -1,7 +1,7 @@
 """Fixtures of the checkpoint-store conformance suite.
 
 Every behavioural test takes ``store`` (or ``backend``) and therefore runs once
-per backend: a local folder and S3. S3 is a real HTTP server (moto's
+per backend: a local folder, S3 and SQLite. S3 is a real HTTP server (moto's
 ``ThreadedMotoServer`` on a free port), not a mock of boto calls, so requests,
 conditional writes, pagination and error responses go over the wire.
 
@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import AsyncIterator
 
 import pytest
-from store_backends import Backend, file_backend, s3_backend
+from store_backends import Backend, file_backend, s3_backend, sqlite_backend
 
 from checkpoint_bridge.store import CheckpointStore
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "sqlite"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     if request.param == "file":
         chosen = file_backend(tmp_path)
+    elif request.param == "sqlite":
+        chosen = sqlite_backend(tmp_path)
     else:
         chosen = s3_backend(request.getfixturevalue("moto_endpoint"))
     yield chosen
