@@ -142,6 +142,49 @@ def sqlite_backend(tmp_path: Path) -> Backend:
                    broken, tamper)
 
 
+def postgres_backend(server_url: str) -> Backend:
+    """Stores in schemas of their own (``?schema=``) on the session's PostgreSQL server."""
+    import psycopg
+
+    from checkpoint_bridge.stores import PostgresObjectStore
+
+    made: dict[int, str] = {}
+    schemas: list[str] = []
+
+    def new_objects() -> ObjectStore:
+        schema = f"t_{uuid.uuid4().hex[:12]}"
+        schemas.append(schema)
+        url = f"{server_url}?schema={schema}"
+        store = PostgresObjectStore(url)
+        made[id(store)] = url
+        return store
+
+    def all_keys() -> list[str]:
+        keys: list[str] = []
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            for schema in schemas:
+                exists = conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                                      "AND table_name = 'objects'", (schema,)).fetchone()
+                if exists:
+                    keys += [f"{schema}/{k}" for (k,) in conn.execute(f'SELECT key FROM "{schema}".objects ORDER BY key')]
+        return keys
+
+    def reopen(objects: ObjectStore) -> ObjectStore:
+        store = PostgresObjectStore(made[id(objects)])
+        made[id(store)] = made[id(objects)]
+        return store
+
+    def broken() -> ObjectStore:
+        return PostgresObjectStore(f"postgresql://rewind@127.0.0.1:{closed_port()}/rewind?schema=down")
+
+    def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+        assert isinstance(objects, PostgresObjectStore)
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'UPDATE "{objects.schema}".objects SET data = %s WHERE key = %s', (data, key))
+
+    return Backend("postgres", new_objects, all_keys, reopen, broken, tamper)
+
+
 def closed_port() -> int:
     """A local TCP port with nothing listening on it."""
     with socket.socket() as sock:
