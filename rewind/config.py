@@ -214,6 +214,10 @@ class Settings:
             # Workers on several machines share nothing but Temporal and S3:
             # with an S3 checkpoint store, the live data goes to S3 too.
             default_payloads = f"s3://{where.bucket}/rewind-payloads"
+        elif where.kind != "file":
+            # A database holds the live data too, beside the checkpoints (their keys never
+            # meet: runs/, langgraph/ against segments/, outputs/, idempotency/, temporal/).
+            default_payloads = store_url
         modules_text, modules_source = read.str("REWIND_TOOL_MODULES"), "REWIND_TOOL_MODULES"
         if modules_text is None:
             modules_text, modules_source = read.str("REWIND_TOOLS"), "REWIND_TOOLS"

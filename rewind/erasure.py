@@ -409,7 +409,7 @@ async def _delete_workflow_payloads(stores: _Stores, namespace: str, workflow_id
     run uses them. A folder: temporal/wf/<id>/ (rewind/payloads.py); S3: the SDK driver's
     v0/ns/<namespace>/wt/<type>/wi/<id>/."""
     where = parse_store_url(stores.settings.payload_url)
-    if where.kind == "file":
+    if where.kind != "s3":  # a folder or a database: LocalStorageDriver's keys
         places = [(stores.payloads, workflow_payload_prefix(w)) for w in workflow_ids]
     else:
         bucket = stores.bucket(where.bucket)
