@@ -57,6 +57,9 @@ async def connect(settings: Settings | None = None, runtime: Any = None, *, serv
     from rewind.temporal_connect import check_namespace, connect_options, connection_error
 
     settings = Settings.from_env() if settings is None else settings
+    if not settings.temporal_read:
+        raise RuntimeError("these settings were read without the Temporal connection (Settings.from_env(temporal=False), "
+                           "for a command that only reads the store); read them with Settings.from_env()")
     options = connect_options(settings)
     traced = tracing.interceptors(settings, service=service)
     converter = data_converter(

@@ -180,6 +180,19 @@ def erase_deleted(db_file: Path, timeout_s: float = 30.0) -> bool:
         connection.close()
 
 
+# Dynamic-config values that make the dev server dispatch an agent's steps as
+# fast as its one machine allows (each measured by `bench/run --only dev_server`,
+# side by side against the server's defaults; see BENCHMARKS.md). Filled in below.
+DISPATCH_TUNING: dict[str, str] = {
+    "history.transferProcessorMaxPollRPS": "1000",
+    "history.timerProcessorMaxPollRPS": "1000",
+    "history.visibilityProcessorMaxPollRPS": "1000",
+    "history.outboundProcessorMaxPollRPS": "1000",
+    "matching.numTaskqueueReadPartitions": "1",
+    "matching.numTaskqueueWritePartitions": "1",
+    "system.enableActivityEagerExecution": "true",
+}
+
 _PORT_ATTEMPTS = 3
 _TAKEN_PORT = "address already in use"
 
@@ -219,6 +232,7 @@ class DevServer:
         headless: bool = False,
         timeout_s: float = 30.0,
         shared: bool = False,
+        dispatch_tuning: dict[str, str] | None = None,
     ) -> "DevServer":
         """`shared`: other processes on the same database (a demo, an example) may use
         this server instead of refusing to start: `rewind server`, which lives until
@@ -226,13 +240,16 @@ class DevServer:
 
         Ports not given are picked free, but another socket (a client connection's
         local port) can take one before the server binds it: then the server exits
-        at once saying "address already in use", and it is started again on new ports."""
+        at once saying "address already in use", and it is started again on new ports.
+
+        `dispatch_tuning`: dynamic-config values instead of DISPATCH_TUNING (the
+        benchmark of the settings passes each variant; {} is the server's defaults)."""
         log_file = log_file or db_file.with_suffix(".log")
         for attempt in range(_PORT_ATTEMPTS):
             logged = log_file.stat().st_size if log_file.exists() else 0
             try:
                 return cls._start_once(db_file, port=port, ui_port=ui_port, log_file=log_file, headless=headless,
-                                       timeout_s=timeout_s, shared=shared)
+                                       timeout_s=timeout_s, shared=shared, dispatch_tuning=dispatch_tuning)
             except ConfigError:
                 lost_port = _TAKEN_PORT in _log_since(log_file, logged)
                 if not lost_port or attempt == _PORT_ATTEMPTS - 1 or (port is not None and ui_port is not None):
@@ -242,7 +259,7 @@ class DevServer:
     @classmethod
     def _start_once(
         cls, db_file: Path, *, port: int | None, ui_port: int | None, log_file: Path, headless: bool,
-        timeout_s: float, shared: bool,
+        timeout_s: float, shared: bool, dispatch_tuning: dict[str, str] | None = None,
     ) -> "DevServer":
         port = port or free_port()
         if port_open("127.0.0.1", port):
@@ -275,6 +292,8 @@ class DevServer:
             # `rewind delete` sees a run gone in ~4 s instead of ~20 s.
             "--dynamic-config-value", 'history.transferProcessorUpdateAckInterval="1s"',
         ]
+        for key, value in (DISPATCH_TUNING if dispatch_tuning is None else dispatch_tuning).items():
+            args += ["--dynamic-config-value", f"{key}={value}"]
         if headless:
             args.append("--headless")
         logged = log_file.stat().st_size if log_file.exists() else 0
