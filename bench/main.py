@@ -32,9 +32,10 @@ BENCHMARKS = [
     ("concurrency", "bench.b5_concurrency"),
     ("langgraph_saver", "bench.b9_langgraph_saver"),
     ("subagents", "bench.b10_subagents"),
+    ("cli", "bench.b12_cli"),
 ]
 ORDER_IN_REPORT = ["overhead", "dev_server", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
-                   "langgraph_saver", "subagents"]
+                   "langgraph_saver", "subagents", "cli"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:

@@ -180,17 +180,31 @@ def erase_deleted(db_file: Path, timeout_s: float = 30.0) -> bool:
         connection.close()
 
 
-# Dynamic-config values that make the dev server dispatch an agent's steps as
-# fast as its one machine allows (each measured by `bench/run --only dev_server`,
-# side by side against the server's defaults; see BENCHMARKS.md). Filled in below.
+# Dynamic-config values that make the dev server hand an agent's steps on as
+# fast as its one machine allows. Each was measured on its own against the
+# server's defaults, side by side in one run (`bench/run --only dev_server`,
+# BENCHMARKS.md section 11); only those that paid are here.
 DISPATCH_TUNING: dict[str, str] = {
+    # The history service reads the tasks it must hand to matching (an activity or
+    # workflow task to dispatch) from its transfer queue through a token bucket of
+    # 20 reads/s per shard, and the dev server has one shard. A step is two or more
+    # such hops, each needing a read of its own, so after a burst of ~20 every hop
+    # waited for the next 50 ms token: the 50 ms quanta of a step's time (~100 ms
+    # for two hops). 1000/s is far above what one machine's runs need, so the
+    # bucket never decides when a task moves; reads stay event-driven (a read
+    # happens when a task is written), so an idle server does not read more.
     "history.transferProcessorMaxPollRPS": "1000",
-    "history.timerProcessorMaxPollRPS": "1000",
-    "history.visibilityProcessorMaxPollRPS": "1000",
-    "history.outboundProcessorMaxPollRPS": "1000",
+    # A task queue has 4 partitions by default, to spread a busy queue over
+    # matching hosts. On one process they only add a hop: a task written to one
+    # partition while the worker's poll waits on another is forwarded to the
+    # root partition first. One partition: the poll and the task meet at once.
     "matching.numTaskqueueReadPartitions": "1",
     "matching.numTaskqueueWritePartitions": "1",
-    "system.enableActivityEagerExecution": "true",
+    # Measured and not kept (no gain on a step beyond the noise of the runs above):
+    # the timer, visibility and outbound queue readers' poll rates (they carry
+    # timeouts, list queries and callbacks, not a step's hand-over), the
+    # forwarder's rate (nothing to forward with one partition) and
+    # system.enableActivityEagerExecution.
 }
 
 _PORT_ATTEMPTS = 3
