@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge import branching
 
@@ -181,6 +182,12 @@ def new_run_id() -> str:
     return f"run-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
+# How long `rewind status` waits for a running run's live query before it answers
+# from the newest checkpoint (a worker answers a query in milliseconds; one under
+# heavy load, in well under a second).
+STORE_FALLBACK_QUERY_S = 1.5
+
+
 class RunView(BaseModel):
     """Everything `rewind status` shows: the live query plus what Temporal knows."""
 
@@ -253,12 +260,20 @@ _ENDED_BY_TEMPORAL = {"terminated", "timed_out", "canceled"}
 
 
 async def run_view(
-    client: Client, run_id: str, branch_id: str = "main", *, query_timeout_s: float = 5.0,
+    client: Client, run_id: str, branch_id: str = "main", *, query_timeout_s: float | None = None,
     store: CheckpointStore | None = None, task_queue: str | None = None,
 ) -> RunView:
     """The run's state, from the live query while it runs, from its result once it
     has finished (no worker needed), and from the newest checkpoint in `store`
-    when neither can answer (no worker polls, or Temporal no longer has it)."""
+    when neither can answer (no worker polls, or Temporal no longer has it).
+
+    `query_timeout_s`: how long the live query may take; by default 5 s, or
+    STORE_FALLBACK_QUERY_S when `store` can answer instead. Temporal keeps listing
+    a killed worker among a queue's pollers for minutes, and a query sent to it is
+    never answered: with a store, `rewind status` of such a run answers from the
+    newest checkpoint after a short wait instead of the whole timeout."""
+    if query_timeout_s is None:
+        query_timeout_s = STORE_FALLBACK_QUERY_S if store is not None else 5.0
     validate_id("run", run_id)
     validate_id("branch", branch_id)
     workflows = await branch_workflows(client, run_id, branch_id)
@@ -278,8 +293,14 @@ async def run_view(
         try:
             view.status = await handle.query(STATUS_QUERY, result_type=AgentStatus,
                                              rpc_timeout=timedelta(seconds=query_timeout_s))
-        except Exception as exc:  # the run has not run its first task yet, or the worker is busy
-            if workflow_status == "running":
+        except Exception as exc:  # the run has not run its first task yet, or the worker is busy or dead
+            # The client's own deadline ends the call as CANCELLED ("Timeout expired"); the server's as DEADLINE_EXCEEDED.
+            unanswered = isinstance(exc, RPCError) and exc.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)
+            if unanswered and store is not None:
+                view.note = (f"no worker on task queue {queue!r} answered the live query within {query_timeout_s:g} s "
+                             "(busy, or stopped: Temporal lists a stopped worker as polling for a few minutes; "
+                             "the run goes on when a worker picks it up): shown from the newest checkpoint")
+            elif workflow_status == "running":
                 view.failure = f"live status unavailable: {exc}"
 
     if workflow_status == "running":
@@ -316,6 +337,8 @@ async def run_view(
         if latest is not None:
             ended = {"failed": "failed", "canceled": "cancelled"}.get(workflow_status)
             view.status, view.source = status_from_checkpoint(latest, ended), "checkpoint"  # type: ignore[arg-type]
+    if view.note is not None and view.status is None:  # no checkpoint to show instead
+        view.failure, view.note = f"live status unavailable: {view.note.split(': shown from')[0]}", None
     if view.status is not None and workflow_status not in _ENDED_BY_TEMPORAL:
         view.state = view.status.state
     else:
