@@ -58,6 +58,9 @@ async def connect(settings: Settings | None = None, runtime: Any = None, *, serv
     from rewind.temporal_connect import check_namespace, connect_options, connection_error
 
     settings = Settings.from_env() if settings is None else settings
+    if not settings.temporal_read:
+        raise RuntimeError("these settings were read without the Temporal connection (Settings.from_env(temporal=False), "
+                           "for a command that only reads the store); read them with Settings.from_env()")
     options = connect_options(settings)
     traced = tracing.interceptors(settings, service=service)
     converter = data_converter(
@@ -179,6 +182,12 @@ def new_run_id() -> str:
     return f"run-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
+# How long `rewind status` waits for a running run's live query before it answers
+# from the newest checkpoint (a worker answers a query in milliseconds; one under
+# heavy load, in well under a second).
+STORE_FALLBACK_QUERY_S = 1.5
+
+
 class RunView(BaseModel):
     """Everything `rewind status` shows: the live query plus what Temporal knows."""
 
@@ -254,12 +263,21 @@ _ENDED_BY_TEMPORAL = {"terminated", "timed_out", "canceled"}
 
 
 async def run_view(
-    client: Client, run_id: str, branch_id: str = "main", *, query_timeout_s: float = 5.0,
+    client: Client, run_id: str, branch_id: str = "main", *, query_timeout_s: float | None = None,
     store: CheckpointStore | None = None, task_queue: str | None = None,
 ) -> RunView:
     """The run's state, from the live query while it runs, from its result once it
     has finished (no worker needed), and from the newest checkpoint in `store`
-    when neither can answer (no worker polls, or Temporal no longer has it)."""
+    when neither can answer (no worker polls, or Temporal no longer has it).
+
+    `query_timeout_s`: how long the live query may take; by default 5 s, or
+    STORE_FALLBACK_QUERY_S when `store` can answer instead. Temporal keeps listing
+    a killed worker among a queue's pollers for minutes, and a query sent to it is
+    never answered: with a store, `rewind status` of such a run answers from the
+    newest checkpoint after a short wait instead of the whole timeout, and says that
+    no worker answers (`no_worker`) with the live step from history."""
+    if query_timeout_s is None:
+        query_timeout_s = STORE_FALLBACK_QUERY_S if store is not None else 5.0
     validate_id("run", run_id)
     validate_id("branch", branch_id)
     workflows = await branch_workflows(client, run_id, branch_id)

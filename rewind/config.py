@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from checkpoint_bridge.stores import parse_store_url
 from rewind.temporal_config import TemporalConnection, load_temporal_config
-from workflows.contracts import DEFAULT_MODEL
+from workflows.defaults import DEFAULT_MODEL
 from workflows.errors import ConfigError
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -199,12 +199,20 @@ class Settings:
     # The environment it was read from: what `${VAR}` references in the MCP file are filled
     # in from, and what `rewind dev` hands its worker.
     environ: dict[str, str] = field(default_factory=dict, repr=False)
+    # False: read by a command that only reads the store (`rewind tree`, `show`), without the
+    # Temporal connection (the profile file's loader imports the whole Temporal client);
+    # connect() refuses such settings.
+    temporal_read: bool = field(default=True, repr=False)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None, *, temporal: bool = True) -> "Settings":
+        """`temporal=False`: leave the Temporal connection unread (a command that never connects)."""
         env = os.environ if env is None else env
         read = _Env(env)
-        temporal_address, namespace, temporal = load_temporal_config(env)
+        if temporal:
+            temporal_address, namespace, connection = load_temporal_config(env)
+        else:
+            temporal_address, namespace, connection = cls.temporal_address, cls.namespace, TemporalConnection()
         home = Path(read.str("REWIND_HOME", ".rewind"))  # type: ignore[arg-type]
         store_url = read.str("REWIND_STORE", f"file://{home / 'checkpoints'}")
         assert store_url is not None
@@ -226,7 +234,8 @@ class Settings:
         return cls(
             temporal_address=temporal_address,
             namespace=namespace,
-            temporal=temporal,
+            temporal=connection,
+            temporal_read=temporal,
             task_queue=read.str("REWIND_TASK_QUEUE", "rewind"),  # type: ignore[arg-type]
             store_url=store_url,
             payload_url=_checked_url("REWIND_PAYLOADS", read.str("REWIND_PAYLOADS", default_payloads)),

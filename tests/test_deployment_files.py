@@ -134,6 +134,11 @@ def test_temporal_runs_on_postgresql_with_its_schema_set_up_first():
     assert env["DYNAMIC_CONFIG_FILE_PATH"] in mounted
     dynamic = yaml.safe_load(COMPOSE["configs"]["temporal-dynamic-config"]["content"])
     assert dynamic["limit.maxIDLength"][0]["value"] == 255
+    # The transfer-queue reader's cap, raised as on the embedded dev server (rewind/embedded.py).
+    from rewind.embedded import DISPATCH_TUNING
+
+    rps = dynamic["history.transferProcessorMaxPollRPS"][0]["value"]
+    assert rps == int(DISPATCH_TUNING["history.transferProcessorMaxPollRPS"])
     script = _script(SERVICES["temporal-schema-setup"])
     for database, schema in (("temporal", "temporal"), ("temporal_visibility", "visibility")):
         for step in ("create", "setup-schema -v 0.0", f"update-schema -d $schema/{schema}/versioned"):

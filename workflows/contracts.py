@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, computed_field, field_validator, model_serializer, model_validator
 
+from workflows.defaults import DEFAULT_MODEL
 from workflows.text import scrub_text
 
 # What a run gets without a system prompt of its own: neutral, whatever its tools.
@@ -24,7 +25,6 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 # How deep sub-agents may nest: a top-level run is depth 0, a sub-agent it calls depth 1.
 DEFAULT_MAX_AGENT_DEPTH = 3
-DEFAULT_MODEL = "gpt-4o-mini"
 
 # What a branch does with a side-effecting tool call (`--side-effects`): "run" (as any
 # run: a new effect runs, one its lineage already caused follows the tool's on_repeat),

@@ -10,8 +10,6 @@ import json
 from collections import Counter
 from typing import Any
 
-from temporalio.exceptions import ActivityError, ChildWorkflowError
-
 from workflows.contracts import ToolCallLog, ToolSpec
 
 # Errors of calls that never reached a tool (the model named no known tool, or
@@ -24,6 +22,10 @@ NOT_EXECUTED = (UNKNOWN_TOOL, BAD_ARGUMENTS)
 
 def failure_text(err: BaseException) -> str:
     """The reason of an activity's (or a child workflow's) final failure: its cause's message."""
+    # Imported here: the checkpoint readers (`rewind tree`, `show`) use this module
+    # and must not load the Temporal client; whoever holds such an error has it loaded.
+    from temporalio.exceptions import ActivityError, ChildWorkflowError
+
     cause = err.cause if isinstance(err, (ActivityError, ChildWorkflowError)) and err.cause is not None else err
     return str(cause) or type(cause).__name__
 
