@@ -72,7 +72,9 @@ def snapshot(cp: AgentCheckpoint) -> dict[str, Any]:
     ledger = ledger_of(cp).model_dump()
     return {
         "step": cp.step_index, "status": cp.status, "messages": cp.messages, "variables": cp.agent_variables,
-        "tools": [_record(r) for r in cp.tool_call_cache],
+        # In the order they were recorded, which for the parallel calls of a step is the
+        # order they completed in (a race even undisturbed): compared as a set of records.
+        "tools": sorted((_record(r) for r in cp.tool_call_cache), key=lambda r: json.dumps(r, sort_keys=True, default=str)),
         "ledger": {k: (round(ledger[k], 9) if isinstance(ledger[k], float) else ledger[k]) for k in LEDGER_FIELDS},
     }
 
