@@ -95,7 +95,7 @@ async def test_status_names_a_dead_worker_and_the_live_step(world, tmp_path: Pat
     worker = UserWorker(folder, env, "--tool-modules", "slow")
     with worker:
         await worker.wait_ready()
-        code, out, err = await rewind(cli, cenv, "start", "--task", "tea?", "--model", model, "--run-id", "crash-1")
+        code, out, err = await rewind(cli, cenv, "start", "--task", "tea?", "--model", model, "--run-id", "dead-worker-1")
         assert code == 0, err
         for _ in range(300):
             if started.exists():
@@ -105,7 +105,7 @@ async def test_status_names_a_dead_worker_and_the_live_step(world, tmp_path: Pat
         worker.kill()  # a crashed machine: its pollers stay listed by Temporal for a while
 
         began = time.monotonic()
-        code, text, err = await rewind(cli, cenv, "status", "crash-1")
+        code, text, err = await rewind(cli, cenv, "status", "dead-worker-1")
         took = time.monotonic() - began
         assert code == 0, err
         assert f"no worker is polling task queue '{world.queue}'" in text, text
@@ -113,7 +113,7 @@ async def test_status_names_a_dead_worker_and_the_live_step(world, tmp_path: Pat
         # The step it is on comes from Temporal (the running tool call), not only from the store.
         assert "run_tool slow_lookup" in text, text
         assert "step         1 (live, from Temporal" in text and "step 1: slow_lookup(item='tea')" in text, text
-        doc = await rewind_json(cli, cenv, "status", "crash-1")
+        doc = await rewind_json(cli, cenv, "status", "dead-worker-1")
         assert doc["no_worker"] and doc["failure"] is None, doc
         assert doc["state"] == "running", doc
         print(f"status with a dead worker took {took:.2f}s")
