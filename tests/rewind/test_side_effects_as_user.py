@@ -73,55 +73,55 @@ async def test_dry_run_fork_places_no_order_and_says_so(world, tmp_path):
         await worker.wait_ready()
         cli = world.folder("cli")
         env = world.env(cli)
-        run = await rewind_json(cli, env, "start", "--task", "buy tea", "--model", model, "--run-id", "shop-1", "--wait")
+        run = await rewind_json(cli, env, "start", "--task", "buy tea", "--model", model, "--run-id", "fx-shop-1", "--wait")
         assert run["status"]["state"] == "completed", run
         assert (lines(orders), lines(mails)) == (1, 1)
 
         # Exploring a new prompt from before the order: no order, no mail.
-        forked = await rewind_json(cli, env, "fork", "shop-1", "--step", "1", "--branch", "dry", "--system-prompt",
+        forked = await rewind_json(cli, env, "fork", "fx-shop-1", "--step", "1", "--branch", "dry", "--system-prompt",
                                    "Be brief.", "--side-effects", "dry-run", "--wait")
         assert forked["status"]["state"] == "completed", forked
         assert (lines(orders), lines(mails)) == (1, 1), worker.log()
 
-        head = await rewind_json(cli, env, "show", "shop-1:dry:3")
+        head = await rewind_json(cli, env, "show", "fx-shop-1:dry:3")
         records = {r["tool_name"]: r for r in head["tool_call_cache"]}
         assert records["place_order"]["dry_run"] is True
         assert records["place_order"]["tool_output"].startswith("[dry run] not executed: place_order")
         assert records["send_mail"]["dry_run"] is True and records["send_mail"]["tool_output"] == "would mail ann@example.com"
         assert "dry_run" not in records["lookup_price"]
-        code, text, err = await rewind(cli, env, "show", "shop-1:dry:3")
+        code, text, err = await rewind(cli, env, "show", "fx-shop-1:dry:3")
         assert code == 0 and "dry run    place_order call" in text, err + text
 
-        code, text, err = await rewind(cli, {**env, "COLUMNS": "120"}, "diff", "shop-1", "main", "dry")
+        code, text, err = await rewind(cli, {**env, "COLUMNS": "120"}, "diff", "fx-shop-1", "main", "dry")
         assert code == 0, err
         assert "place_order(item=\"tea\") [dry run]" in text, text
         assert "0 run, 0 cached, 0 failed, 2 dry run" in text, text
-        diff = await rewind_json(cli, env, "diff", "shop-1", "main", "dry")
+        diff = await rewind_json(cli, env, "diff", "fx-shop-1", "main", "dry")
         assert diff["b"]["tool_calls_dry_run"] == 2 and diff["a"]["tool_calls_dry_run"] == 0
 
         # A fork of the dry-run branch is a real one again unless told (forks run effects by default),
         # and a dry run is no effect of its lineage: it runs now.
-        again = await rewind_json(cli, env, "fork", "shop-1", "--from-branch", "dry", "--step", "2",
+        again = await rewind_json(cli, env, "fork", "fx-shop-1", "--from-branch", "dry", "--step", "2",
                                   "--branch", "real", "--wait")
         assert again["status"]["state"] == "completed", again
         assert (lines(orders), lines(mails)) == (1, 1)  # step 2 of dry already answered the calls
 
         # The step's ledger counts the calls it answered without their effect.
-        step2 = await rewind_json(cli, env, "show", "shop-1:dry:2")
+        step2 = await rewind_json(cli, env, "show", "fx-shop-1:dry:2")
         assert step2["ledger"]["step"]["dry_run_calls"] == 2, step2["ledger"]
         assert step2["ledger"]["step"]["tool_calls"] == 1  # send_mail's dry_run ran; place_order's stub did not
 
         # A plain fork from before the order runs it again, as it always has.
-        plain = await rewind_json(cli, env, "fork", "shop-1", "--step", "1", "--branch", "plain", "--wait")
+        plain = await rewind_json(cli, env, "fork", "fx-shop-1", "--step", "1", "--branch", "plain", "--wait")
         assert plain["status"]["state"] == "completed", plain
         assert (lines(orders), lines(mails)) == (2, 2)
 
         # A rollback that asks again for the effects its undone step caused reuses them, and
         # the step counts them as calls (reused), not as nothing.
-        code, out, err = await rewind(cli, env, "rollback", "shop-1", "--step", "1", "--wait")
+        code, out, err = await rewind(cli, env, "rollback", "fx-shop-1", "--step", "1", "--wait")
         assert code == 0, out + err
         assert (lines(orders), lines(mails)) == (2, 2)
-        tree = await rewind_json(cli, env, "tree", "shop-1")
+        tree = await rewind_json(cli, env, "tree", "fx-shop-1")
         redone = next(row for row in tree["branches"]["main.r1"] if row["step_index"] == 2)
         shown = await rewind_json(cli, env, "show", redone["checkpoint_id"])
         assert shown["ledger"]["step"]["reused_calls"] == 2 and shown["ledger"]["step"]["tool_calls"] == 0
