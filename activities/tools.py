@@ -157,7 +157,7 @@ def tool(
     fast: run each call as a local activity on the workflow's own worker: no
         round trip through the server, recorded in history with the workflow
         task (a crash before that runs the call again, with the same
-        idempotency key). For short calls; see the README's "Fast path".
+        idempotency key). For short calls; see "Fast path" in docs/operations.md.
     needs_approval: (side-effecting tools) a person approves or rejects each call
         before it runs (`rewind approve` / `rewind reject`); True for every call,
         or a function of the validated arguments (a dict) that says which ones.

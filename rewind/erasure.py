@@ -480,7 +480,7 @@ def _erase_database_files(settings: Settings, report: ErasureReport) -> None:
     if db is None:
         report.notes.append(
             f"Temporal at {settings.temporal_address} is not this folder's `rewind server`: its database erases "
-            "deleted rows as it is configured to (README: Deleting a run)")
+            "deleted rows as it is configured to (docs/checkpoints-and-storage.md: Deleting a run)")
         return
     if zeroes_deleted_rows(db) is False:
         report.notes.append(f"the dev server on {db} was started without secure_delete, so deleted rows may stay "

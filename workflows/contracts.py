@@ -343,7 +343,7 @@ class AgentInput(BaseModel):
     # and their results are recorded in history when the workflow task
     # completes, at least every `fast_record_s` seconds. What it gives up: a
     # worker crash runs the calls of the unrecorded last moments again (a paid
-    # model call included); see the README's "Fast path".
+    # model call included); see "Fast path" in docs/operations.md.
     fast: bool = False
     fast_record_s: float = Field(default=2.0, gt=0)
     # The client registered Rewind's search attributes and started the workflow

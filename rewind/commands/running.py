@@ -241,7 +241,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")
     p.add_argument("--fast", action="store_true",
                    help="model calls and read-only tools as local activities, recorded every ~2 s: much less "
-                        "overhead per step; a crash re-runs the unrecorded last moments (README: Fast path)")
+                        "overhead per step; a crash re-runs the unrecorded last moments (docs/operations.md: Fast path)")
 
     p = command("continue", "continue a run paused by its budget, with a raised budget", handler=cmd_continue)
     p.add_argument("run")
