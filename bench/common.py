@@ -234,9 +234,9 @@ class Suite:
         self.cache: dict[str, Any] = {}  # runs shared between benchmarks (long runs)
 
     # -- Temporal
-    def start_temporal(self, name: str) -> DevServer:
+    def start_temporal(self, name: str, dispatch_tuning: dict[str, str] | None = None) -> DevServer:
         folder = self.tmp / f"temporal-{name}-{uuid.uuid4().hex[:4]}"
-        server = DevServer.start(folder / "temporal.db", headless=True)
+        server = DevServer.start(folder / "temporal.db", headless=True, dispatch_tuning=dispatch_tuning)
         self._servers.append(server)
         return server
 

@@ -22,6 +22,7 @@ from bench.common import REPO, RESULTS, Section, Suite, dump_json, log, machine_
 # processes last.
 BENCHMARKS = [
     ("overhead", "bench.b1_overhead"),
+    ("dev_server", "bench.b11_dev_server"),
     ("storage", "bench.b2_storage"),
     ("fork", "bench.b4_fork"),
     ("checkpoint_io", "bench.b6_checkpoint_io"),
@@ -31,10 +32,11 @@ BENCHMARKS = [
     ("concurrency", "bench.b5_concurrency"),
     ("langgraph_saver", "bench.b9_langgraph_saver"),
     ("subagents", "bench.b10_subagents"),
+    ("cli", "bench.b12_cli"),
     ("mcp", "bench.b11_mcp"),
 ]
-ORDER_IN_REPORT = ["overhead", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
-                   "langgraph_saver", "subagents", "mcp"]
+ORDER_IN_REPORT = ["overhead", "dev_server", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
+                   "langgraph_saver", "subagents", "cli", "mcp"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:

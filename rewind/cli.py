@@ -75,13 +75,13 @@ def _version() -> str:
 
 def run(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code. Nothing but one line reaches stderr on failure."""
-    from temporalio.service import RPCError
-
     drop_empty_library_variables()
     args = build_parser().parse_args(argv)
     debug = False
     try:
-        settings = Settings.from_env()
+        # A command that only reads the store does not read the Temporal connection
+        # (its profile file's loader would import the whole Temporal client).
+        settings = Settings.from_env(temporal=not getattr(args, "store_only", False))
         debug = settings.debug
         if hasattr(args, "sync"):
             return args.sync(args, settings)
@@ -90,9 +90,6 @@ def run(argv: list[str] | None = None) -> int:
     except RewindError as exc:
         print(f"rewind: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_ERROR
-    except RPCError as exc:
-        print(f"rewind: Temporal refused the request: {one_line(str(exc))}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -100,11 +97,22 @@ def run(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
+        if _temporal_refused(exc):
+            print(f"rewind: Temporal refused the request: {one_line(str(exc))}", file=sys.stderr)
+            return 1
         if debug:
             traceback.print_exc()
         print(f"rewind: unexpected {type(exc).__name__}: {one_line(str(exc), 500)} "
               "(this is a bug; REWIND_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
+
+
+def _temporal_refused(exc: Exception) -> bool:
+    """Whether `exc` is the Temporal service's RPCError. Only a command that talked to
+    Temporal can raise one, and only such a command has loaded the client: the others
+    (--version, tree, show on a folder store) do not import it just to tell."""
+    service = sys.modules.get("temporalio.service")
+    return service is not None and isinstance(exc, service.RPCError)
 
 
 def _silence_stdout() -> None:

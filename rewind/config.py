@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from checkpoint_bridge.stores import parse_store_url
 from rewind.temporal_config import TemporalConnection, load_temporal_config
-from workflows.contracts import DEFAULT_MODEL
+from workflows.defaults import DEFAULT_MODEL
 from workflows.errors import ConfigError
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -196,14 +196,23 @@ class Settings:
     mcp_config_source: str = "REWIND_MCP_CONFIG"
     # Tools whose annotations say destructive (or say nothing) wait for approval.
     approve_destructive: bool = False
-    # The environment `${VAR}` references in the MCP file are filled in from.
+    # The environment it was read from: what `${VAR}` references in the MCP file are filled
+    # in from, and what `rewind dev` hands its worker.
     environ: dict[str, str] = field(default_factory=dict, repr=False)
+    # False: read by a command that only reads the store (`rewind tree`, `show`), without the
+    # Temporal connection (the profile file's loader imports the whole Temporal client);
+    # connect() refuses such settings.
+    temporal_read: bool = field(default=True, repr=False)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None, *, temporal: bool = True) -> "Settings":
+        """`temporal=False`: leave the Temporal connection unread (a command that never connects)."""
         env = os.environ if env is None else env
         read = _Env(env)
-        temporal_address, namespace, temporal = load_temporal_config(env)
+        if temporal:
+            temporal_address, namespace, connection = load_temporal_config(env)
+        else:
+            temporal_address, namespace, connection = cls.temporal_address, cls.namespace, TemporalConnection()
         home = Path(read.str("REWIND_HOME", ".rewind"))  # type: ignore[arg-type]
         store_url = read.str("REWIND_STORE", f"file://{home / 'checkpoints'}")
         assert store_url is not None
@@ -213,6 +222,10 @@ class Settings:
             # Workers on several machines share nothing but Temporal and S3:
             # with an S3 checkpoint store, the live data goes to S3 too.
             default_payloads = f"s3://{where.bucket}/rewind-payloads"
+        elif where.kind != "file":
+            # A database holds the live data too, beside the checkpoints (their keys never
+            # meet: runs/, langgraph/ against segments/, outputs/, idempotency/, temporal/).
+            default_payloads = store_url
         modules_text, modules_source = read.str("REWIND_TOOL_MODULES"), "REWIND_TOOL_MODULES"
         if modules_text is None:
             modules_text, modules_source = read.str("REWIND_TOOLS"), "REWIND_TOOLS"
@@ -221,7 +234,8 @@ class Settings:
         return cls(
             temporal_address=temporal_address,
             namespace=namespace,
-            temporal=temporal,
+            temporal=connection,
+            temporal_read=temporal,
             task_queue=read.str("REWIND_TASK_QUEUE", "rewind"),  # type: ignore[arg-type]
             store_url=store_url,
             payload_url=_checked_url("REWIND_PAYLOADS", read.str("REWIND_PAYLOADS", default_payloads)),

@@ -180,6 +180,33 @@ def erase_deleted(db_file: Path, timeout_s: float = 30.0) -> bool:
         connection.close()
 
 
+# Dynamic-config values that make the dev server hand an agent's steps on as
+# fast as its one machine allows. Each was measured on its own against the
+# server's defaults, side by side in one run (`bench/run --only dev_server`,
+# BENCHMARKS.md section 11); only those that paid are here.
+DISPATCH_TUNING: dict[str, str] = {
+    # The history service reads the tasks it must hand to matching (an activity or
+    # workflow task to dispatch) from its transfer queue through a token bucket of
+    # 20 reads/s per shard, and the dev server has one shard. A step is two or more
+    # such hops, each needing a read of its own, so after a burst of ~20 every hop
+    # waited for the next 50 ms token: the 50 ms quanta of a step's time (~100 ms
+    # for two hops). 1000/s is far above what one machine's runs need, so the
+    # bucket never decides when a task moves; reads stay event-driven (a read
+    # happens when a task is written), so an idle server does not read more.
+    "history.transferProcessorMaxPollRPS": "1000",
+    # A task queue has 4 partitions by default, to spread a busy queue over
+    # matching hosts. On one process they only add a hop: a task written to one
+    # partition while the worker's poll waits on another is forwarded to the
+    # root partition first. One partition: the poll and the task meet at once.
+    "matching.numTaskqueueReadPartitions": "1",
+    "matching.numTaskqueueWritePartitions": "1",
+    # Measured and not kept (no gain on a step beyond the noise of the runs above):
+    # the timer, visibility and outbound queue readers' poll rates (they carry
+    # timeouts, list queries and callbacks, not a step's hand-over), the
+    # forwarder's rate (nothing to forward with one partition) and
+    # system.enableActivityEagerExecution.
+}
+
 _PORT_ATTEMPTS = 3
 _TAKEN_PORT = "address already in use"
 
@@ -219,6 +246,7 @@ class DevServer:
         headless: bool = False,
         timeout_s: float = 30.0,
         shared: bool = False,
+        dispatch_tuning: dict[str, str] | None = None,
     ) -> "DevServer":
         """`shared`: other processes on the same database (a demo, an example) may use
         this server instead of refusing to start: `rewind server`, which lives until
@@ -226,13 +254,16 @@ class DevServer:
 
         Ports not given are picked free, but another socket (a client connection's
         local port) can take one before the server binds it: then the server exits
-        at once saying "address already in use", and it is started again on new ports."""
+        at once saying "address already in use", and it is started again on new ports.
+
+        `dispatch_tuning`: dynamic-config values instead of DISPATCH_TUNING (the
+        benchmark of the settings passes each variant; {} is the server's defaults)."""
         log_file = log_file or db_file.with_suffix(".log")
         for attempt in range(_PORT_ATTEMPTS):
             logged = log_file.stat().st_size if log_file.exists() else 0
             try:
                 return cls._start_once(db_file, port=port, ui_port=ui_port, log_file=log_file, headless=headless,
-                                       timeout_s=timeout_s, shared=shared)
+                                       timeout_s=timeout_s, shared=shared, dispatch_tuning=dispatch_tuning)
             except ConfigError:
                 lost_port = _TAKEN_PORT in _log_since(log_file, logged)
                 if not lost_port or attempt == _PORT_ATTEMPTS - 1 or (port is not None and ui_port is not None):
@@ -242,7 +273,7 @@ class DevServer:
     @classmethod
     def _start_once(
         cls, db_file: Path, *, port: int | None, ui_port: int | None, log_file: Path, headless: bool,
-        timeout_s: float, shared: bool,
+        timeout_s: float, shared: bool, dispatch_tuning: dict[str, str] | None = None,
     ) -> "DevServer":
         port = port or free_port()
         if port_open("127.0.0.1", port):
@@ -275,6 +306,8 @@ class DevServer:
             # `rewind delete` sees a run gone in ~4 s instead of ~20 s.
             "--dynamic-config-value", 'history.transferProcessorUpdateAckInterval="1s"',
         ]
+        for key, value in (DISPATCH_TUNING if dispatch_tuning is None else dispatch_tuning).items():
+            args += ["--dynamic-config-value", f"{key}={value}"]
         if headless:
             args.append("--headless")
         logged = log_file.stat().st_size if log_file.exists() else 0

@@ -36,9 +36,12 @@ class Stack:
 
 @asynccontextmanager
 async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextIO = sys.stdout, *,
-                         mcp_servers: list[Any] | None = None,
+                         port: int | None = None, ui_port: int | None = None,
+                         shared_server: bool = False, mcp_servers: list[Any] | None = None,
                          scripts: dict[str, list[Any]] | None = None) -> AsyncIterator[Stack]:
-    """`mcp_servers`: MCP servers whose tools the worker offers too; `scripts`: turns the
+    """`port`/`ui_port`: the server's (default: free ones). `shared_server`: other
+    processes of this home may use the server while it runs (`rewind demo --keep`).
+    `mcp_servers`: MCP servers whose tools the worker offers too; `scripts`: turns the
     offline model can play (`--model script:NAME`)."""
     from rewind.worker import build_worker, model_endpoint
 
@@ -51,7 +54,8 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     # one that `rewind server` (or another demo) runs on this home is shared.
     db_file = home / "temporal.db"
     shared = running_server(db_file)
-    server = None if shared else DevServer.start(db_file, log_file=home / "temporal.log")
+    server = None if shared else DevServer.start(db_file, port=port, ui_port=ui_port, log_file=home / "temporal.log",
+                                                 shared=shared_server)
     offline = None
     hub: Any = None
     # Everything after the server started is inside the try: a broken pipe on the

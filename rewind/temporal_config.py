@@ -23,11 +23,18 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
-
-from temporalio.envconfig import ClientConfig, ClientConfigProfile, ClientConfigTLS
+from typing import TYPE_CHECKING, Any, Mapping
 
 from workflows.errors import ConfigError
+
+if TYPE_CHECKING:
+    from temporalio.envconfig import ClientConfigProfile
+
+# The SDK's loader (temporalio.envconfig) imports the whole Temporal client (~0.3 s),
+# and every `rewind` command reads these settings, including those that only read
+# the store: it is imported only when a profile file or a TLS / API key / gRPC
+# metadata setting is there to interpret. Address and namespace alone need no SDK.
+_PLAIN = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_NAMESPACE = "default"
@@ -149,6 +156,8 @@ def _one_line(exc: BaseException) -> str:
 def _file_profiles(path: Path) -> tuple[dict[str, ClientConfigProfile], dict[str, Any]]:
     """The profiles of the file as the SDK reads them, and as plain TOML (for the keys the
     SDK's types leave out, such as tls.disable_host_verification)."""
+    from temporalio.envconfig import ClientConfig
+
     try:
         profiles = dict(ClientConfig.load(config_source=path, override_env_vars={}).profiles)
         raw = tomllib.loads(path.read_text(encoding="utf-8")).get("profile", {})
@@ -199,6 +208,13 @@ def load_temporal_config(env: Mapping[str, str]) -> tuple[str, str, TemporalConn
     temporal = {k: v for k in names if (v := env.get(k)) is not None and v.strip()}
     path = _config_file(temporal | {k: env[k] for k in ("HOME", "XDG_CONFIG_HOME", "APPDATA") if env.get(k)})
     profile_name = temporal.get("TEMPORAL_PROFILE", DEFAULT_PROFILE).strip()
+    if path is None and set(temporal) <= set(_PLAIN):
+        # What the SDK would make of it too: plaintext, the address and namespace as given.
+        origins = {name: VARIABLES[name][0] for name in ("address", "namespace") if VARIABLES[name][0] in temporal}
+        return (temporal.get("TEMPORAL_ADDRESS", DEFAULT_ADDRESS), temporal.get("TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
+                TemporalConnection(origins=origins, config_file=None, profile=profile_name))
+    from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
+
     file_profile, raw_profile, profiles = ClientConfigProfile(), {}, {}
     if path is not None:
         profiles, raw = _file_profiles(path)

@@ -10,8 +10,6 @@ import json
 from collections import Counter
 from typing import Any
 
-from temporalio.exceptions import ActivityError, ChildWorkflowError
-
 from workflows.contracts import ToolCallLog, ToolSpec
 
 # Errors of calls that never reached a tool (the model named no known tool, or
@@ -24,6 +22,10 @@ NOT_EXECUTED = (UNKNOWN_TOOL, BAD_ARGUMENTS)
 
 def failure_text(err: BaseException) -> str:
     """The reason of an activity's (or a child workflow's) final failure: its cause's message."""
+    # Imported here: the checkpoint readers (`rewind tree`, `show`) use this module
+    # and must not load the Temporal client; whoever holds such an error has it loaded.
+    from temporalio.exceptions import ActivityError, ChildWorkflowError
+
     cause = err.cause if isinstance(err, (ActivityError, ChildWorkflowError)) and err.cause is not None else err
     return str(cause) or type(cause).__name__
 
@@ -91,3 +93,13 @@ def tool_message(log: ToolCallLog) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": log.tool_call_id, OUTPUT_REF: log.output_ref}
     content = f"error: {log.error}" if log.error is not None else output_text(log.output)
     return {"role": "tool", "tool_call_id": log.tool_call_id, "content": content}
+
+
+DRY_RUN_NOT_EXECUTED = "[dry run] not executed"
+
+
+def dry_run_stub(tool_name: str, arguments: dict[str, Any]) -> str:
+    """What a dry-run branch answers for a side-effecting tool that declares no dry_run."""
+    return (f"{DRY_RUN_NOT_EXECUTED}: {tool_name} changes the world, and this branch explores without "
+            f"side effects (--side-effects dry-run), so the call with {json.dumps(arguments, sort_keys=True, ensure_ascii=False)[:500]} did not happen. "
+            "Go on as if it had succeeded.")

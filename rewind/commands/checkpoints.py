@@ -122,8 +122,7 @@ async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.mirror import mirror_run
-    from rewind.client import workflow_id_for
+    from checkpoint_bridge.mirror import mirror_branches, run_branches
 
     validate_id("run", args.run)
     if args.branch:
@@ -136,10 +135,9 @@ async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
     payloads = payload_store(settings)
     try:
         async with open_checkpoints(settings) as store:
-            branches = [args.branch] if args.branch else sorted({"main", *await store.branches(args.run)})
-            for branch in branches:
-                reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch), run_id=args.run,
-                                                branch_id=branch, outputs=OutputStore(payloads)))
+            # Every branch Temporal has too, not only those the store has (an empty store after a loss).
+            branches = [args.branch] if args.branch else await run_branches(client, store, args.run)
+            reports = await mirror_branches(client, store, args.run, branches, outputs=OutputStore(payloads))
     finally:
         await payloads.aclose()
     docs = [r.model_dump() for r in reports]
@@ -178,19 +176,19 @@ async def cmd_view(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
-    p = command("tree", "every checkpoint of a run, all branches", handler=cmd_tree)
+    p = command("tree", "every checkpoint of a run, all branches", handler=cmd_tree, store_only=True)
     p.add_argument("run")
     p.add_argument("--format", choices=["text", "mermaid", "dot"], default="text",
                    help="text (default), or a graph: Mermaid flowchart or Graphviz DOT")
 
     p = command("stats", "runs by state, tokens and cost by model and branch, cache hits, step times, retries",
-                handler=cmd_stats)
+                handler=cmd_stats, store_only=True)
     p.add_argument("--run", action="append", metavar="RUN", help="only this run (repeatable; default: every run in the store)")
 
-    p = command("show", "one full AgentCheckpoint (id RUN:BRANCH:STEP)", handler=cmd_show)
+    p = command("show", "one full AgentCheckpoint (id RUN:BRANCH:STEP)", handler=cmd_show, store_only=True)
     p.add_argument("checkpoint")
 
-    p = command("export", "write one checkpoint as a standalone JSON document", handler=cmd_export)
+    p = command("export", "write one checkpoint as a standalone JSON document", handler=cmd_export, store_only=True)
     p.add_argument("checkpoint")
     p.add_argument("--out", help="file to write, or - for stdout (the JSON document)")
     p.add_argument("--format", choices=["json", "langgraph"], default="json",
@@ -200,7 +198,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--store", metavar="URL", help="langgraph: a RewindSaver store (folder or s3://bucket/prefix)")
 
     p = command("import", "bring a LangGraph thread in as a run (its checkpoints, branches, tool calls)",
-                handler=cmd_import)
+                handler=cmd_import, store_only=True)
     p.add_argument("source", choices=["langgraph"])
     p.add_argument("--thread", required=True, help="the LangGraph thread id")
     p.add_argument("--sqlite", metavar="PATH", help="a SqliteSaver database file")
@@ -212,6 +210,6 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--branch", help="only this branch (default: main and every branch in the store)")
 
     p = command("view", "write a run as one self-contained HTML page (tree, steps, diffs), from the store alone",
-                handler=cmd_view)
+                handler=cmd_view, store_only=True)
     p.add_argument("run")
     p.add_argument("--out", help="file to write (default: RUN.html here), or - for stdout")

@@ -1,0 +1,118 @@
+"""12. How fast the `rewind` command answers.
+
+Whole-process time of the commands people run dozens of times a day, each a
+new Python process started the way the console script starts it, against
+`python -c "import asyncio, json"` (the floor of any Python CLI on this
+machine) measured in the same rounds. The store is a local folder holding a
+finished 3-step run; `status` and `pending` talk to a dev server.
+
+Set REWIND_BENCH_BEFORE=/path/to/another/checkout to time that checkout's
+commands in the same rounds (PYTHONPATH points each process at its tree), for
+a before/after table of a change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import REPO, Section, blob_script, log, median, rewind_worker, start_agent
+from checkpoint_bridge.store import open_checkpoint_store
+from workflows.errors import RewindError
+
+BASELINE = ("python -c 'import asyncio, json'", [sys.executable, "-c", "import asyncio, json"])
+# The console script's own code: `from rewind.cli import main; sys.exit(main())`.
+ENTRY = "import sys; from rewind.cli import main; sys.exit(main())"
+# (command, target ratio to the baseline)
+TARGETS = {"--version": 2.0, "--help": 2.0, "tree": 3.0, "show": 3.0, "status": 4.0, "pending": 4.0}
+
+
+def _commands(run_id: str) -> list[tuple[str, list[str]]]:
+    return [("--version", ["--version"]), ("--help", ["--help"]), ("tree", ["tree", run_id]),
+            ("show", ["show", f"{run_id}:main:2", "--json"]), ("status", ["status", run_id]), ("pending", ["pending"])]
+
+
+def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
+    t = time.perf_counter()
+    done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+    took = time.perf_counter() - t
+    if done.returncode != 0:
+        raise RuntimeError(f"{argv[3:]} exited {done.returncode}: {done.stderr.decode()[-500:]}")
+    return took
+
+
+async def run(suite) -> Section:  # type: ignore[no-untyped-def]
+    rounds = 5 if suite.quick else 15
+    sec = Section("cli", "12. CLI response time",
+                  f"Whole-process time of each command (a new process, as the console script runs it), median of "
+                  f"{rounds} rounds; every round times the baseline `python -c \"import asyncio, json\"` and each "
+                  "command once, interleaved. Local folder store with a finished 3-step run; `status` and `pending` "
+                  "ask a dev server.")
+    server = suite.start_temporal("cli")
+    client = await suite.client(server)
+    model = suite.model(0)
+    settings = suite.settings(server, "cli")
+    name, _ = blob_script(model, 3, 64)
+    async with rewind_worker(client, settings, model):
+        handle = await start_agent(client, settings, name, 3)
+        await handle.result()
+        run_id = handle.id
+        # The mirror writes the last checkpoint just after the run ends.
+        async with open_checkpoint_store(settings.store_url) as store:
+            for _ in range(200):
+                try:
+                    await store.load(f"{run_id}:main:2")
+                    break
+                except RewindError:
+                    await asyncio.sleep(0.05)
+    home = suite.tmp / "cli-home"
+    home.mkdir(exist_ok=True)
+    trees = [("this tree", REPO)]
+    before = os.environ.get("REWIND_BENCH_BEFORE")
+    if before:
+        trees.insert(0, ("before", Path(before).resolve()))
+
+    def env_for(tree: Path) -> dict[str, str]:
+        return {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+                "PYTHONPATH": str(tree), "TEMPORAL_ADDRESS": server.address, "REWIND_TASK_QUEUE": settings.task_queue,
+                "REWIND_STORE": settings.store_url, "REWIND_PAYLOADS": settings.payload_url}
+
+    times: dict[tuple[str, str], list[float]] = {}
+    base: list[float] = []
+    for r in range(rounds):
+        if r % 5 == 0:
+            log(f"cli: round {r + 1}/{rounds}")
+        base.append(await asyncio.to_thread(_timed, BASELINE[1], env_for(REPO), home))
+        for label, tree in trees:
+            for cmd, args in _commands(run_id):
+                took = await asyncio.to_thread(_timed, [sys.executable, "-c", ENTRY, *args], env_for(tree), home)
+                times.setdefault((label, cmd), []).append(took)
+    suite.stop_model(model)
+    suite.stop_temporal(server)
+
+    b = median(base)
+    headers = ["command", *[f"{label} (ms)" for label, _ in trees], *[f"{label} / baseline" for label, _ in trees],
+               "target", "met?"]
+    rows, data = [], {"baseline_ms": b * 1000, "rounds": rounds, "commands": {}}
+    for cmd, _ in _commands(run_id):
+        meds = [median(times[(label, cmd)]) for label, _ in trees]
+        ratio = meds[-1] / b
+        target = TARGETS[cmd]
+        data["commands"][cmd] = {label: m * 1000 for (label, _), m in zip(trees, meds)}
+        rows.append([f"`rewind {cmd}`",
+                     *[f"{m * 1000:.0f}" for m in meds], *[f"{m / b:.1f}x" for m in meds], f"≤ {target:g}x",
+                     "met" if ratio <= target else "**not met**"])
+        sec.headline.append(["12 CLI", f"`rewind {cmd}` whole process / python -c 'import asyncio, json'",
+                             f"{meds[-1] * 1000:.0f} ms / {b * 1000:.0f} ms", f"**{ratio:.1f}x**", f"≤ {target:g}x",
+                             "met" if ratio <= target else "**not met**"])
+    rows.insert(0, [BASELINE[0], *[f"{b * 1000:.0f}"] * len(trees), *["1.0x"] * len(trees), "–", "–"])
+    sec.table("Whole-process time (ms, medians) and ratio to the baseline", headers, rows)
+    sec.data = data
+    sec.notes.append("What a read-only command loads is guarded by tests/rewind/test_cli_imports.py (which packages, "
+                     "not how long): no Temporal client for a command that reads only the store, no S3 client for a "
+                     "folder store, no openai outside the worker, no pydantic for --version and --help.")
+    return sec
