@@ -133,7 +133,6 @@ def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any
 async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentResult:
     """The MCP agent on a fresh workspace under .rewind/mcp-demo (needs node and the npm server)."""
     from activities.mcp.config import McpServerConfig
-    from checkpoint_bridge.runs import describe_tools
     from examples import mcp_files_agent as agent
     from rewind.commands.tools import policy_of
 
@@ -146,9 +145,8 @@ async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentR
     scripts = {agent.SCRIPT_NAME: agent.script_turns(workspace)}
     async with embedded_stack(settings, [], out, mcp_servers=[server], scripts=scripts) as stack:
         client = stack.client
-        described = await describe_tools(client, settings.task_queue, [])
         print("tools, as the server's annotations decide them:", file=out)
-        for spec in described.tools:
+        for spec in stack.tools:
             print(f"  {spec.name:<32} {policy_of(spec)['label']}", file=out)
         run_id = new_run_id()
         model = f"script:{agent.SCRIPT_NAME}" if stack.offline else settings.model

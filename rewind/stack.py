@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, TextIO
 
 from temporalio.client import Client
@@ -31,6 +31,7 @@ class Stack:
     server: DevServer | None  # None: a server another process runs on the same home
     endpoint: ModelEndpoint
     offline: bool
+    tools: list[Any] = field(default_factory=list)  # the worker's ToolSpecs
 
 
 @asynccontextmanager
@@ -84,7 +85,7 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
             for mcp_tool in await hub.start():
                 registry.add(mcp_tool)
         async with build_worker(client, settings, registry, endpoint, mcp=hub):
-            yield Stack(client, settings, server, endpoint, offline is not None)
+            yield Stack(client, settings, server, endpoint, offline is not None, registry.specs())
     finally:
         if hub is not None:
             await hub.close()

@@ -5,7 +5,7 @@
     note(text)        no annotations at all: the MCP defaults (a destructive, non-idempotent
                       side effect); appends to $NOTES_FILE the text and the idempotency key the
                       request's _meta carried
-    echo(text)        readOnlyHint: answers the text
+    echo(text)        readOnlyHint: answers the text (not listed once $HIDE_ECHO_FILE exists)
     picture()         readOnlyHint: a small PNG (image content, stored by reference)
     --bad-schema      also lists `broken`, whose input schema is not a JSON schema
 """
@@ -39,9 +39,13 @@ def note(text: str, ctx: Context) -> str:
     return f"noted {text!r}"
 
 
-@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def echo(text: str) -> str:
     return text
+
+
+# A server updated under a worker: once $HIDE_ECHO_FILE exists, a new start no longer lists echo.
+if not os.path.exists(os.environ.get("HIDE_ECHO_FILE") or "/nonexistent"):
+    server.tool(annotations=ToolAnnotations(read_only_hint=True))(echo)
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

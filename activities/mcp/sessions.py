@@ -37,6 +37,10 @@ class ServerUnavailable(Exception):
     """The server cannot be reached or started: nothing was sent (retrying may help)."""
 
 
+class ToolGone(Exception):
+    """The server (after a restart) no longer lists the tool: nothing was sent."""
+
+
 class SentUnanswered(Exception):
     """The request was sent (or may have been) and no answer came: the effect's state is unknown."""
 
@@ -175,6 +179,8 @@ class McpServer:
 
         for attempt in (1, 2):
             session, generation = await self._live()
+            if tool not in self.tools:
+                raise ToolGone(tool)
             if once:
                 try:
                     await asyncio.wait_for(session.send_ping(), PING_TIMEOUT_S)
@@ -224,4 +230,4 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
 
-__all__ = ["McpServer", "ServerUnavailable", "SentUnanswered", "START_TIMEOUT_S"]
+__all__ = ["McpServer", "ServerUnavailable", "SentUnanswered", "ToolGone", "START_TIMEOUT_S"]

@@ -31,7 +31,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from activities.mcp.config import McpServerConfig
 from activities.mcp.policy import Policy, decide
 from activities.mcp.results import tool_output
-from activities.mcp.sessions import McpServer, SentUnanswered, ServerUnavailable
+from activities.mcp.sessions import McpServer, SentUnanswered, ServerUnavailable, ToolGone
 from activities.tools import RegisteredTool, tool_context
 from workflows.contracts import McpToolInfo, ToolSpec
 from workflows.errors import CheckpointNotFoundError, ConfigError, ToolError
@@ -161,9 +161,12 @@ class McpHub:
         ctx = tool_context()
         key = ctx.idempotency_key
         once = policy.side_effects and not policy.idempotent and key is not None and self._payloads is not None
+        def gone() -> ToolError:
+            return ToolError(f"{name} is no longer offered by MCP server {server.name} (it lists: "
+                             f"{', '.join(sorted(server.tools)) or 'none'}); use another tool")
+
         if tool.tool not in server.tools:
-            raise ToolError(f"{name} is no longer offered by MCP server {server.name} (it lists: "
-                            f"{', '.join(sorted(server.tools)) or 'none'}); use another tool")
+            raise gone()
         if once and ctx.attempt > 1 and await self._sent_before(key):  # type: ignore[arg-type]
             raise ToolError(_unknown(name, server.name, "an earlier attempt sent the request and no answer was recorded"))
 
@@ -183,10 +186,14 @@ class McpHub:
             raise  # read-only or idempotent: Temporal retries the call
         except ServerUnavailable:
             raise  # nothing was sent: Temporal retries the call
+        except ToolGone:
+            raise gone() from None
         except MCPError as exc:
             if tool.tool not in server.tools:
-                raise ToolError(f"{name} is no longer offered by MCP server {server.name}") from None
+                raise gone() from None
             raise ToolError(f"MCP server {server.name} refused the call (error {exc.code}): {exc.message}") from None
+        if result.is_error and tool.tool not in server.tools:
+            raise gone()
         return await tool_output(result, name, self.outputs)
 
     def describe(self) -> list[str]:

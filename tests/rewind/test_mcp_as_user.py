@@ -86,6 +86,10 @@ async def test_read_cached_edit_once_fork_and_rollback_reuse_the_edit(world, tmp
         assert edited["mcp"]["server"] == "fs" and edited["mcp"]["tool"] == "edit_file"
         assert edited["mcp"]["annotations"]["destructiveHint"] is True
         assert edited["mcp"]["server_version"].startswith("secure-filesystem-server ")
+        code, text, _ = await rewind(cli, env, "show", "fs-1:main:3")
+        assert code == 0 and "mcp        fs__edit_file call call_2_0: tool edit_file of server fs" in text, text
+        assert "idempotentHint false" in text and "a side effect, sent once" in text, text
+        assert "fs__read_text_file call call_1_0" in text and "served from the run's cache" in text, text
 
         # A fork after the edit whose model asks for it again: reused from the lineage.
         forked = await rewind_json(cli, env, "fork", "fs-1", "--step", "3", "--branch", "alt", "--model",

@@ -8,7 +8,8 @@ rejection reaches the model; the idempotency key reaches the server in `_meta`; 
 image is stored by reference; a stdio server that died while the worker held its
 session is restarted on the next call (the log says so) and the run completes; an
 HTTP server that is down is retried, named in `rewind status`, and the run completes
-once it is back.
+once it is back; a tool the restarted server no longer lists is a tool error to the
+model, not a stuck run.
 """
 
 from __future__ import annotations
@@ -208,3 +209,27 @@ async def test_own_server_meta_key_image_restart_and_http_down(world, tmp_path) 
     (image,) = picture["attachments"]
     assert image["type"] == "image" and image["mimeType"] == "image/png" and len(image["ref"]) == 64
     assert "stored in the payload store" in picture["text"] and "data" not in image
+
+
+async def test_a_tool_the_restarted_server_no_longer_lists_is_a_tool_error(world, tmp_path) -> None:
+    hide = tmp_path / "hide-echo"
+    config = _config(tmp_path / "mcp.json", {"own": {"command": sys.executable, "args": [OWN, "stdio"],
+                                                     "env": {"NOTES_FILE": str(tmp_path / "notes"),
+                                                             "HIDE_ECHO_FILE": str(hide)}}})
+    script = "gone-" + world.queue
+    world.model.add_script(script, [{"tool_calls": [{"name": "own__echo", "arguments": {"text": "hello"}}]},
+                                    {"content": None, "echo_tool_results": True}])
+    wdir, cli = world.folder("worker"), world.folder("cli")
+    env = world.env(cli)
+    async with user_workers() as start:
+        worker = start(wdir, world.env(wdir, REWIND_MCP_CONFIG=str(config)))
+        await worker.wait_ready()
+        (child,) = subprocess.run(["pgrep", "-P", str(worker.pid), "-f", "mcp_test_server.py"],
+                                  capture_output=True, text=True).stdout.split()
+        hide.touch()  # the server is updated: its next start lists no echo
+        os.kill(int(child), signal.SIGKILL)
+        await rewind_json(cli, env, "start", "--task", "echo", "--model", f"script:{script}", "--run-id", "gone-1")
+        view = await _until(cli, env, "gone-1", lambda v: v["state"] != "running")
+    assert view["state"] == "completed", view
+    final = view["status"]["final_answer"]
+    assert "own__echo is no longer offered by MCP server own" in final and "note" in final, final
