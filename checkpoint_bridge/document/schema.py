@@ -100,9 +100,9 @@ class ToolCallRecord(BaseModel):
     """A dry-run branch's side-effecting call (v7; left out when false): the effect did not
     happen; ``tool_output`` is the tool's dry_run answer, or a stub that says so."""
     mcp: dict[str, Any] | None = None
-    """An MCP server's tool: ``server``, ``tool``, ``server_version``, ``annotations`` (as the
-    server published them), ``idempotent`` and ``policy`` (what decided cache, effect, retry and
-    approval). Absent for @tool functions."""
+    """An MCP server's tool (v7; absent for @tool functions): ``server``, ``tool``,
+    ``server_version``, ``annotations`` (as the server published them), ``idempotent`` and
+    ``policy`` (what decided cache, effect, retry and approval)."""
 
     _utc = field_validator("called_at")(_to_utc)
 
