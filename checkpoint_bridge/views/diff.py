@@ -71,6 +71,9 @@ class ToolCallRow(_Row):
     """`rewind redo`: the call kept its recorded answer instead of running again."""
     dry_run: bool = False
     """A dry-run branch's side-effecting call: the effect did not happen."""
+    mcp_policy: list[str] = []
+    """An MCP server's tool: what decided its durability, one line per decision (cached or an
+    effect, retried or sent once, approval) and the annotation or override that said so."""
 
 
 class Tokens(_Row):
@@ -197,7 +200,8 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
                          arguments=_arguments(r.tool_input), served_from_cache=r.served_from_cache,
                          error=r.error, side_effects=r.side_effects, decision=decision_text(r.approval),
                          reused=r.reused is not None, subagent=(r.subagent or {}).get("state"),
-                         kept=r.answered_from is not None, dry_run=r.dry_run) for r in records]
+                         kept=r.answered_from is not None, dry_run=r.dry_run,
+                         mcp_policy=list((r.mcp or {}).get("policy") or [])) for r in records]
     system = next((m for m in head.messages if m.get("role") == "system"), None)
     last = next((m for m in reversed(head.messages) if m.get("role") == "assistant"), None)
     answer = None
@@ -322,6 +326,18 @@ def _call_line(c: ToolCallRow, cell: int) -> str:
     return prefix + _shorten(f"{c.tool_name}({c.arguments})", max(cell - len(prefix) - len(tags), 4)) + tags
 
 
+def _mcp_reasons(calls: list[ToolCallRow], cell: int) -> list[str]:
+    """Each MCP tool's decisions once: `fs__edit_file: sent once (idempotentHint false)`."""
+    lines: list[str] = []
+    for c in calls:
+        for policy in c.mcp_policy:
+            decided, _, said = policy.partition(": ")
+            line = _shorten(f"{c.tool_name}: {decided} ({said.split(': ')[0]})" if said else f"{c.tool_name}: {decided}", cell)
+            if line not in lines:
+                lines.append(line)
+    return lines
+
+
 def _wrapped(text: str, cell: int, most: int = ANSWER_LINES) -> list[str]:
     lines = textwrap.wrap(" ".join(text.split()), cell) or [""]
     if len(lines) > most:
@@ -391,6 +407,8 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
                               + (f", {s.tool_calls_reused} reused" if s.tool_calls_reused else "")
                               + (f", {s.tool_calls_rejected} rejected" if s.tool_calls_rejected else "")
                               + (f", {s.tool_calls_dry_run} dry run" if s.tool_calls_dry_run else "")]))
+    if any(c.mcp_policy for side in (d.a, d.b) for c in side.tool_calls):
+        row("why (mcp)", (lambda s: _listed(_mcp_reasons(s.tool_calls, cell))))
     row("tokens", (lambda s: [f"{s.tokens.total} ({s.tokens.prompt} in / {s.tokens.completion} out)"]))
     row("cost", (lambda s: [usd(s.cost_usd)]))
     for redone in d.redone:

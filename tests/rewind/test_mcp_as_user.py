@@ -103,8 +103,14 @@ async def test_read_cached_edit_once_fork_and_rollback_reuse_the_edit(world, tmp
         back = await rewind_json(cli, env, "rollback", "fs-1", "--step", "2", "--wait")
         assert back["status"]["state"] == "completed", back
         assert notes.read_text() == "alpha beta\n"
-        code, text, _ = await rewind(cli, env, "diff", "fs-1", "main.r0", "main")
+        code, text, _ = await rewind(cli, {**env, "COLUMNS": "160"}, "diff", "fs-1", "main.r0", "main")
         assert code == 0 and "[reused]" in text, text
+        # Why the edit was an effect (so reused), sent once and not gated: its annotations.
+        assert "why (mcp)" in text and "fs__edit_file: side effect (readOnlyHint false)" in text, text
+        assert "fs__edit_file: sent once (idempotentHint false)" in text, text
+        assert "fs__edit_file: no approval (destructiveHint true" in text, text
+        doc = await rewind_json(cli, env, "diff", "fs-1", "main.r0", "main")
+        assert any(c["mcp_policy"] for c in doc["b"]["tool_calls"]), doc
         await worker.stop_async()
 
         # With on_repeat "run" the same fork runs the edit again (the file shows it twice).
