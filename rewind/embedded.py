@@ -211,6 +211,39 @@ _PORT_ATTEMPTS = 3
 _TAKEN_PORT = "address already in use"
 
 
+class _PortTaken(ConfigError):
+    """Another process answers on a port this server picked: start again on new ports."""
+
+
+def _listens(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds the socket listening on `port` (Linux /proc), None where
+    that cannot be read. The health check cannot tell two servers apart; the kernel can."""
+    try:
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            if not os.path.exists(table):
+                continue
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    # local address "0100007F:1F91", state 0A = LISTEN, inode in column 10
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(fields[9])
+        if not inodes:
+            return False
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return True
+        return False
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
 def _log_since(log_file: Path, offset: int) -> str:
     try:
         with open(log_file, "rb") as f:
@@ -264,8 +297,8 @@ class DevServer:
             try:
                 return cls._start_once(db_file, port=port, ui_port=ui_port, log_file=log_file, headless=headless,
                                        timeout_s=timeout_s, shared=shared, dispatch_tuning=dispatch_tuning)
-            except ConfigError:
-                lost_port = _TAKEN_PORT in _log_since(log_file, logged)
+            except ConfigError as exc:
+                lost_port = isinstance(exc, _PortTaken) or _TAKEN_PORT in _log_since(log_file, logged)
                 if not lost_port or attempt == _PORT_ATTEMPTS - 1 or (port is not None and ui_port is not None):
                     raise
         raise AssertionError("unreachable")
@@ -343,10 +376,11 @@ class DevServer:
         # The port answered, but is it this server's? Another process that took the picked
         # port first (a test's server starting at the same moment) answers as healthy
         # while this one exits with "address already in use": then it is not ours.
-        if process.poll() is not None or _TAKEN_PORT in _log_since(log_file, logged):
+        if process.poll() is not None or _TAKEN_PORT in _log_since(log_file, logged) \
+                or _listens(process.pid, port) is False:
             server.stop()
-            raise ConfigError(f"the Temporal dev server exited with code {process.returncode} "
-                              f"({_TAKEN_PORT}, another process took a port it picked); see {log_file}")
+            raise _PortTaken(f"the Temporal dev server exited with code {process.returncode} "
+                             f"({_TAKEN_PORT}, another process took a port it picked); see {log_file}")
         return server
 
     def healthy(self) -> bool:
