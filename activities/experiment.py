@@ -58,7 +58,7 @@ class ExperimentActivities:
                 from_branch=req.from_branch, system_prompt=v.system_prompt, model=v.model, tools=v.tools,
                 variables=v.variables or None, limit_overrides=limits or None,
                 llm_overrides=v.llm_overrides(req.repetition) or None,
-                subagent_overrides=v.subagents or None,
+                subagent_overrides=v.subagents or None, side_effects=req.side_effects,
             )
             started = await _started(client, workflow_id)
             assert started is not None, f"the fork {workflow_id} was started but cannot be described"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Literal
 
@@ -248,6 +249,8 @@ class ToolActivities:
         # Heartbeat from the first store request on: a slow record lookup or
         # write must not look like a dead worker to Temporal.
         async with heartbeating(request.tool_name):
+            if request.dry_run:
+                return await self._dry_run(registered, request, kwargs, ctx, outcome)
             kind, value = await self._once(ctx, lambda: registered.fn(**kwargs),
                                            raised=f"tool {request.tool_name!r}", raised_type="ToolRaised")
         if kind == "refused":
@@ -262,6 +265,20 @@ class ToolActivities:
                     type="OutputStoreUnavailable",
                 ) from None
         return outcome(output=value, replayed_from_record=kind == "recorded")
+
+    async def _dry_run(self, registered: RegisteredTool, request: ToolRequest, kwargs: dict[str, Any],
+                       ctx: ToolContext, outcome: Callable[..., ToolOutcome]) -> ToolOutcome:
+        """The tool's dry_run implementation in place of the tool (a dry-run branch). Nothing
+        happens, so nothing is recorded under the call's key (no key is passed to _once)."""
+        dry_run = registered.dry_run
+        if dry_run is None:
+            return outcome(error=f"{request.tool_name} declares no dry_run on this worker", error_kind="tool_error")
+        kind, value = await self._once(replace(ctx, idempotency_key=None), lambda: dry_run(**kwargs),
+                                       raised=f"dry_run of {request.tool_name!r}", raised_type="ToolRaised")
+        if kind == "refused":
+            return outcome(error=self._redact.redact_text(f"{request.tool_name} (dry run) failed: {value}"),
+                           error_kind="tool_error")
+        return outcome(output=value)
 
     @activity.defn(name=COMPENSATE_TOOL)
     async def compensate_tool(self, request: CompensationRequest) -> CompensationOutcome:

@@ -73,6 +73,8 @@ class RegisteredTool:
     arg_cap: int = DEFAULT_MAX_ARG_CHARS
     # needs_approval=<function of the validated arguments>: asked before each call.
     approval_rule: Callable[[dict[str, Any]], bool] | None = field(default=None)
+    # dry_run=<async function with the tool's arguments>: what a dry-run branch calls instead.
+    dry_run: Callable[..., Awaitable[Any]] | None = field(default=None)
 
     def with_arg_cap(self, cap: int) -> "RegisteredTool":
         """The same tool with plain `str` arguments capped at `cap` characters."""
@@ -144,6 +146,7 @@ def tool(
     on_timeout: str = "reject",
     effect_key: tuple[str, ...] | None = None,
     on_repeat: str = "reuse",
+    dry_run: Callable[..., Awaitable[Any]] | None = None,
 ) -> Any:
     """Register an async function as a tool.
 
@@ -154,7 +157,7 @@ def tool(
     fast: run each call as a local activity on the workflow's own worker: no
         round trip through the server, recorded in history with the workflow
         task (a crash before that runs the call again, with the same
-        idempotency key). For short calls; see the README's "Fast path".
+        idempotency key). For short calls; see "Fast path" in docs/operations.md.
     needs_approval: (side-effecting tools) a person approves or rejects each call
         before it runs (`rewind approve` / `rewind reject`); True for every call,
         or a function of the validated arguments (a dict) that says which ones.
@@ -166,6 +169,10 @@ def tool(
         (before a fork point, or in steps a rollback discarded): "reuse" (return
         the recorded result, do not run), "ask" (wait for approval, with the
         earlier effect shown) or "run" (run it again, under its own new key).
+    dry_run: (side-effecting tools) an async function taking the tool's arguments that says
+        what the call would do without doing it; a branch forked with `--side-effects dry-run`
+        (an experiment's default) calls it instead of the tool. Without one such a call
+        is answered by a stub saying the effect was not executed.
     """
 
     def wrap(f: Callable[..., Awaitable[Any]]) -> RegisteredTool:
@@ -175,6 +182,12 @@ def tool(
         model = _args_model(f, tool_name)
         _check_effect_options(tool_name, model, side_effects, needs_approval, approval_timeout_s, on_timeout,
                               effect_key, on_repeat)
+        if dry_run is not None and not side_effects:
+            raise ToolRegistryError(f"tool {tool_name!r}: dry_run stands in for a side effect; "
+                                    "declare side_effects=True as well")
+        if dry_run is not None and not inspect.iscoroutinefunction(dry_run):
+            raise ToolRegistryError(f"tool {tool_name!r}: dry_run must be an async function (async def) "
+                                    "taking the tool's arguments")
         doc = inspect.getdoc(f) or ""
         spec = ToolSpec(
             name=tool_name,
@@ -191,9 +204,10 @@ def tool(
             approval_default=on_timeout,  # type: ignore[arg-type]
             effect_key=list(effect_key) if effect_key is not None else None,
             on_repeat=on_repeat,  # type: ignore[arg-type]
+            dry_run=dry_run is not None,
         )
         rule = needs_approval if callable(needs_approval) else None
-        return RegisteredTool(fn=f, spec=spec, args_model=model, approval_rule=rule)
+        return RegisteredTool(fn=f, spec=spec, args_model=model, approval_rule=rule, dry_run=dry_run)
 
     return wrap(fn) if fn is not None else wrap
 

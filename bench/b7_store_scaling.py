@@ -3,8 +3,8 @@
 An N-step branch (N = 2,000; quick: 300) of realistic step records, each an
 assistant tool call plus a 2 KB tool result with its tool record and ledger,
 written in order with `CheckpointStore.save_step` (what the live mirror and
-`rewind mirror` do), to a fresh local folder and a fresh S3 prefix on a moto
-server running as its own process. Per step: the save's time and the store
+`rewind mirror` do), to a fresh local folder, a fresh SQLite file and a fresh
+S3 prefix on a moto server running as its own process. Per step: the save's time and the store
 requests it made (GETs, PUTs, LISTs, counted by a wrapper around the real
 object store), compared early (the first 100 steps, quick: 75) and late (the last as many). Then the
 bytes stored against the raw content (the final message list as JSON), and
@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 
 from bench.common import REPO, Section, log, median, moto_process, save_figure
 from bench.tools import blob_text
-from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
+from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, SqliteObjectStore
 from checkpoint_bridge.document.packs import PACK_STEPS
 from checkpoint_bridge.projector import record_parts
 from checkpoint_bridge.document.schema import dump_checkpoint
@@ -183,6 +183,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     root = suite.tmp / f"scaling-{uuid.uuid4().hex[:6]}"
     log(f"store_scaling: {n} steps, local folder")
     results.append(await _measure("local folder", FileObjectStore(root), f"file://{root}", None, records, depths))
+    db = suite.tmp / f"scaling-{uuid.uuid4().hex[:6]}.db"
+    log(f"store_scaling: {n} steps, SQLite file")
+    results.append(await _measure("SQLite file", SqliteObjectStore(db), f"sqlite://{db}", None, records, depths))
     moto, endpoint = moto_process()
     try:
         import boto3

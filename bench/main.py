@@ -33,9 +33,10 @@ BENCHMARKS = [
     ("langgraph_saver", "bench.b9_langgraph_saver"),
     ("subagents", "bench.b10_subagents"),
     ("cli", "bench.b12_cli"),
+    ("mcp", "bench.b11_mcp"),
 ]
 ORDER_IN_REPORT = ["overhead", "dev_server", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
-                   "langgraph_saver", "subagents", "cli"]
+                   "langgraph_saver", "subagents", "cli", "mcp"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:

@@ -58,6 +58,7 @@ from workflows.contracts import (
     LineageEffect,
     LoopState,
     RedoPlan,
+    SIDE_EFFECT_MODES,
     RunLimits,
 )
 from workflows.errors import CheckpointNotUsableError, RunExistsError, StepNotFoundError, UsageError
@@ -141,7 +142,8 @@ def lineage_effects_of(
     for r in cp.tool_call_cache:
         executed = r.side_effects and r.error is None and r.idempotency_key and not r.served_from_cache
         rejected = bool(r.approval) and (r.approval or {}).get("verdict") == "rejected"
-        if executed and not rejected and r.reused is None:  # a reuse caused nothing: its original is listed
+        # A reuse caused nothing (its original is listed), nor did a dry run.
+        if executed and not rejected and r.reused is None and not r.dry_run:
             found.append(LineageEffect(tool_name=r.tool_name, arguments=r.tool_input, output=r.tool_output,
                                        idempotency_key=r.idempotency_key or "", branch_id=cp.branch_id,
                                        step=None, tool_call_id=r.tool_call_id, origin="ancestor"))
@@ -198,6 +200,11 @@ async def source_input(client: Client, workflow_id: str) -> AgentInput | None:
     return inp
 
 
+def check_side_effects(mode: str) -> None:
+    if mode not in SIDE_EFFECT_MODES:
+        raise UsageError(f"--side-effects {mode!r}: choose one of {', '.join(SIDE_EFFECT_MODES)}")
+
+
 def _input_for(cp: AgentCheckpoint, source: AgentInput | None) -> AgentInput:
     if source is not None:
         return source
@@ -220,9 +227,12 @@ async def fork(
     branch: str, from_branch: str = "main", system_prompt: str | None = None, model: str | None = None,
     tools: list[str] | None = None, variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
     limit_overrides: dict[str, Any] | None = None, llm_overrides: dict[str, Any] | None = None,
-    subagent_overrides: dict[str, dict[str, str]] | None = None,
+    subagent_overrides: dict[str, dict[str, str]] | None = None, side_effects: str = "run",
 ) -> ForkResult:
     """Start branch `branch` of `run_id` from checkpoint `step` of `from_branch`.
+
+    `side_effects` ("run", "reuse" or "dry-run", workflows.contracts.SideEffectMode): what the
+    branch's side-effecting calls do; "run" unless told, whatever the source branch did.
 
     `limit_overrides` / `llm_overrides` change single fields of the source's limits
     and model-call options (an experiment's per-branch budget, temperature, seed);
@@ -231,6 +241,7 @@ async def fork(
     validate_id("run", run_id)
     validate_branch_name(branch)
     validate_id("branch", from_branch)
+    check_side_effects(side_effects)
     if limits is not None:
         check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
     point = await resolve_step(store, run_id, from_branch, step)
@@ -249,7 +260,7 @@ async def fork(
     return await _start_from(client, launcher, cp, base, branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
                              effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp),
-                             subagent_overrides=subagent_overrides)
+                             subagent_overrides=subagent_overrides, side_effects=side_effects)
 
 
 async def _start_from(
@@ -257,7 +268,7 @@ async def _start_from(
     system_prompt: str | None = None, model: str | None = None, tools: list[str] | None = None,
     variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
     effects: list[LineageEffect] | None = None, adjust: Callable[[LoopState], None] | None = None,
-    subagent_overrides: dict[str, dict[str, str]] | None = None,
+    subagent_overrides: dict[str, dict[str, str]] | None = None, side_effects: str | None = None,
 ) -> ForkResult:
     if system_prompt is None:
         # The branch keeps its own system prompt, also when it continues from a
@@ -279,6 +290,7 @@ async def _start_from(
         "limits": limits or base.limits,
         "resume": seed,
         "subagent_overrides": {**base.subagent_overrides, **(subagent_overrides or {})},
+        "side_effects": side_effects if side_effects is not None else base.side_effects,
     })
     handle = await start_agent(client, launcher.task_queue, inp, launcher.redact, verify_tools=False)
     return ForkResult(cp.run_id, name, storage, handle.id, cp.checkpoint_id, handle)
@@ -324,7 +336,8 @@ async def _effects_of(client: Client, workflow_id: str, after: int, *, called_at
             attrs = event.activity_task_scheduled_event_attributes
             if attrs.activity_type.name == RUN_TOOL:
                 (request,) = await client.data_converter.decode(attrs.input.payloads, [ToolRequest])
-                if request.idempotency_key and (called_at is not None or request.step > after):
+                # A dry run caused nothing to undo.
+                if request.idempotency_key and not request.dry_run and (called_at is not None or request.step > after):
                     scheduled[event.event_id] = request
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attrs = event.activity_task_completed_event_attributes
@@ -431,6 +444,7 @@ REDO_PLAN_MAX_BYTES = 1_000_000
 async def redo(
     client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, step: int, call_id: str, *,
     branch: str | None = None, from_branch: str = "main", system_prompt: str | None = None, model: str | None = None,
+    side_effects: str = "run",
 ) -> ForkResult:
     """`rewind redo`: a new branch from step `step` of `from_branch` (the step whose model call
     asked for tool calls) on which every call of that step keeps its recorded answer except
@@ -439,6 +453,7 @@ async def redo(
     goes on from there. The model call of that step is not made again."""
     validate_id("run", run_id)
     validate_id("branch", from_branch)
+    check_side_effects(side_effects)
     point = await resolve_step(store, run_id, from_branch, step)
     cp = usable(await store.load(point.checkpoint_id))
     if cp.parent_id is None:
@@ -484,7 +499,8 @@ async def redo(
         seed.redo = plan
 
     return await _start_from(client, launcher, before, base, name, name, adjust=adjust,
-                             effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp))
+                             effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp),
+                             side_effects=side_effects)
 
 
 __all__ = ["fork", "rollback", "redo", "Launcher", "ForkResult", "RollbackResult", "SideEffect", "display_name"]

@@ -79,3 +79,51 @@ async def mirror_run(
         run_id=first.run_id, branch_id=first.branch_id, checkpoints=len(records),
         written=written, already_present=len(records) - written,
     )
+
+
+async def run_branches(client: Client, store: CheckpointStore, run_id: str) -> list[str]:
+    """Every branch of `run_id` that the store or Temporal knows: forks, rollback
+    revisions and sub-agent runs are workflows `RUN--BRANCH`, so a store that lost
+    (or never had) a branch's checkpoints still gets it rebuilt. `main` first."""
+    from temporalio.service import RPCError as _RPCError
+
+    from workflows.wire import AGENT_WORKFLOW
+
+    found = set(await store.branches(run_id)) | {"main"}
+    prefix = f"{run_id}--"
+    try:
+        async for wf in client.list_workflows(f"WorkflowType = '{AGENT_WORKFLOW}' AND WorkflowId STARTS_WITH '{prefix}'"):
+            if wf.id.startswith(prefix):
+                found.add(wf.id[len(prefix):])
+    except _RPCError as exc:
+        # A visibility store without STARTS_WITH: the store's branches are all there is to go on.
+        if exc.status != RPCStatusCode.INVALID_ARGUMENT:
+            raise
+    return ["main", *sorted(found - {"main"})]
+
+
+async def mirror_branches(
+    client: Client, store: CheckpointStore, run_id: str, branches: list[str], *, outputs: OutputStore | None = None,
+) -> list[MirrorReport]:
+    """`mirror_run` for each branch, each after the branch it was forked from: a branch's
+    first step continues a checkpoint of another branch, which must be stored first, so a
+    branch whose rebuild fails is tried again after the others until no round gets further."""
+    from workflows.ids import workflow_id_for
+
+    reports: dict[str, MirrorReport] = {}
+    if "main" in branches:  # the root of every other branch: its errors are the run's
+        reports["main"] = await mirror_run(client, store, workflow_id_for(run_id, "main"), run_id=run_id,
+                                           branch_id="main", outputs=outputs)
+    left = [b for b in branches if b != "main"]
+    while left:
+        failed: list[tuple[str, Exception]] = []
+        for branch in left:
+            try:
+                reports[branch] = await mirror_run(client, store, workflow_id_for(run_id, branch), run_id=run_id,
+                                                   branch_id=branch, outputs=outputs)
+            except Exception as exc:  # noqa: BLE001 - its fork point may come with a later branch
+                failed.append((branch, exc))
+        if len(failed) == len(left):
+            raise failed[0][1]
+        left = [branch for branch, _ in failed]
+    return [reports[b] for b in branches if b in reports]

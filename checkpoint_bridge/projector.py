@@ -22,6 +22,7 @@ from workflows.contracts import (
     SUBAGENT_LEDGER_FIELDS,
     ApprovalRecord,
     EffectRef,
+    McpToolInfo,
     Ledger,
     MirrorBatch,
     StepRecord,
@@ -35,7 +36,7 @@ from workflows.wire import MIRROR_STEP, MIRROR_STEPS
 
 
 
-_COUNTED_LATER = ("model_retries", "tool_retries", *SUBAGENT_LEDGER_FIELDS)
+_COUNTED_LATER = ("model_retries", "tool_retries", "reused_calls", "dry_run_calls", *SUBAGENT_LEDGER_FIELDS)
 
 
 def ledger_dict(ledger: Ledger) -> dict[str, Any]:
@@ -64,6 +65,8 @@ def tool_record(log: ToolCallLog) -> ToolCallRecord:
         subagent=_subagent_dict(log),
         answered_from=log.answered_from,
         redo_of=log.redo_of,
+        dry_run=log.dry_run,
+        mcp=log.mcp.model_dump(mode="json") if log.mcp is not None else None,
     )
 
 
@@ -79,6 +82,8 @@ def log_of(record: ToolCallRecord, step: int) -> ToolCallLog:
         reused=EffectRef.model_validate(record.reused) if record.reused else None,
         attempts=record.attempts,
         subagent=SubagentCall.model_validate(record.subagent) if record.subagent else None,
+        dry_run=record.dry_run,
+        mcp=McpToolInfo.model_validate(record.mcp) if record.mcp else None,
     )
 
 

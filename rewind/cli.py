@@ -29,13 +29,14 @@ from rewind.commands import (
     experiments,
     processes,
     running,
+    tools,
 )
 from rewind.commands.common import EXIT_ERROR, EXIT_USAGE, one_line
 from rewind.config import Settings, drop_empty_library_variables
 from workflows.errors import RewindError, UsageError
 
 # The groups in the order `rewind --help` lists their commands.
-GROUPS = (processes, running, checkpoints, branches, experiments, erasure, approvals)
+GROUPS = (processes, running, checkpoints, branches, experiments, erasure, approvals, tools)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -18,7 +18,6 @@ from pydantic import BaseModel
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge import branching
 
@@ -31,6 +30,7 @@ from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
 from rewind.config import Settings
 from rewind.payloads import data_converter
+from workflows.summaries import summary_step
 from workflows.contracts import (
     AgentInput,
     AgentResult,
@@ -206,8 +206,11 @@ class RunView(BaseModel):
     # A retrying activity (rate limit, flaky tool, dead worker) shows up here
     # before the workflow itself sees anything.
     pending: list[dict[str, Any]] = []
-    # Set while the run is running and no worker polls its task queue.
+    # Set while the run is running and no worker polls its task queue (or none that answers).
     no_worker: str | None = None
+    # The step a running model or tool call belongs to, from Temporal's history, when no
+    # worker answers for the run (the newest checkpoint can be a step behind).
+    live_step: int | None = None
     # The checkpoint store could not be used (the view then comes from Temporal alone).
     store_error: str | None = None
     # Where the view comes from when that is not the usual (Temporal unreachable).
@@ -271,7 +274,8 @@ async def run_view(
     STORE_FALLBACK_QUERY_S when `store` can answer instead. Temporal keeps listing
     a killed worker among a queue's pollers for minutes, and a query sent to it is
     never answered: with a store, `rewind status` of such a run answers from the
-    newest checkpoint after a short wait instead of the whole timeout."""
+    newest checkpoint after a short wait instead of the whole timeout, and says that
+    no worker answers (`no_worker`) with the live step from history."""
     if query_timeout_s is None:
         query_timeout_s = STORE_FALLBACK_QUERY_S if store is not None else 5.0
     validate_id("run", run_id)
@@ -289,35 +293,43 @@ async def run_view(
     queue = desc.raw_description.execution_config.task_queue.name or task_queue
     polled = bool(queue) and bool(await pollers(client, queue, workflows=True))
 
-    async def query() -> None:
+    async def query() -> bool:
+        """Whether a worker answered; a query failing otherwise than for want of one is a failure."""
         try:
             view.status = await handle.query(STATUS_QUERY, result_type=AgentStatus,
                                              rpc_timeout=timedelta(seconds=query_timeout_s))
-        except Exception as exc:  # the run has not run its first task yet, or the worker is busy or dead
-            # The client's own deadline ends the call as CANCELLED ("Timeout expired"); the server's as DEADLINE_EXCEEDED.
-            unanswered = isinstance(exc, RPCError) and exc.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)
-            if unanswered and store is not None:
-                view.note = (f"no worker on task queue {queue!r} answered the live query within {query_timeout_s:g} s "
-                             "(busy, or stopped: Temporal lists a stopped worker as polling for a few minutes; "
-                             "the run goes on when a worker picks it up): shown from the newest checkpoint")
-            elif workflow_status == "running":
+            return True
+        except Exception as exc:  # the run has not run its first task yet, or the worker is busy
+            if workflow_status == "running" and not _nobody_answered(exc):
                 view.failure = f"live status unavailable: {exc}"
+            return False
 
     if workflow_status == "running":
         for pa in desc.raw_description.pending_activities:
-            entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt}
+            entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt,
+                                     "activity_id": pa.activity_id}
             detail = await _heartbeat_detail(client, pa)
             if detail:
                 entry["detail"] = detail  # e.g. the tool a run_tool activity runs
             if pa.HasField("last_failure"):
                 entry["last_failure"] = await _failure_message(client, pa.last_failure)
             view.pending.append(entry)
-        if polled:
-            await query()
-        else:
-            view.no_worker = f"no worker is polling task queue {queue!r}; start one (`rewind worker`) and the run goes on"
-            if await _cancel_requested(handle):
+        if not polled or not await query() and view.failure is None:
+            # Temporal lists a worker that stopped or died for minutes after its last poll:
+            # one listed that does not answer is named as what it is, in the same words.
+            view.no_worker = (f"no worker is polling task queue {queue!r}" + (
+                f" that answers (the one Temporal lists did not answer in {query_timeout_s:g} s: it stopped, "
+                "died or is stuck)" if polled else "") + "; start one (`rewind worker`) and the run goes on")
+            cancel_requested, summaries = await _history_facts(client, handle)
+            if cancel_requested:
                 view.no_worker += "; a cancellation is requested and takes effect when a worker picks the run up"
+            for entry in view.pending:
+                summary = summaries.get(entry["activity_id"])
+                step = summary_step(summary) if summary else None
+                if summary:
+                    entry["summary"] = summary
+                if step is not None:
+                    view.live_step = max(view.live_step or step, step)
     elif workflow_status == "completed":
         try:
             result = await handle.result()
@@ -337,8 +349,6 @@ async def run_view(
         if latest is not None:
             ended = {"failed": "failed", "canceled": "cancelled"}.get(workflow_status)
             view.status, view.source = status_from_checkpoint(latest, ended), "checkpoint"  # type: ignore[arg-type]
-    if view.note is not None and view.status is None:  # no checkpoint to show instead
-        view.failure, view.note = f"live status unavailable: {view.note.split(': shown from')[0]}", None
     if view.status is not None and workflow_status not in _ENDED_BY_TEMPORAL:
         view.state = view.status.state
     else:
@@ -346,14 +356,32 @@ async def run_view(
     return view
 
 
-async def _cancel_requested(handle: WorkflowHandle[Any, AgentResult]) -> bool:
-    """Whether `rewind cancel` reached a run (read from its history; only asked when no worker runs it)."""
+def _nobody_answered(exc: BaseException) -> bool:
+    """A query that found no worker: none polled lately, or the one listed did not answer in time."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    # The SDK reports its own rpc timeout as CANCELLED ("Timeout expired"), the server's as DEADLINE_EXCEEDED.
+    return isinstance(exc, RPCError) and (exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
+                                          or "no poller" in exc.message)
+
+
+async def _history_facts(client: Client, handle: WorkflowHandle[Any, AgentResult]) -> tuple[bool, dict[str, str]]:
+    """From a run's history (read only when no worker runs it): whether `rewind cancel`
+    reached it, and each scheduled activity's summary by activity id (`step 3: search(…)`)."""
     from temporalio.api.enums.v1 import EventType
 
+    cancel_requested, summaries = False, {}
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
-            return True
-    return False
+            cancel_requested = True
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and event.user_metadata.HasField("summary"):
+            try:
+                summary = (await client.data_converter.decode([event.user_metadata.summary]))[0]
+            except Exception:  # noqa: BLE001 - an encrypted summary this client cannot read: none shown
+                continue
+            if isinstance(summary, str):
+                summaries[event.activity_task_scheduled_event_attributes.activity_id] = summary
+    return cancel_requested, summaries
 
 
 async def view_from_store(store: CheckpointStore | None, run_id: str, branch_id: str) -> RunView | None:

@@ -190,6 +190,15 @@ class Settings:
     tracing: bool = False
     otel_service_name: str | None = None  # None: rewind-worker for a worker, rewind-cli for the CLI
     otel_protocol: str = "http/protobuf"
+    # MCP servers whose tools the worker offers (rewind/mcp_config.py): the file, and
+    # which setting named it (REWIND_MCP_CONFIG or --mcp-config) for its errors.
+    mcp_config: str | None = None
+    mcp_config_source: str = "REWIND_MCP_CONFIG"
+    # Tools whose annotations say destructive (or say nothing) wait for approval.
+    approve_destructive: bool = False
+    # The environment it was read from: what `${VAR}` references in the MCP file are filled
+    # in from, and what `rewind dev` hands its worker.
+    environ: dict[str, str] = field(default_factory=dict, repr=False)
     # False: read by a command that only reads the store (`rewind tree`, `show`), without the
     # Temporal connection (the profile file's loader imports the whole Temporal client);
     # connect() refuses such settings.
@@ -213,6 +222,10 @@ class Settings:
             # Workers on several machines share nothing but Temporal and S3:
             # with an S3 checkpoint store, the live data goes to S3 too.
             default_payloads = f"s3://{where.bucket}/rewind-payloads"
+        elif where.kind != "file":
+            # A database holds the live data too, beside the checkpoints (their keys never
+            # meet: runs/, langgraph/ against segments/, outputs/, idempotency/, temporal/).
+            default_payloads = store_url
         modules_text, modules_source = read.str("REWIND_TOOL_MODULES"), "REWIND_TOOL_MODULES"
         if modules_text is None:
             modules_text, modules_source = read.str("REWIND_TOOLS"), "REWIND_TOOLS"
@@ -254,7 +267,19 @@ class Settings:
             and not read.flag("OTEL_SDK_DISABLED"),
             otel_service_name=read.str("OTEL_SERVICE_NAME"),
             otel_protocol=_otlp_protocol(read),
+            mcp_config=read.str("REWIND_MCP_CONFIG"),
+            approve_destructive=read.flag("REWIND_APPROVE_DESTRUCTIVE"),
+            environ=dict(env),
         )
+
+    def mcp_servers(self) -> list[Any]:
+        """The MCP servers of the configured file (activities.mcp.config.McpServerConfig), or none."""
+        if not self.mcp_config:
+            return []
+        from rewind.mcp_config import parse_mcp_config
+
+        environ = self.environ or dict(os.environ)
+        return parse_mcp_config(Path(self.mcp_config), environ, setting=self.mcp_config_source)
 
     @property
     def offline_model(self) -> bool:

@@ -409,7 +409,7 @@ async def _delete_workflow_payloads(stores: _Stores, namespace: str, workflow_id
     run uses them. A folder: temporal/wf/<id>/ (rewind/payloads.py); S3: the SDK driver's
     v0/ns/<namespace>/wt/<type>/wi/<id>/."""
     where = parse_store_url(stores.settings.payload_url)
-    if where.kind == "file":
+    if where.kind != "s3":  # a folder or a database: LocalStorageDriver's keys
         places = [(stores.payloads, workflow_payload_prefix(w)) for w in workflow_ids]
     else:
         bucket = stores.bucket(where.bucket)
@@ -480,7 +480,7 @@ def _erase_database_files(settings: Settings, report: ErasureReport) -> None:
     if db is None:
         report.notes.append(
             f"Temporal at {settings.temporal_address} is not this folder's `rewind server`: its database erases "
-            "deleted rows as it is configured to (README: Deleting a run)")
+            "deleted rows as it is configured to (docs/checkpoints-and-storage.md: Deleting a run)")
         return
     if zeroes_deleted_rows(db) is False:
         report.notes.append(f"the dev server on {db} was started without secure_delete, so deleted rows may stay "

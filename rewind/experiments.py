@@ -4,7 +4,6 @@ budget, score it, and compare its variants (the CLI's `rewind experiment`)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from checkpoint_bridge.lineage import resolve_step
 from checkpoint_bridge.runs import check_tools
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
+from rewind.variables import variable_value
 from workflows.errors import InvalidIdError, RewindError, RunExistsError, UsageError
 from workflows.experiment_contracts import (
     ExperimentInput,
@@ -93,10 +93,8 @@ def parse_variant(text: str, base: Path | None = None) -> Variant:
         elif key in _KEYS:
             fields[key] = value
         else:
-            try:
-                variables[key] = json.loads(value)
-            except ValueError:
-                variables[key] = value
+            variables[key] = variable_value(key, value, flag=f"--variant {name}:",
+                                            literal_hint='give literal text as a JSON string ("...")')
     fields["variables"] = variables
     try:
         return Variant.model_validate(fields)

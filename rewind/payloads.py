@@ -6,6 +6,7 @@ the SDK's ExternalStorage, any payload above `REWIND_PAYLOAD_THRESHOLD` bytes
 ~300-byte claim. The payload store is `REWIND_PAYLOADS`:
 
     file://path            LocalStorageDriver below, in path/temporal (embedded default .rewind/payloads)
+    sqlite:///file.db      LocalStorageDriver on that SQLite store (keys temporal/...)
     s3://bucket[/prefix]   the SDK's own S3StorageDriver: content-addressed keys under
                            `v0/` at the bucket's root (the driver takes no prefix)
 
@@ -36,7 +37,7 @@ from temporalio.converter import (
 )
 
 from checkpoint_bridge.stores.addressed import get_addressed, put_addressed
-from checkpoint_bridge.stores import FileObjectStore, parse_store_url
+from checkpoint_bridge.stores import FileObjectStore, ObjectStore, open_object_store, parse_store_url
 from rewind.encryption import EncryptionCodec, parse_keys
 from workflows.errors import ConfigError, PayloadIntegrityError
 from workflows.wire import LOCAL_PAYLOAD_DRIVER, S3_PAYLOAD_DRIVER
@@ -82,8 +83,9 @@ class LocalStorageDriver(StorageDriver):
     several machines.
     """
 
-    def __init__(self, root: Path) -> None:
-        self._objects = FileObjectStore(root)
+    def __init__(self, root: Path | ObjectStore) -> None:
+        # A folder, or any other object store of the same keys (a SQLite file).
+        self._objects = FileObjectStore(root) if isinstance(root, Path) else root
 
     def name(self) -> str:
         return LOCAL_PAYLOAD_DRIVER
@@ -128,7 +130,9 @@ def _driver(url: str, endpoint_url: str | None, region_name: str | None) -> Stor
 
         return _LazyS3Driver(where.bucket, aioboto3.Session(region_name=region_name or None), endpoint_url,
                              S3StorageDriver, new_aioboto3_client)
-    return LocalStorageDriver(Path(where.path))
+    if where.kind == "file":
+        return LocalStorageDriver(Path(where.path))
+    return LocalStorageDriver(open_object_store(url, endpoint_url=endpoint_url, region_name=region_name))
 
 
 class _LazyS3Driver(StorageDriver):

@@ -14,7 +14,7 @@ activities' spans use the API alone, a no-op without a provider).
 
 The spans: `rewind.run` > `rewind.step` > `chat <model>` and `execute_tool
 <tool>`, with Temporal's own spans in between (see workflows/tracing.py and
-activities/spans.py for who emits which, and README "Traces").
+activities/spans.py for who emits which, and docs/operations.md, "Traces").
 """
 
 from __future__ import annotations

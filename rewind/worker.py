@@ -137,6 +137,7 @@ def build_worker(
     max_cached_workflows: int | None = None,
     workflows: list[type] | None = None,
     redactor: Redactor | None = None,
+    mcp: Any = None,
 ) -> RewindWorker:
     """Workers for `settings.task_queue` and for each tool's queue. `workflows`
     replaces the workflow classes (tests deploy changed workflow code with it).
@@ -148,6 +149,8 @@ def build_worker(
     # Large read-only tool outputs are stored once in the payload store and named
     # in history (checkpoint_bridge/outputs.py); one store, so one cache, serves all.
     outputs = OutputStore(payloads)
+    if mcp is not None:  # activities.mcp.tools.McpHub: sent marks and binary content in the payload store
+        mcp.bind(payloads, outputs)
     llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor, outputs)
     # Idempotency records live with the run's live data, not in the checkpoint
     # archive (activities/idempotency.py says why).
@@ -243,12 +246,30 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
+    servers = settings.mcp_servers()
     await check_stores(settings, probe_writes=True)
+    hub = None
+    if servers:
+        from activities.mcp.tools import McpHub
+
+        # The worker starts its stdio servers and holds one session per server (activities/mcp/).
+        hub = McpHub(servers, approve_destructive=settings.approve_destructive, log_dir=settings.home)
+        for mcp_tool in await hub.start():
+            registry.add(mcp_tool)
+        log.info("MCP servers: %s (stdio servers' stderr in %s/mcp-NAME.log)", "; ".join(hub.describe()), settings.home)
+    try:
+        await _serve(settings, registry, hub, announce_json)
+    finally:
+        if hub is not None:
+            await hub.close()
+
+
+async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_json: bool) -> None:
     client = await connect(settings, metrics_runtime(settings), service="rewind-worker")
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     endpoint, offline = model_endpoint(settings)
-    worker = build_worker(client, settings, registry, endpoint)
+    worker = build_worker(client, settings, registry, endpoint, mcp=hub)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -11,7 +11,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 from moto.server import ThreadedMotoServer
@@ -70,6 +70,29 @@ def moto_endpoint() -> Iterator[str]:
             yield f"http://{host}:{port}"
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL server of Debian's package on a private port, for the whole session.
+
+    Without PostgreSQL installed the tests that need it are skipped, unless
+    REWIND_TEST_REQUIRE_SERVERS=1 (CI), which makes that a failure.
+    """
+    from rewind.local_servers import PostgresServer, postgres_binaries
+
+    if postgres_binaries() is None:
+        if os.environ.get("REWIND_TEST_REQUIRE_SERVERS") == "1":
+            pytest.fail("PostgreSQL is not installed (apt-get install postgresql) and REWIND_TEST_REQUIRE_SERVERS=1")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    server = PostgresServer.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: Any) -> str:
+    return postgres_server.url
 
 
 @pytest.fixture(scope="session")

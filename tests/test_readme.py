@@ -1,5 +1,5 @@
-"""The README says what really happens: its Python example runs as written, and
-its configuration table lists every variable the product reads."""
+"""The README and the guides say what really happens: the Python API example runs
+as written, and the configuration guide lists every variable the product reads."""
 
 from __future__ import annotations
 
@@ -13,22 +13,20 @@ from as_user import UserWorker, user_env
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
+GUIDES = REPO / "docs"
 
 
-def _section(title: str) -> str:
-    start = README.index(title)
-    end = README.find("\n## ", start + 1)
-    nxt = README.find("\n### ", start + 1)
-    return README[start: min(x for x in (end, nxt) if x != -1)]
+def _guide(name: str) -> str:
+    return (GUIDES / name).read_text()
 
 
 def test_the_configuration_table_lists_every_variable_the_product_reads():
     source = (REPO / "rewind" / "config.py").read_text()
     read = set(re.findall(r'read\.(?:str|raw|int|float|flag)\("([A-Z0-9_]+)"', source))
     assert {"REWIND_STORE", "REWIND_PAYLOADS", "OPENAI_BASE_URL", "AWS_ENDPOINT_URL"} <= read
-    table = _section("## Configuration")
+    table = _guide("configuration.md")
     missing = sorted(v for v in read if f"`{v}`" not in table)
-    assert not missing, f"README's configuration table does not list {missing}"
+    assert not missing, f"docs/configuration.md does not list {missing}"
     # The Temporal connection's variables (read through the SDK's envconfig, rewind/temporal_config.py).
     from rewind.temporal_config import VARIABLES
 
@@ -37,7 +35,7 @@ def test_the_configuration_table_lists_every_variable_the_product_reads():
         forms = [f"{variable}_PATH", f"{variable}_DATA"] if name in ("server_ca_cert", "client_cert", "client_key") else [variable]
         temporal.update(forms)
     unlisted = sorted(v for v in temporal if f"`{v}`" not in table)
-    assert not unlisted, f"README's configuration section does not name {unlisted}"
+    assert not unlisted, f"docs/configuration.md does not name {unlisted}"
     # And no other module reads the environment.
     readers = sorted(
         str(path.relative_to(REPO)) for folder in ("workflows", "activities", "checkpoint_bridge", "rewind")
@@ -48,8 +46,8 @@ def test_the_configuration_table_lists_every_variable_the_product_reads():
 
 
 async def test_the_python_api_example_runs_as_written(temporal_server, tmp_path, model):
-    block = re.search(r"### Python API.*?```python\n(.*?)```", README, re.S)
-    assert block, "README has no Python API example"
+    block = re.search(r"### Python API.*?```python\n(.*?)```", _guide("tools-and-agents.md"), re.S)
+    assert block, "docs/tools-and-agents.md has no Python API example"
     code = block.group(1)
     env = user_env(tmp_path, TEMPORAL_ADDRESS=temporal_server.address, REWIND_TASK_QUEUE=f"api-{uuid.uuid4().hex[:8]}",
                    REWIND_STORE=f"file://{tmp_path / 'store'}", REWIND_PAYLOADS=f"file://{tmp_path / 'payloads'}",
@@ -70,12 +68,13 @@ async def test_the_python_api_example_runs_as_written(temporal_server, tmp_path,
 
 
 def test_the_deployment_profile_file_is_one_the_sdk_reads():
-    """The README's profile file example, read by the SDK's envconfig as a worker reads it."""
+    """The deployment guide's profile file example, read by the SDK's envconfig as a worker reads it."""
     from temporalio.envconfig import ClientConfig
 
-    section = README[README.index("### Temporal Cloud, mTLS, profiles"):]
+    guide = _guide("deployment.md")
+    section = guide[guide.index("### Temporal Cloud, mTLS, profiles"):]
     block = re.search(r"```toml\n(.*?)```", section, re.S)
-    assert block, "README shows no profile file"
+    assert block, "docs/deployment.md shows no profile file"
     profiles = ClientConfig.load(config_source=block.group(1), config_file_strict=True).profiles
     assert set(profiles) == {"cloud", "prod"}
     assert profiles["cloud"].api_key and profiles["cloud"].address.endswith(":7233")

@@ -26,6 +26,15 @@ DEFAULT_SYSTEM_PROMPT = (
 # How deep sub-agents may nest: a top-level run is depth 0, a sub-agent it calls depth 1.
 DEFAULT_MAX_AGENT_DEPTH = 3
 
+# What a branch does with a side-effecting tool call (`--side-effects`): "run" (as any
+# run: a new effect runs, one its lineage already caused follows the tool's on_repeat),
+# "reuse" (a repeat of the lineage's effect always returns the recorded result; a new
+# effect runs) or "dry-run" (no effect runs: a repeat returns the recorded result, any
+# other call is answered by the tool's dry_run implementation, or by a stub saying the
+# effect was not executed).
+SideEffectMode = Literal["run", "reuse", "dry-run"]
+SIDE_EFFECT_MODES: tuple[str, ...] = ("run", "reuse", "dry-run")
+
 RunState = Literal[
     "running",
     "completed",
@@ -57,6 +66,21 @@ class AgentSpec(BaseModel):
     timeout_s: float | None = None
 
 
+class McpToolInfo(BaseModel):
+    """An MCP server's tool: where it comes from and why it got its durability. Recorded
+    with the run's tool specs, so replay, resume and `rewind show` never ask the server."""
+
+    server: str  # the configuration's name for the server (the tool is offered as SERVER__TOOL)
+    tool: str  # the tool's own name on the server
+    server_version: str = ""  # what the server said it is at initialize: "name version"
+    # The tool's annotations as the server published them (readOnlyHint, destructiveHint, ...).
+    annotations: dict[str, Any] = Field(default_factory=dict)
+    # A side effect that may be sent again after a request may have reached the server.
+    idempotent: bool = False
+    # One line per decision: what it decided and what said so (an annotation, the MCP default, an override).
+    policy: list[str] = Field(default_factory=list)
+
+
 class ToolSpec(BaseModel):
     """What the workflow needs to know about a tool (recorded once per run)."""
 
@@ -85,8 +109,13 @@ class ToolSpec(BaseModel):
     # or in steps a rollback discarded): return the recorded result ("reuse"),
     # ask a person ("ask"), or run it again under a new key ("run").
     on_repeat: Literal["reuse", "ask", "run"] = "reuse"
+    # The tool declares a dry_run implementation (`@tool(side_effects=True, dry_run=fn)`):
+    # what a dry-run branch calls instead of the tool.
+    dry_run: bool = False
     # Set for a sub-agent: a call runs this agent as a child workflow, not an activity.
     agent: AgentSpec | None = None
+    # Set for an MCP server's tool (activities/mcp/): its server, annotations and policy.
+    mcp: McpToolInfo | None = None
 
     def openai_schema(self) -> dict[str, Any]:
         return {
@@ -195,6 +224,10 @@ class Ledger(BaseModel):
     # Left out of a checkpoint's ledger while 0 (runs from before they were counted).
     model_retries: int = 0
     tool_retries: int = 0
+    # Side-effecting calls answered without running: with the result of an effect the
+    # lineage already caused (reused), or on a dry-run branch. Left out while 0.
+    reused_calls: int = 0
+    dry_run_calls: int = 0
     # Sub-agent calls, and the part of the fields above their runs spent (already
     # included there: a parent's totals are its whole tree's). Left out while 0.
     subagent_calls: int = 0
@@ -310,7 +343,7 @@ class AgentInput(BaseModel):
     # and their results are recorded in history when the workflow task
     # completes, at least every `fast_record_s` seconds. What it gives up: a
     # worker crash runs the calls of the unrecorded last moments again (a paid
-    # model call included); see the README's "Fast path".
+    # model call included); see "Fast path" in docs/operations.md.
     fast: bool = False
     fast_record_s: float = Field(default=2.0, gt=0)
     # The client registered Rewind's search attributes and started the workflow
@@ -331,6 +364,8 @@ class AgentInput(BaseModel):
     # Side effects the caller's lineage already caused, for a sub-agent's first run
     # (a fork or rollback seeds them through `resume` instead).
     lineage_effects: list["LineageEffect"] = Field(default_factory=list)
+    # What side-effecting calls do on this branch (SideEffectMode); handed down to sub-agents.
+    side_effects: SideEffectMode = "run"
 
     @field_validator("task", "system_prompt")
     @classmethod
@@ -404,6 +439,8 @@ class ToolRequest(BaseModel):
     tool_name: str
     arguments: dict[str, Any]
     idempotency_key: str | None = None
+    # Run the tool's dry_run implementation, not the tool (a dry-run branch): no effect.
+    dry_run: bool = False
 
 
 class PendingApproval(ToolRequest):
@@ -457,6 +494,11 @@ class ToolCallLog(BaseModel):
     # or (`redo_of`) ran again in place of that step's call.
     answered_from: str | None = None
     redo_of: str | None = None
+    # A dry-run branch's side-effecting call: the effect did not happen (the output is
+    # the tool's dry_run answer, or a stub that says so).
+    dry_run: bool = False
+    # An MCP server's tool: its server, the annotations that decided its policy, the server's version.
+    mcp: McpToolInfo | None = None
 
 
 def _from_ledger(name: str, kind: type) -> Any:

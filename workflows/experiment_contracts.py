@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from workflows.contracts import RunLimits
+from workflows.contracts import RunLimits, SideEffectMode
 from workflows.errors import UsageError
 from workflows.ids import validate_id
 
@@ -93,6 +93,9 @@ class ExperimentInput(BaseModel):
     max_steps: int | None = Field(default=None, ge=1)
     concurrency: int | None = Field(default=None, ge=1)  # branches running at once (None: all)
     scorer: str | None = None  # module:function, run on each branch's final checkpoint
+    # What the branches' side-effecting calls do (workflows.contracts.SideEffectMode):
+    # exploring variants must not cost real effects, so none runs unless asked.
+    side_effects: SideEffectMode = "dry-run"
 
 
 class ExperimentBranch(BaseModel):
@@ -133,6 +136,7 @@ class StartBranchRequest(BaseModel):
     max_cost_usd: float | None = None
     max_steps: int | None = None
     experiment_id: str
+    side_effects: SideEffectMode = "run"  # a request without it comes from an older experiment
 
 
 class StartedBranch(BaseModel):

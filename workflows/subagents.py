@@ -144,6 +144,7 @@ class SubagentCalls:
             called_by=SubagentCaller(branch_id=inp.branch_id, step=step, tool_call_id=call_id, tool_name=spec.name,
                                      workflow_id=workflow.info().workflow_id),
             subagent_overrides=inp.subagent_overrides, lineage_effects=list(self._lineage),
+            side_effects=inp.side_effects,
         )
         state = SubagentState(tool_call_id=call_id, agent=agent.name, branch_id=branch, state="running")
         self.states.append(state)

@@ -40,6 +40,13 @@ def tool_call_summary(step: int, tool_name: str, arguments: dict[str, Any], *, w
     return _short(prefix + call_text(tool_name, arguments), SUMMARY_CHARS)
 
 
+def summary_step(summary: str) -> int | None:
+    """The step a model or tool call's summary names (`step 3: …`), else None."""
+    head, sep, _ = summary.partition(":")
+    number = head.removeprefix("step ")
+    return int(number) if sep and head.startswith("step ") and number.isdigit() else None
+
+
 def model_call_summary(step: int, model: str) -> str:
     return _short(f"step {step}: model {model}", SUMMARY_CHARS)
 

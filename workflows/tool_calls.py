@@ -93,3 +93,13 @@ def tool_message(log: ToolCallLog) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": log.tool_call_id, OUTPUT_REF: log.output_ref}
     content = f"error: {log.error}" if log.error is not None else output_text(log.output)
     return {"role": "tool", "tool_call_id": log.tool_call_id, "content": content}
+
+
+DRY_RUN_NOT_EXECUTED = "[dry run] not executed"
+
+
+def dry_run_stub(tool_name: str, arguments: dict[str, Any]) -> str:
+    """What a dry-run branch answers for a side-effecting tool that declares no dry_run."""
+    return (f"{DRY_RUN_NOT_EXECUTED}: {tool_name} changes the world, and this branch explores without "
+            f"side effects (--side-effects dry-run), so the call with {json.dumps(arguments, sort_keys=True, ensure_ascii=False)[:500]} did not happen. "
+            "Go on as if it had succeeded.")

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         BAD_ARGUMENTS,
         UNKNOWN_TOOL,
         canonical_arguments,
+        dry_run_stub,
         failure_text,
         idempotency_key,
         tool_message,
@@ -119,6 +120,7 @@ class ToolStep:
             return self._finish(log, error=f"{BAD_ARGUMENTS} {name} must be a JSON object, got {type(args).__name__}")
         log.arguments = args
         log.redo_of = redo_of
+        log.mcp = spec.mcp  # why an MCP call was cached, reused or gated, for show and diff
 
         if spec.agent is not None:
             return await self._subagent(step, call_id, spec, args, log, override)
@@ -198,10 +200,21 @@ class ToolStep:
             checked = await self.check(spec, args, [e.arguments for e in earlier], step=step)
             if checked is not None and checked.repeat_index is not None and checked.repeat_index < len(earlier):
                 repeat = earlier[checked.repeat_index]
-        if repeat is not None and spec.on_repeat == "reuse":
-            # The effect happened on this branch's lineage: its result, not a second effect.
+        mode = self._inp.side_effects
+        if repeat is not None and (spec.on_repeat == "reuse" or mode != "run"):
+            # The effect happened on this branch's lineage: its result, not a second effect
+            # (a reuse or dry-run branch never repeats one, whatever the tool's on_repeat).
             log.reused = reference(repeat)
+            self.ledger.reused_calls += 1
             return self._finish(log, output=repeat.output)
+        if mode == "dry-run":
+            # Exploring: no effect happens, and nobody is asked to approve one.
+            log.dry_run = True
+            self.ledger.dry_run_calls += 1
+            if spec.dry_run:
+                result = await self._execute(step, call_id, spec, args, log.idempotency_key, dry_run=True)
+                return self._apply(log, result, executed=True)
+            return self._finish(log, output=dry_run_stub(spec.name, args))
         asks = spec.approval == "always" or (repeat is not None and spec.on_repeat == "ask")
         if not asks and spec.approval == "by_arguments":
             checked = checked or await self.check(spec, args, step=step)
@@ -236,7 +249,8 @@ class ToolStep:
                 raise asyncio.CancelledError() from err
             return None
 
-    async def _execute(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], idem_key: str | None) -> ToolOutcome | str:
+    async def _execute(self, step: int, call_id: str, spec: ToolSpec, args: dict[str, Any], idem_key: str | None,
+                       *, dry_run: bool = False) -> ToolOutcome | str:
         """The tool activity's outcome, or the text of its final failure.
 
         A call goes to the run's own task queue first: there it can be handed
@@ -248,7 +262,7 @@ class ToolStep:
         """
         request = ToolRequest(
             run_id=self._inp.run_id, branch_id=self._inp.branch_id, step=step, tool_call_id=call_id,
-            tool_name=spec.name, arguments=args, idempotency_key=idem_key,
+            tool_name=spec.name, arguments=args, idempotency_key=idem_key, dry_run=dry_run,
         )
         try:
             return await self._dispatch(RUN_TOOL, request, ToolOutcome, spec,
@@ -313,6 +327,7 @@ class ToolStep:
         log.output, log.output_ref, log.error = output, output_ref, error
         outcome = ("subagent" if log.subagent is not None and error is None
                    else "reused" if log.reused is not None
+                   else "dry_run" if log.dry_run
                    else "rejected" if log.approval is not None and log.approval.verdict == "rejected"
                    else "cached" if log.served_from_cache else "error" if error is not None else "ok")
         # A name the model made up is not a label (it would be a new series each time).

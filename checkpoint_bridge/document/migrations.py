@@ -23,6 +23,8 @@ History of the schema:
   v6  sub-agents and redo: tool records may carry ``subagent``, ``answered_from`` and
       ``redo_of``, checkpoints ``agent``, ledgers ``subagent_*``; all left out when
       absent, so a v5 document only changes its version.
+  v7  tool records' ``dry_run`` (a dry-run branch's call whose effect did not happen),
+      absent when false.
 """
 
 from __future__ import annotations
@@ -84,7 +86,13 @@ def _v5_to_v6(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 6}
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6}
+def _v6_to_v7(doc: dict[str, Any]) -> dict[str, Any]:
+    # v7 added tool records' `dry_run`, absent when false.
+    return {**doc, "schema_version": 7}
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6,
+                                    6: _v6_to_v7}
 """``MIGRATIONS[n]`` turns a version-n document into a version-(n+1) one."""
 
 

@@ -45,7 +45,7 @@ __all__ = [
     "format_datetime",
 ]
 
-CURRENT_SCHEMA_VERSION = 6
+CURRENT_SCHEMA_VERSION = 7
 
 CheckpointStatus = Literal["completed", "failed", "in_progress", "invalidated"]
 
@@ -96,6 +96,13 @@ class ToolCallRecord(BaseModel):
     """`rewind redo` (v6): the call kept the recorded answer of this checkpoint's step."""
     redo_of: str | None = None
     """`rewind redo` (v6): the call ran again in place of the same call of this checkpoint."""
+    dry_run: bool = False
+    """A dry-run branch's side-effecting call (v7; left out when false): the effect did not
+    happen; ``tool_output`` is the tool's dry_run answer, or a stub that says so."""
+    mcp: dict[str, Any] | None = None
+    """An MCP server's tool (v7; absent for @tool functions): ``server``, ``tool``,
+    ``server_version``, ``annotations`` (as the server published them), ``idempotent`` and
+    ``policy`` (what decided cache, effect, retry and approval)."""
 
     _utc = field_validator("called_at")(_to_utc)
 
@@ -104,11 +111,13 @@ class ToolCallRecord(BaseModel):
         # Only calls that had a decision or a reuse carry the fields (v4), only retried ones attempts (v5),
         # only sub-agent calls and redone steps theirs (v6).
         data = handler(self)
-        for name in ("approval", "reused", "subagent", "answered_from", "redo_of"):
+        for name in ("approval", "reused", "subagent", "answered_from", "redo_of", "mcp"):
             if data.get(name) is None:
                 data.pop(name, None)
         if data.get("attempts") == 1:
             data.pop("attempts")
+        if not data.get("dry_run"):
+            data.pop("dry_run", None)
         return data
 
     @model_validator(mode="after")

@@ -2,6 +2,8 @@
 
     FileObjectStore(root)                      file://path or a bare path    folder.py
     S3ObjectStore(bucket, prefix, endpoint)    s3://bucket/prefix             s3.py
+    SqliteObjectStore(path)                    sqlite:///path/file.db         sqlite.py
+    PostgresObjectStore(url)                   postgresql://user@host/db      postgres.py
 
 ``open_object_store(url)`` opens the one a URL names (urls.py). A backend's
 module is imported when it is first named, so a folder store never loads an
@@ -17,10 +19,16 @@ from checkpoint_bridge.stores.urls import ACCEPTED_URLS, StoreLocation, open_obj
 
 __all__ = [
     "ObjectStore", "check_key", "verify_store", "ACCEPTED_URLS", "StoreLocation", "open_object_store",
-    "parse_store_url", "FileObjectStore", "S3ObjectStore",
+    "parse_store_url", "FileObjectStore", "S3ObjectStore", "SqliteObjectStore",
+    "PostgresObjectStore",
 ]
 
-_BACKENDS = {"FileObjectStore": "checkpoint_bridge.stores.folder", "S3ObjectStore": "checkpoint_bridge.stores.s3"}
+_BACKENDS = {
+    "FileObjectStore": "checkpoint_bridge.stores.folder",
+    "S3ObjectStore": "checkpoint_bridge.stores.s3",
+    "SqliteObjectStore": "checkpoint_bridge.stores.sqlite",
+    "PostgresObjectStore": "checkpoint_bridge.stores.postgres",
+}
 
 
 def __getattr__(name: str) -> Any:

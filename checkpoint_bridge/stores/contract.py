@@ -2,19 +2,49 @@
 
 An ``ObjectStore`` maps keys (relative ``a/b/c.json`` paths built by
 ``checkpoint_bridge.document.layout``) to immutable bytes. It knows nothing about
-checkpoints; ``CheckpointStore`` builds on it. Two backends share the contract
-and one behavioural test suite:
+checkpoints; ``CheckpointStore`` builds on it. Every backend passes the same
+behavioural suite, ``checkpoint_bridge.stores.conformance`` (run it against your
+own backend with ``await conformance.validate(factory)``):
 
-    FileObjectStore(root)                      file://path or a bare path
-    S3ObjectStore(bucket, prefix, endpoint)    s3://bucket/prefix
+    FileObjectStore(root)                      file://path or a bare path     folder.py
+    S3ObjectStore(bucket, prefix, endpoint)    s3://bucket/prefix              s3.py
+    SqliteObjectStore(path)                    sqlite:///path/to/file.db       sqlite.py
 
-Immutability is enforced by the backend itself (``os.link`` / ``If-None-Match``)
-rather than by a read-then-write check, so two writers racing on one key can
-never both succeed with different bytes. Objects are never overwritten; the
-only way one goes is ``delete`` / ``delete_prefix``, which only erasing a run
-(``rewind delete``, checkpoint_bridge/erasure.py), erasing LangGraph threads
-(``RewindSaver``'s delete_thread / prune / delete_for_runs, langgraph/store.py)
-and the start-up probe use.
+The guarantees, which everything above the stores relies on:
+
+1. Keys. Only ``seg/seg/...`` of segments of ``A-Z a-z 0-9 . _ -`` (starting
+   with a letter or digit, no ``..``) are accepted; any other key raises
+   ``InvalidIdError`` before the backend is touched (``check_key``).
+2. Immutability by conditional create. ``put_if_absent`` writes a key that is
+   not there (True); the same bytes again are a no-op (False); different bytes
+   raise ``CheckpointExistsError`` and the stored bytes stay as they were. The
+   backend itself enforces this (``os.link``, ``If-None-Match: *``, a primary
+   key), never a read-then-write check: of writers racing on one key with
+   different bytes exactly one succeeds, the others get ``CheckpointExistsError``.
+3. Atomic objects. A reader sees an object whole or not at all; a write that
+   was interrupted (a crash, a lost connection) leaves no object.
+4. Read-after-write. Once ``put_if_absent`` (or ``delete``) has returned, every
+   store opened on the same location, in this process or another, reads and
+   lists the new state.
+5. Bytes are bytes. Any bytes round-trip exactly: empty, binary (gzip packs),
+   several MiB (a backend with a smaller item limit stores large objects by
+   reference, invisibly to the caller).
+6. Listing. ``list(prefix)`` returns every key that starts with ``prefix`` as
+   a string prefix (``runs/a`` also matches ``runs/ab/...``; ``""`` lists the
+   whole store), complete (no page limit), sorted by code point (the keys are
+   ASCII, so byte order), and only keys of this store (another prefix, schema
+   or table on the same server is another store).
+7. Errors. A missing key reads as ``CheckpointNotFoundError``; a backend that
+   cannot be reached or refuses raises ``StoreUnavailableError`` naming
+   ``url`` and what to check (never a library's own exception type), fast
+   rather than hanging; ``check_access`` raises it up front.
+8. Deleting is the one exception to immutability: ``delete`` says whether the
+   key was there (deleting twice is harmless), ``delete_prefix`` refuses the
+   empty prefix; a deleted key may be written again. Only erasing a run
+   (``rewind delete``, checkpoint_bridge/erasure.py), erasing LangGraph
+   threads (``RewindSaver``'s delete_thread / prune / delete_for_runs,
+   langgraph/store.py) and the start-up probe delete.
+9. ``aclose`` releases connections and may be called more than once.
 """
 
 from __future__ import annotations

@@ -61,6 +61,15 @@ class FileObjectStore:
         """The root is a folder, or can become one (it is created on first write)."""
         if self.root.exists() and not self.root.is_dir():
             raise StoreUnavailableError(f"store folder {self.root} exists but is not a folder; point the store elsewhere")
+        # The nearest folder that exists is where the root will be made: a file in its
+        # place (a mistyped or unmounted volume) fails every later write.
+        above = self.root
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir():
+            raise StoreUnavailableError(
+                f"file store {self.url} cannot be created: {above} is not a folder; point the store elsewhere"
+            )
 
     async def get(self, key: str) -> bytes:
         # Read in the event loop's own thread: an object is a few KB from a local

@@ -16,17 +16,20 @@ from checkpoint_bridge.stores.contract import ObjectStore
 
 __all__ = ["ACCEPTED_URLS", "StoreLocation", "parse_store_url", "open_object_store"]
 
-ACCEPTED_URLS = "file://relative/path, file:///absolute/path, a bare path, or s3://bucket[/prefix]"
+ACCEPTED_URLS = ("file://relative/path, file:///absolute/path, a bare path, s3://bucket[/prefix], "
+                 "sqlite:///absolute/file.db (sqlite://relative/file.db), "
+                 "or postgresql://user@host:port/database[?schema=name]")
 
 
 @dataclass(frozen=True)
 class StoreLocation:
     """A parsed store URL: an S3 bucket and prefix, or a local folder."""
 
-    kind: str  # "s3" | "file"
+    kind: str  # "s3" | "file" | "sqlite" | "postgresql"
     bucket: str = ""
     prefix: str = ""
     path: str = ""
+    url: str = ""  # postgresql: the whole URL (with its password, if any)
 
 
 def parse_store_url(url: str) -> StoreLocation:
@@ -38,6 +41,21 @@ def parse_store_url(url: str) -> StoreLocation:
         if not bucket:
             raise ConfigError(f"store URL {url!r} names no bucket; use s3://bucket[/prefix]")
         return StoreLocation("s3", bucket=bucket, prefix=prefix.strip("/"))
+    if url.startswith(("postgresql://", "postgres://")):
+        rest = url.split("://", 1)[1]
+        host = rest.split("/", 1)[0].rpartition("@")[2]
+        if not host or "/" not in rest or not rest.split("/", 1)[1].split("?", 1)[0]:
+            raise ConfigError(f"store URL {_redacted(url)!r} names no host or database; use "
+                              "postgresql://user@host:port/database[?schema=name]")
+        return StoreLocation("postgresql", url=url)
+    if url.startswith("sqlite://"):
+        path = url[len("sqlite://"):]
+        if not path or path.endswith("/"):
+            raise ConfigError(f"store URL {url!r} names no database file; use sqlite:///absolute/file.db "
+                              "or sqlite://relative/file.db")
+        if "?" in path:
+            raise ConfigError(f"store URL {url!r} has options; a SQLite store takes none, use sqlite:///path/file.db")
+        return StoreLocation("sqlite", path=path)
     if url.startswith("file://"):
         path = url[len("file://"):]
         if not path:
@@ -46,7 +64,7 @@ def parse_store_url(url: str) -> StoreLocation:
     if "://" in url or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url):
         # Also `s3:/bucket` or `s3//bucket`-like typos that would otherwise be a local folder named "s3:".
         raise ConfigError(f"store URL {url!r} has an unsupported scheme (or a typo in one); use {ACCEPTED_URLS}")
-    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file"}:
+    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file", "sqlite", "postgresql", "postgres"}:
         raise ConfigError(f"store URL {url!r} looks like a mistyped s3:// or file:// URL; use {ACCEPTED_URLS}")
     return StoreLocation("file", path=url)
 
@@ -65,6 +83,26 @@ def open_object_store(url: str, *, endpoint_url: str | None = None, region_name:
             return S3ObjectStore(where.bucket, where.prefix, endpoint_url=endpoint_url, region_name=region_name)
         except ConfigError as exc:
             raise ConfigError(f"store URL {url!r} is not usable: {exc}") from exc
+    if where.kind == "postgresql":
+        from checkpoint_bridge.stores.postgres import PostgresObjectStore
+
+        try:
+            return PostgresObjectStore(where.url)
+        except ConfigError as exc:
+            raise ConfigError(f"store URL {_redacted(url)!r} is not usable: {exc}") from exc
+    if where.kind == "sqlite":
+        from checkpoint_bridge.stores.sqlite import SqliteObjectStore
+
+        return SqliteObjectStore(Path(where.path))
     from checkpoint_bridge.stores.folder import FileObjectStore
 
     return FileObjectStore(Path(where.path))
+
+
+def _redacted(url: str) -> str:
+    """The URL without the password of its user (for messages)."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not sep or not at or ":" not in userinfo.split("/", 1)[0]:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"

@@ -69,6 +69,11 @@ class ToolCallRow(_Row):
     """A sub-agent call: how its run ended (completed, failed, ...)."""
     kept: bool = False
     """`rewind redo`: the call kept its recorded answer instead of running again."""
+    dry_run: bool = False
+    """A dry-run branch's side-effecting call: the effect did not happen."""
+    mcp_policy: list[str] = []
+    """An MCP server's tool: what decided its durability, one line per decision (cached or an
+    effect, retried or sent once, approval) and the annotation or override that said so."""
 
 
 class Tokens(_Row):
@@ -90,6 +95,8 @@ class BranchSide(_Row):
     tool_calls_reused: int = 0
     """Side-effecting calls answered with an effect of the lineage instead of running again."""
     tool_calls_rejected: int = 0
+    tool_calls_dry_run: int = 0
+    """Side-effecting calls of a dry-run branch: answered without the effect happening."""
     tool_errors: int
     tokens: Tokens
     cost_usd: float
@@ -193,7 +200,8 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
                          arguments=_arguments(r.tool_input), served_from_cache=r.served_from_cache,
                          error=r.error, side_effects=r.side_effects, decision=decision_text(r.approval),
                          reused=r.reused is not None, subagent=(r.subagent or {}).get("state"),
-                         kept=r.answered_from is not None) for r in records]
+                         kept=r.answered_from is not None, dry_run=r.dry_run,
+                         mcp_policy=list((r.mcp or {}).get("policy") or [])) for r in records]
     system = next((m for m in head.messages if m.get("role") == "system"), None)
     last = next((m for m in reversed(head.messages) if m.get("role") == "assistant"), None)
     answer = None
@@ -208,10 +216,12 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
         steps=[StepRow(step_index=cp.step_index, step_label=cp.step_label, status=cp.status,
                        checkpoint_id=cp.checkpoint_id) for cp in after],
         tool_calls=calls,
-        tool_calls_executed=sum(not (c.served_from_cache or c.reused or c.kept or _rejected(c)) for c in calls),
+        tool_calls_executed=sum(not (c.served_from_cache or c.reused or c.kept or c.dry_run or _rejected(c))
+                                for c in calls),
         tool_calls_from_cache=sum(c.served_from_cache for c in calls),
         tool_calls_reused=sum(c.reused for c in calls),
         tool_calls_rejected=sum(_rejected(c) for c in calls),
+        tool_calls_dry_run=sum(c.dry_run for c in calls),
         tool_errors=sum(c.error is not None for c in calls),
         tokens=Tokens(total=spent("llm_tokens_used"), prompt=spent("prompt_tokens"),
                       completion=spent("completion_tokens")),
@@ -308,21 +318,56 @@ def _call_line(c: ToolCallRow, cell: int) -> str:
     tags = "".join(f" [{t}]" for t, on in (("cache", c.served_from_cache), ("error", c.error is not None),
                                           ("reused", c.reused), ("kept", c.kept),
                                           (f"sub-agent {c.subagent}", c.subagent is not None),
-                                          ("side effects", c.side_effects and not (c.served_from_cache or c.reused)),
+                                          ("dry run", c.dry_run),
+                                          ("side effects", c.side_effects and not (c.served_from_cache or c.reused
+                                                                                   or c.dry_run)),
                                           (c.decision or "", c.decision is not None)) if on)
     prefix = f"{c.step_index if c.step_index is not None else '?':<3}"
     return prefix + _shorten(f"{c.tool_name}({c.arguments})", max(cell - len(prefix) - len(tags), 4)) + tags
 
 
-def _wrapped(text: str, cell: int) -> list[str]:
-    lines = textwrap.wrap(" ".join(text.split()), cell) or [""]
-    if len(lines) > ANSWER_LINES:
-        lines = [*lines[: ANSWER_LINES - 1], _shorten(lines[ANSWER_LINES - 1] + " …", cell)]
+def _mcp_reasons(calls: list[ToolCallRow], cell: int) -> list[str]:
+    """Each MCP tool's decisions once: `fs__edit_file: sent once (idempotentHint false)`."""
+    lines: list[str] = []
+    for c in calls:
+        for policy in c.mcp_policy:
+            decided, _, said = policy.partition(": ")
+            line = _shorten(f"{c.tool_name}: {decided} ({said.split(': ')[0]})" if said else f"{c.tool_name}: {decided}", cell)
+            if line not in lines:
+                lines.append(line)
     return lines
 
 
+def _wrapped(text: str, cell: int, most: int = ANSWER_LINES) -> list[str]:
+    lines = textwrap.wrap(" ".join(text.split()), cell) or [""]
+    if len(lines) > most:
+        lines = [*lines[: most - 1], _shorten(lines[most - 1] + " …", cell)]
+    return lines
+
+
+def first_difference(a: str, b: str) -> int:
+    """The index of the first character where `a` and `b` differ (len of the shorter if one
+    is the other's beginning; len(a) if they are equal)."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def aligned_pair(a: str, b: str, cell: int, most: int = ANSWER_LINES) -> tuple[list[str], list[str]]:
+    """Two texts wrapped side by side; when their first difference would fall past what
+    `most` lines show, both start a little before it ("… " marks the cut), so the part
+    that differs is what the rows show."""
+    a, b = " ".join(a.split()), " ".join(b.split())
+    at = first_difference(a, b)
+    if a != b and at > cell * (most - 1) // 2:
+        # One line of what both share as context, cut at a word boundary.
+        start = max(a.rfind(" ", 0, max(at - cell // 2, 0)) + 1, 0)
+        a, b = "… " + a[start:], "… " + b[start:]
+    return _wrapped(a, cell, most), _wrapped(b, cell, most)
+
+
 def diff_text(d: BranchDiff, width: int = 100) -> str:
-    """Both branches side by side; ``≠`` in the gutter marks rows that differ."""
+    """Both branches side by side in `width` columns (the terminal's: `rewind diff`); ``≠`` in
+    the gutter marks rows that differ; texts that differ are shown from their first difference."""
     if width < 60:
         raise ValueError(f"width {width} is too narrow for two columns; use 60 or more")
     label, gutter = 14, 3
@@ -341,18 +386,29 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
             r_cell = _shorten(right[i], cell) if i < len(right) else ""
             lines.append(f"{name if i == 0 else '':<{label}}{l_cell:<{cell}}{mark}{r_cell}".rstrip())
 
+    def pair(name: str, a: str, b: str, most: int) -> None:
+        left, right = aligned_pair(a, b, cell, most)
+        for i in range(max(len(left), len(right))):
+            mark = " ≠ " if a != b and i == 0 else " | "
+            lines.append(f"{name if i == 0 else '':<{label}}{(left[i] if i < len(left) else ''):<{cell}}{mark}"
+                         f"{right[i] if i < len(right) else ''}".rstrip())
+
     row("", lambda s: [s.name])
-    row("head", (lambda s: [f"{s.head_checkpoint_id} ({s.head_status})"]), d.a.head_status != d.b.head_status)
+    # The head without the run id the first line names: `main:3 (completed)`.
+    row("head", (lambda s: [f"{s.head_checkpoint_id.removeprefix(d.run_id + ':')} ({s.head_status})"]),
+        d.a.head_status != d.b.head_status)
     row("model", (lambda s: [s.model or "-"]), d.a.model != d.b.model)
-    row("system prompt", (lambda s: _wrapped(_shorten(" ".join((s.system_prompt or "-").split()), 60), cell)),
-        d.a.system_prompt != d.b.system_prompt)
+    pair("system prompt", d.a.system_prompt or "-", d.b.system_prompt or "-", 3)
     row("steps taken", (lambda s: _listed([f"{r.step_index:<3}{r.step_label}" + (
         "" if r.status == "completed" else f" [{r.status}]") for r in s.steps])))
     row("tool calls", (lambda s: _listed([_call_line(c, cell) for c in s.tool_calls])))
     row("", (lambda s: [f"{s.tool_calls_executed} run, {s.tool_calls_from_cache} cached, "
                               f"{s.tool_errors} failed"
                               + (f", {s.tool_calls_reused} reused" if s.tool_calls_reused else "")
-                              + (f", {s.tool_calls_rejected} rejected" if s.tool_calls_rejected else "")]))
+                              + (f", {s.tool_calls_rejected} rejected" if s.tool_calls_rejected else "")
+                              + (f", {s.tool_calls_dry_run} dry run" if s.tool_calls_dry_run else "")]))
+    if any(c.mcp_policy for side in (d.a, d.b) for c in side.tool_calls):
+        row("why (mcp)", (lambda s: _listed(_mcp_reasons(s.tool_calls, cell))))
     row("tokens", (lambda s: [f"{s.tokens.total} ({s.tokens.prompt} in / {s.tokens.completion} out)"]))
     row("cost", (lambda s: [usd(s.cost_usd)]))
     for redone in d.redone:
@@ -362,8 +418,11 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
             mark = " ≠ " if k == 0 and redone.a.result != redone.b.result else " | "
             lines.append(f"{'' if k else 'result':<{label}}{(left[k] if k < len(left) else ''):<{cell}}{mark}"
                          f"{right[k] if k < len(right) else ''}".rstrip())
-    row("final answer", (lambda s: _wrapped(s.final_answer, cell) if s.final_answer is not None
-                              else [f"(none: head {s.head_status})"]), not d.same_final_answer)
+    if d.a.final_answer is not None and d.b.final_answer is not None:
+        pair("final answer", d.a.final_answer, d.b.final_answer, ANSWER_LINES)
+    else:
+        row("final answer", (lambda s: _wrapped(s.final_answer, cell) if s.final_answer is not None
+                                  else [f"(none: head {s.head_status})"]), not d.same_final_answer)
     return "\n".join(lines)
 
 

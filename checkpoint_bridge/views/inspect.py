@@ -135,6 +135,10 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
             if a.get("called_by") else ""))
     if cp.error_info:
         lines.append(f"  error      {cp.error_info}")
+    # The agent variables (`fork --set`): what the branch's prompts and tools read.
+    for name, value in sorted(cp.agent_variables.items()):
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        lines.append(f"  variable   {name} = {text if len(text) <= 200 else text[:199] + '…'}")
     for r in cp.tool_call_cache:
         if r.subagent:
             s = r.subagent
@@ -156,8 +160,21 @@ def checkpoint_text(cp: AgentCheckpoint) -> str:
             if a.get("original_arguments") is not None:
                 line += f"; asked {json.dumps(a['original_arguments'], ensure_ascii=False)[:120]}, ran {json.dumps(r.tool_input, ensure_ascii=False)[:120]}"
             lines.append(line)
+        if r.mcp:
+            # Why an MCP call was cached, reused, sent once or gated: the annotations that decided it.
+            m = r.mcp
+            hints = ", ".join(f"{k} {json.dumps(v)}" for k, v in sorted((m.get("annotations") or {}).items())
+                              if k.endswith("Hint")) or "no annotations (the MCP defaults)"
+            how = ("served from the run's cache" if r.served_from_cache else "reused" if r.reused
+                   else "read-only" if not r.side_effects else "a side effect, " + (
+                       "idempotent" if m.get("idempotent") else "sent once"))
+            lines.append(f"  mcp        {r.tool_name} call {r.tool_call_id}: tool {m.get('tool')} of server "
+                         f"{m.get('server')} ({m.get('server_version') or 'no version'}); {hints}: {how}")
         if r.attempts > 1:
             lines.append(f"  retried    {r.tool_name} call {r.tool_call_id}: answered at attempt {r.attempts}")
+        if r.dry_run:
+            lines.append(f"  dry run    {r.tool_name} call {r.tool_call_id}: not executed (a dry-run branch); "
+                         f"answered {json.dumps(r.tool_output, ensure_ascii=False)[:120]}")
         if r.reused:
             u = r.reused
             where = f"step {u.get('step')} of {u.get('branch_id')}" if u.get("step") is not None else f"its lineage ({u.get('branch_id')})"

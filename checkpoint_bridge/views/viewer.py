@@ -135,6 +135,8 @@ def _outcome(r: ToolCallRecord) -> str:
         return "error"
     if r.reused is not None:
         return "reused"
+    if r.dry_run:
+        return "dry-run"
     return "cached" if r.served_from_cache else "ok"
 
 
@@ -143,7 +145,7 @@ _RECORD_DEFAULTS = {"error": None, "tool_call_id": None, "idempotency_key": None
                     "served_from_cache": False, "tool_output": None, "duration_ms": 0}
 # A diff's tool-call rows, likewise (`reused` and the flags false, `error` and `decision` none).
 _CALL_ROW_DEFAULTS = {"error": None, "decision": None, "side_effects": False, "served_from_cache": False,
-                      "subagent": None, "kept": False,
+                      "subagent": None, "kept": False, "dry_run": False,
                       "reused": False}
 
 
@@ -184,13 +186,28 @@ def _checkpoint_row(step: _Step, branch: int, previous_variables: Any) -> dict[s
     return row
 
 
+_SCOPES = ("step", "branch", "total")
+
+
+def ledger_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The ledger fields any checkpoint of the page has, in the ledger's own order: the
+    same columns in the same order on every step."""
+    from workflows.contracts import Ledger
+
+    present = {key for row in rows for values in (row.get("led") or {}).values() if isinstance(values, dict)
+               for key in values}
+    return [*(k for k in Ledger.model_fields if k in present), *sorted(present - set(Ledger.model_fields))]
+
+
 def _ledger(ledger: dict[str, Any] | None) -> dict[str, Any] | None:
     """The ledger without its zero fields; a branch scope equal to the total (nothing
     inherited) as the word "total"."""
     if ledger is None:
         return None
     out: dict[str, Any] = {}
-    for scope, values in ledger.items():
+    # One order of rows on every step (the page shows them as stored).
+    order = {scope: i for i, scope in enumerate(_SCOPES)}
+    for scope, values in sorted(ledger.items(), key=lambda item: (order.get(item[0], len(order)), item[0])):
         if scope == "branch" and values == ledger.get("total"):
             out[scope] = "total"
         elif isinstance(values, dict):
@@ -293,7 +310,7 @@ async def build_view(store: CheckpointStore, run_id: str) -> dict[str, Any]:
         "format": VIEW_FORMAT, "run_id": run_id, "store": store.url, "branches": branches,
         "names": [{"name": n, "head": index[lines[n][-1].checkpoint_id]} if n in lines else {"name": n, "error": unusable[n]}
                   for n in names],
-        "checkpoints": rows, "diffs": diffs,
+        "checkpoints": rows, "diffs": diffs, "ledger_columns": ledger_columns(rows),
     }
 
 

@@ -41,20 +41,31 @@ TOKENS = at_least(0, int, "a whole number", strictly=True)
 USD = at_least(0, float, "a number of USD", strictly=True)
 
 
+SECONDS = at_least(0, float, "a number of seconds", strictly=True)
+
+
+# workflows.contracts.SIDE_EFFECT_MODES, spelled out: `rewind --help` imports no pydantic model
+# (a test checks the two agree).
+SIDE_EFFECT_MODES = ("run", "reuse", "dry-run")
+
+
 def task_text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty; say what the agent should do")
     return text
 
 
-def parse_set(pairs: list[str]) -> dict[str, Any]:
+def parse_set(pairs: list[str] | None, texts: list[str] | None = None) -> dict[str, Any]:
+    """`--set KEY=VALUE` (JSON, or text when it does not start like JSON) and
+    `--set-text KEY=TEXT` (always the text as given)."""
+    from rewind.variables import variable_value
+
     out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set {echo(pair)} is not key=value")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
+    for flag, items in (("--set", pairs), ("--set-text", texts)):
+        for pair in items or []:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise UsageError(f"{flag} {echo(pair)} is not key=value")
+            out[key] = value if flag == "--set-text" else variable_value(
+                key, value, flag=flag, literal_hint=f"give literal text with --set-text {key}=TEXT")
     return out

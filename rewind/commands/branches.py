@@ -6,13 +6,14 @@ import argparse
 import json
 from typing import Callable
 
-from rewind.commands.arguments import COUNT, STEPS, parse_set
+from rewind.commands.arguments import COUNT, SIDE_EFFECT_MODES, STEPS, parse_set
 from rewind.commands.common import (
     client_for,
     emit,
     interactive,
     names,
     open_checkpoints,
+    say_if_no_worker,
     wait_and_report,
 )
 from rewind.config import Settings
@@ -31,8 +32,8 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
         result = await fork(
             client, settings, store, args.run, args.step, branch=args.branch, from_branch=args.from_branch,
             system_prompt=args.system_prompt, model=args.model, limits=limits,
-            tools=names(args.tools), variables=parse_set(args.set),
-            subagent_overrides=_subagent_overrides(args.subagent),
+            tools=names(args.tools), variables=parse_set(args.set, args.set_text),
+            subagent_overrides=_subagent_overrides(args.subagent), side_effects=args.side_effects,
         )
     info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id, "fork_point": result.fork_point}
     if args.wait:
@@ -41,6 +42,7 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
                   flush=True)
         return await wait_and_report(args, client, result.handle, result.run_id, result.branch, info)
     emit(info, args.json, f"forked {result.fork_point} into branch {result.branch} of run {result.run_id} (workflow {result.workflow_id})")
+    await say_if_no_worker(client, result.handle, waiting=False)
     return 0
 
 
@@ -67,7 +69,8 @@ async def cmd_redo(args: argparse.Namespace, settings: Settings) -> int:
     client = await client_for(settings)
     async with open_checkpoints(settings) as store:
         result = await redo(client, settings, store, args.run, args.step, args.call, branch=args.branch,
-                            from_branch=args.from_branch, system_prompt=args.system_prompt, model=args.model)
+                            from_branch=args.from_branch, system_prompt=args.system_prompt, model=args.model,
+                            side_effects=args.side_effects)
     info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id,
             "redone": f"{args.run}:{args.from_branch}:{args.step}", "call": args.call, "fork_point": result.fork_point}
     said = (f"redoing call {args.call} of step {args.step} of {args.from_branch} in branch {result.branch} "
@@ -117,6 +120,14 @@ async def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def terminal_width() -> int:
+    """The terminal's width (COLUMNS when set, as for any program), at least the 60 columns
+    two sides need; 100 when the output is not a terminal and COLUMNS is unset."""
+    import shutil
+
+    return max(shutil.get_terminal_size((100, 24)).columns, 60)
+
+
 async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.views.diff import diff, diff_json, diff_text
 
@@ -125,8 +136,15 @@ async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
     validate_id("branch", args.branch_b)
     async with open_checkpoints(settings) as store:
         result = await diff(store, args.run, args.branch_a, args.branch_b)
-    emit(diff_json(result), args.json, "" if args.json else diff_text(result))
+    emit(diff_json(result), args.json, "" if args.json else diff_text(result, terminal_width()))
     return 0
+
+
+def _side_effects_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--side-effects", choices=SIDE_EFFECT_MODES, default="run",
+                   help="what the new branch's side-effecting tool calls do: run (default: as any run; a repeat of "
+                        "an effect of its lineage follows the tool's on_repeat), reuse (a repeat always returns the "
+                        "recorded result) or dry-run (none runs: the tool's dry_run answers, or a stub)")
 
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -139,10 +157,13 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--system-prompt")
     p.add_argument("--model")
     p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names for the new branch")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="set an agent variable (JSON or text)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="set an agent variable: JSON, or text when it does not start with { [ or \"")
+    p.add_argument("--set-text", action="append", metavar="KEY=TEXT", help="set an agent variable to this text as given")
     p.add_argument("--subagent", action="append", metavar="AGENT.model=M",
                    help="what a sub-agent runs with on the new branch: AGENT.model=M or AGENT.system_prompt=TEXT")
     p.add_argument("--max-steps", type=STEPS)
+    _side_effects_argument(p)
     p.add_argument("--wait", action="store_true")
 
     p = command("redo", "a new branch from a step on which one of its tool calls (a sub-agent) runs again and "
@@ -154,6 +175,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--branch", help="name of the new branch (default: redo-STEP-CALL)")
     p.add_argument("--system-prompt", help="the redone sub-agent's system prompt instead of its declaration's")
     p.add_argument("--model", help="the redone sub-agent's model instead of its declaration's")
+    _side_effects_argument(p)
     p.add_argument("--wait", action="store_true")
 
     p = command("rollback", "roll a branch back to a step in place and continue from there", handler=cmd_rollback)

@@ -122,8 +122,7 @@ async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.mirror import mirror_run
-    from rewind.client import workflow_id_for
+    from checkpoint_bridge.mirror import mirror_branches, run_branches
 
     validate_id("run", args.run)
     if args.branch:
@@ -136,10 +135,9 @@ async def cmd_mirror(args: argparse.Namespace, settings: Settings) -> int:
     payloads = payload_store(settings)
     try:
         async with open_checkpoints(settings) as store:
-            branches = [args.branch] if args.branch else sorted({"main", *await store.branches(args.run)})
-            for branch in branches:
-                reports.append(await mirror_run(client, store, workflow_id_for(args.run, branch), run_id=args.run,
-                                                branch_id=branch, outputs=OutputStore(payloads)))
+            # Every branch Temporal has too, not only those the store has (an empty store after a loss).
+            branches = [args.branch] if args.branch else await run_branches(client, store, args.run)
+            reports = await mirror_branches(client, store, args.run, branches, outputs=OutputStore(payloads))
     finally:
         await payloads.aclose()
     docs = [r.model_dump() for r in reports]

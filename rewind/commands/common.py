@@ -79,7 +79,7 @@ async def wait_and_report(
         if interactive(args):
             result = await follow(client, run_id, handle, sys.stdout, branch)
         else:
-            await _say_if_nobody_runs_it(client, handle)
+            await say_if_no_worker(client, handle, waiting=True)
             result = await wait_for_outcome(handle)
     except WorkflowFailureError as exc:
         if isinstance(exc.cause, CancelledError):
@@ -102,14 +102,16 @@ async def wait_and_report(
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
 
 
-async def _say_if_nobody_runs_it(client: Any, handle: Any) -> None:
-    """Waiting quietly (no terminal) on a run no worker polls for would look like a hang: say so once."""
+async def say_if_no_worker(client: Any, handle: Any, *, waiting: bool) -> None:
+    """A run no worker polls for does nothing: waiting on it quietly would look like a hang,
+    and starting it without a word would look like it runs. Say so once, on stderr."""
     from checkpoint_bridge.runs import pollers
 
     queue = (await handle.describe()).raw_description.execution_config.task_queue.name
     if queue and not await pollers(client, queue, workflows=True):
-        print(f"rewind: no worker is polling task queue {queue!r} yet; waiting for one "
-              "(Ctrl-C stops the waiting, not the run)", file=sys.stderr, flush=True)
+        then = ("waiting for one (Ctrl-C stops the waiting, not the run)" if waiting
+                else "the run waits for one: start `rewind worker` (or `rewind dev`) with its tools")
+        print(f"rewind: no worker is polling task queue {queue!r} yet; {then}", file=sys.stderr, flush=True)
 
 
 def continue_hint(run_id: str, status: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
-from rewind.commands.arguments import COUNT, STEPS, USD
+from rewind.commands.arguments import COUNT, SIDE_EFFECT_MODES, STEPS, USD
 from rewind.commands.common import EXIT_NOT_DONE, client_for, emit, open_checkpoints
 from rewind.config import Settings
 from workflows.errors import UsageError
@@ -80,7 +80,7 @@ async def _experiment_start(args: argparse.Namespace, settings: Settings) -> int
     inp = ExperimentInput(
         experiment_id=args.id or ex.new_experiment_id(), run_id=args.target, from_branch=args.from_branch,
         step=args.step, variants=variants, repeat=args.repeat, max_cost_usd=args.max_cost, max_steps=args.max_steps,
-        concurrency=args.concurrency, scorer=args.score,
+        concurrency=args.concurrency, scorer=args.score, side_effects=args.side_effects,
     )
     client = await client_for(settings)
     async with open_checkpoints(settings) as store:
@@ -123,5 +123,9 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--concurrency", type=STEPS, help="branches running at once (default: all)")
     p.add_argument("--score", metavar="MODULE:FUNCTION", help="a scorer of each branch's final checkpoint")
     p.add_argument("--id", help="the experiment's id (default: a new one)")
+    p.add_argument("--side-effects", choices=SIDE_EFFECT_MODES, default="dry-run",
+                   help="what the branches' side-effecting tool calls do: dry-run (default: none runs; the tool's "
+                        "dry_run answers, or a stub), reuse (a repeat of an earlier effect returns its result, a "
+                        "new one runs) or run (as any run)")
     p.add_argument("--markdown", action="store_true", help="show: the table as Markdown")
     p.add_argument("--wait", action="store_true", help="wait until it completes or waits for a raised budget")

@@ -1,4 +1,4 @@
-"""Processes: `rewind demo`, `server`, `worker`, `health`."""
+"""Processes: `rewind demo`, `dev`, `server`, `worker`, `health`."""
 
 from __future__ import annotations
 
@@ -15,9 +15,14 @@ from workflows.ids import validate_id
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.demo import run_demo
 
-    if args.approve and args.fanout:
-        raise UsageError("--approve and --fanout are two demos; choose one")
-    result = await run_demo(settings, quiet=args.json, approve=args.approve, fanout=args.fanout)
+    if sum(bool(x) for x in (args.approve, args.fanout, args.mcp)) > 1:
+        raise UsageError("--approve, --fanout and --mcp are different demos; choose one")
+    if args.keep and args.json:
+        raise UsageError("--keep runs until Ctrl-C, --json prints once at the end; choose one")
+    if args.keep and args.mcp:
+        raise UsageError("--keep keeps the research demo's stack; run the MCP agent's with `rewind dev --mcp-config FILE`")
+    result = await run_demo(settings, quiet=args.json, approve=args.approve, fanout=args.fanout, keep=args.keep,
+                            mcp=args.mcp)
     if args.json:
         emit(result.model_dump(mode="json"), True, "")
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
@@ -51,6 +56,19 @@ def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    from rewind.dev import DevOptions, run_dev
+    from rewind.worker_args import worker_settings
+
+    def warn(text: str) -> None:
+        print(f"rewind: {text}", file=sys.stderr, flush=True)
+
+    args.tools_deprecated = None
+    settings, modules = worker_settings(args, settings, warn)
+    return run_dev(settings, DevOptions(modules, scripts=args.scripts or settings.scripts_file,
+                                        mcp_config=args.mcp_config, port=args.port, ui_port=args.ui_port))
+
+
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.worker import run_from_command_line
 
@@ -82,6 +100,18 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
     p.add_argument("--ui-port", type=int, default=8233)
 
+    p = command("dev", "the embedded Temporal dev server and a worker for your tools, in the foreground "
+                "(Ctrl-C stops both)", sync=cmd_dev)
+    p.add_argument("--tool-modules", metavar="MODULES",
+                   help="comma-separated tool modules to load, e.g. mytools for mytools.py here "
+                        "(default: REWIND_TOOL_MODULES)")
+    p.add_argument("--task-queue", help="the worker's task queue (default: REWIND_TASK_QUEUE or 'rewind')")
+    p.add_argument("--scripts", metavar="FILE",
+                   help="scripts for the offline model, run with --model script:NAME (default: REWIND_SCRIPTS)")
+    p.add_argument("--mcp-config", metavar="FILE", help="MCP servers whose tools the worker offers (REWIND_MCP_CONFIG)")
+    p.add_argument("--port", type=int, help="the server's gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
+    p.add_argument("--ui-port", type=int, help="the Temporal UI's port (default: 8233 if free, else any free port)")
+
     p = command("worker", "run a worker (same as python worker.py)", sync=cmd_worker)
     add_worker_arguments(p)
 
@@ -94,3 +124,9 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="save_report waits for your approval; the demo shows how to give it")
     p.add_argument("--fanout", action="store_true",
                    help="an orchestrator fans out to five researcher sub-agents at once, then synthesizes")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the server and the worker running after the run (until Ctrl-C), so `rewind fork` "
+                        "and the other commands work from another terminal")
+    p.add_argument("--mcp", action="store_true",
+                   help="an agent whose tools are the filesystem MCP server's (needs node and "
+                        "@modelcontextprotocol/server-filesystem; says so when missing)")

@@ -7,7 +7,7 @@ import sys
 from typing import Callable
 
 from rewind.commands.approvals import pending_lines
-from rewind.commands.arguments import STEPS, TOKENS, USD, task_text
+from rewind.commands.arguments import SECONDS, STEPS, TOKENS, USD, task_text
 from rewind.commands.common import (
     client_for,
     continue_hint,
@@ -15,6 +15,7 @@ from rewind.commands.common import (
     interactive,
     names,
     open_checkpoints,
+    say_if_no_worker,
     wait_and_report,
 )
 from rewind.config import Settings
@@ -58,13 +59,16 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
             fast=args.fast,
             **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
         )
-    if agent_input.tools and not await pollers(client, settings.task_queue, workflows=True):
+    warned = bool(agent_input.tools) and not await pollers(client, settings.task_queue, workflows=True)
+    if warned:
         print(f"rewind: no worker polls task queue {settings.task_queue!r} yet, so --tools could not be checked; "
               f"the run waits for a worker ({agent_input.tool_wait_s:g} s for each named tool)", file=sys.stderr)
     handle = await start_run(client, settings, agent_input)
     info = {"run_id": agent_input.run_id, "workflow_id": handle.id}
     if not args.wait:
         emit(info, args.json, agent_input.run_id)
+        if not warned:
+            await say_if_no_worker(client, handle, waiting=False)
         return 0
     if interactive(args):
         print(f"run {agent_input.run_id} started; progress:", flush=True)
@@ -92,11 +96,13 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         store_error = None
         try:
             async with open_checkpoints(settings) as store:
-                view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue)
+                view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue,
+                                      query_timeout_s=args.query_timeout)
         except ConfigError as exc:
             store_error = str(exc)
             try:
-                view = await run_view(client, args.run, args.branch, task_queue=settings.task_queue)
+                view = await run_view(client, args.run, args.branch, task_queue=settings.task_queue,
+                                      query_timeout_s=args.query_timeout)
             except RunNotFoundError:
                 raise exc from None  # Temporal does not have it, and the store that might cannot answer
         view.store_error = store_error
@@ -107,7 +113,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     s = view.status
     if s is not None:
         lines += [
-            f"  step         {s.step} (model {s.model or '-'})",
+            f"  step         {s.step} (model {s.model or '-'})" if view.live_step is None or view.live_step == s.step else
+            f"  step         {view.live_step} (live, from Temporal; the newest checkpoint is of step {s.step})",
             f"  tokens       {s.total_tokens} ({s.prompt_tokens} in / {s.completion_tokens} out)",
             f"  cost         {usd(s.cost_usd)}" + (f" ({s.unpriced_calls} calls of an unpriced model)" if s.unpriced_calls else ""),
             f"  model calls  {s.llm_calls}",
@@ -135,6 +142,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         lines.append(f"  waiting      {view.no_worker}")
     for p in view.pending:
         what = f"{p['activity']} {p['detail']}" if p.get("detail") else p["activity"]
+        if p.get("summary"):
+            what = f"{p['summary']} ({what})"
         lines.append(f"  running      {what} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
     if view.failure:
         lines.append(f"  failure      {view.failure}")
@@ -232,7 +241,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")
     p.add_argument("--fast", action="store_true",
                    help="model calls and read-only tools as local activities, recorded every ~2 s: much less "
-                        "overhead per step; a crash re-runs the unrecorded last moments (README: Fast path)")
+                        "overhead per step; a crash re-runs the unrecorded last moments (docs/operations.md: Fast path)")
 
     p = command("continue", "continue a run paused by its budget, with a raised budget", handler=cmd_continue)
     p.add_argument("run")
@@ -249,3 +258,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("status", "state of a run: live while it runs, from its result or checkpoints after", handler=cmd_status)
     p.add_argument("run")
     p.add_argument("--branch", default="main")
+    # A live worker answers in milliseconds; one Temporal still lists after it died never
+    # does, and the status should not hang on it (it then comes from history and the store).
+    p.add_argument("--query-timeout", type=SECONDS, default=1.5,
+                   metavar="SECONDS", help="how long to wait for the worker's live answer (default 1.5)")

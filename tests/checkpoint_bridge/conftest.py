@@ -1,11 +1,12 @@
 """Fixtures of the checkpoint-store conformance suite.
 
 Every behavioural test takes ``store`` (or ``backend``) and therefore runs once
-per backend: a local folder and S3. S3 is a real HTTP server (moto's
+per backend: a local folder, S3, SQLite and PostgreSQL. S3 is a real HTTP server (moto's
 ``ThreadedMotoServer`` on a free port), not a mock of boto calls, so requests,
 conditional writes, pagination and error responses go over the wire.
 
-The session S3 server fixture ``moto_endpoint`` lives in ``tests/conftest.py``.
+PostgreSQL is a real server too (Debian's package, started on a private port by
+the session fixture ``postgres_url``). Both session fixtures live in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from pathlib import Path
 from typing import AsyncIterator
 
 import pytest
-from store_backends import Backend, file_backend, s3_backend
+from store_backends import Backend, file_backend, postgres_backend, s3_backend, sqlite_backend
 
 from checkpoint_bridge.store import CheckpointStore
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "sqlite", "postgres"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     if request.param == "file":
         chosen = file_backend(tmp_path)
+    elif request.param == "sqlite":
+        chosen = sqlite_backend(tmp_path)
+    elif request.param == "postgres":
+        chosen = postgres_backend(request.getfixturevalue("postgres_url"))
     else:
         chosen = s3_backend(request.getfixturevalue("moto_endpoint"))
     yield chosen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, Callable
 
 import boto3
 
-from checkpoint_bridge.stores import FileObjectStore, ObjectStore, S3ObjectStore
+from checkpoint_bridge.stores import FileObjectStore, ObjectStore, S3ObjectStore, SqliteObjectStore
 from checkpoint_bridge.store import CheckpointStore
 
 
@@ -109,6 +110,79 @@ def s3_backend(endpoint: str) -> Backend:
         s3.put_object(Bucket=objects.bucket, Key=f"{objects.prefix}/{key}" if objects.prefix else key, Body=data)
 
     return Backend("s3", new_objects, all_keys, reopen, broken, tamper)
+
+
+def sqlite_backend(tmp_path: Path) -> Backend:
+    # One database file per store, in the per-test tmp dir.
+    space = tmp_path / "sqlite"
+    counter = iter(range(1_000_000))
+
+    def all_keys() -> list[str]:
+        keys: list[str] = []
+        for db in sorted(space.glob("*.db")):
+            with sqlite3.connect(db) as conn:
+                keys += [f"{db.name}/{k}" for (k,) in conn.execute("SELECT key FROM objects ORDER BY key")]
+        return keys
+
+    def reopen(objects: ObjectStore) -> ObjectStore:
+        assert isinstance(objects, SqliteObjectStore)
+        return SqliteObjectStore(objects.path)
+
+    def broken() -> ObjectStore:
+        blocker = tmp_path / "not-a-folder"
+        blocker.write_text("")
+        return SqliteObjectStore(blocker / "store.db")
+
+    def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+        assert isinstance(objects, SqliteObjectStore)
+        with sqlite3.connect(objects.path, timeout=30) as conn:
+            conn.execute("UPDATE objects SET data = ? WHERE key = ?", (data, key))
+
+    return Backend("sqlite", lambda: SqliteObjectStore(space / f"store-{next(counter)}.db"), all_keys, reopen,
+                   broken, tamper)
+
+
+def postgres_backend(server_url: str) -> Backend:
+    """Stores in schemas of their own (``?schema=``) on the session's PostgreSQL server."""
+    import psycopg
+
+    from checkpoint_bridge.stores import PostgresObjectStore
+
+    made: dict[int, str] = {}
+    schemas: list[str] = []
+
+    def new_objects() -> ObjectStore:
+        schema = f"t_{uuid.uuid4().hex[:12]}"
+        schemas.append(schema)
+        url = f"{server_url}?schema={schema}"
+        store = PostgresObjectStore(url)
+        made[id(store)] = url
+        return store
+
+    def all_keys() -> list[str]:
+        keys: list[str] = []
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            for schema in schemas:
+                exists = conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                                      "AND table_name = 'objects'", (schema,)).fetchone()
+                if exists:
+                    keys += [f"{schema}/{k}" for (k,) in conn.execute(f'SELECT key FROM "{schema}".objects ORDER BY key')]
+        return keys
+
+    def reopen(objects: ObjectStore) -> ObjectStore:
+        store = PostgresObjectStore(made[id(objects)])
+        made[id(store)] = made[id(objects)]
+        return store
+
+    def broken() -> ObjectStore:
+        return PostgresObjectStore(f"postgresql://rewind@127.0.0.1:{closed_port()}/rewind?schema=down")
+
+    def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+        assert isinstance(objects, PostgresObjectStore)
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'UPDATE "{objects.schema}".objects SET data = %s WHERE key = %s', (data, key))
+
+    return Backend("postgres", new_objects, all_keys, reopen, broken, tamper)
 
 
 def closed_port() -> int:

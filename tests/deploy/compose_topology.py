@@ -2,7 +2,7 @@
 
 No Docker engine runs here, so the tests take the compose file's services and
 run local stand-ins for them. Everything a stand-in is given comes from the
-file (and from the README's Deployment section, for the host's CLI): the
+file (and from the deployment guide, docs/deployment.md, for the host's CLI): the
 worker's command, environment and health check, the bucket the init step
 creates, the namespace step's script, the published ports. Change one of
 those in the file and the tests follow it, or fail.
@@ -28,7 +28,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
-README = REPO / "README.md"
+DEPLOYMENT_GUIDE = REPO / "docs" / "deployment.md"
 # The venv's bin folder: `rewind` and `temporal` are installed there.
 VENV_BIN = Path(sys.executable).parent
 # What the workers get besides the compose environment: PATH (venv first) and HOME.
@@ -191,19 +191,19 @@ def resolve_executable(argv: list[str], env: Mapping[str, str]) -> list[str]:
     return [found, *argv[1:]]
 
 
-def readme_section(title: str) -> str:
-    text = README.read_text()
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    if not match:
-        raise ComposeError(f"README.md has no '## {title}' section")
-    return match.group(1)
+def deployment_guide() -> str:
+    """docs/deployment.md below its title (what the host is told to run)."""
+    text = DEPLOYMENT_GUIDE.read_text()
+    if not text.startswith("# Deployment\n"):
+        raise ComposeError(f"{DEPLOYMENT_GUIDE} does not start with '# Deployment'")
+    return text.split("\n", 1)[1]
 
 
 def readme_host_environment() -> dict[str, str]:
-    """The variables the README's Deployment section tells the host to `export` for the CLI
+    """The variables the deployment guide tells the host to `export` for the CLI
     (before its subsections, which show other Temporals: Temporal Cloud, mTLS clusters)."""
     env: dict[str, str] = {}
-    compose_part = readme_section("Deployment").split("\n### ", 1)[0]
+    compose_part = deployment_guide().split("\n### ", 1)[0]
     for block in re.findall(r"```(?:bash|sh)\n(.*?)```", compose_part, re.S):
         for line in block.splitlines():
             words = shlex.split(line, comments=True)
@@ -212,10 +212,10 @@ def readme_host_environment() -> dict[str, str]:
             for word in words[1:]:
                 key, sep, value = word.partition("=")
                 if not sep or not re.fullmatch(_NAME, key) or "$" in value:
-                    raise ComposeError(f"README Deployment: cannot read `export {word}`")
+                    raise ComposeError(f"docs/deployment.md: cannot read `export {word}`")
                 env[key] = value
     if not env:
-        raise ComposeError("README Deployment section has no `export` lines for the host's CLI")
+        raise ComposeError("docs/deployment.md has no `export` lines for the host's CLI")
     return env
 
 

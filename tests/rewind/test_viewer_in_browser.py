@@ -167,6 +167,15 @@ async def test_a_real_run_with_a_fork_and_a_rollback_in_headless_chromium(world,
         expected_diff["a"]["system_prompt"] != expected_diff["b"]["system_prompt"]) is True
     assert diff_part.count("<pre>done</pre>") == 2  # both final answers
 
+    # Opened without a link, the page shows the newest head of main: its revision after the
+    # rollback, not the invalidated steps the rollback replaced.
+    plain = await _browse(chromium, page.as_uri(), "--dump-dom")
+    head = max((row for row in tree["branches"]["main.r1"]), key=lambda row: row["step_index"])
+    assert f'<code id="detail-id">{head["checkpoint_id"]}</code>' in plain, plain[-3000:]
+    # Ledger rows step, branch, total and the same columns in the ledger's order on every step.
+    columns = re.search(r'<table class="ledger">(.*?)</table>', plain, re.S)
+    assert columns is not None and columns.group(1).index(">step<") < columns.group(1).index(">total<")
+
     # A picture of it, for a person (and for the README when REWIND_TEST_ARTIFACTS is set).
     shot = tmp_path / "viewer.png"
     await _browse(chromium, page.as_uri() + "#step=main.r1:2&diff=main..b", f"--screenshot={shot}", "--window-size=1400,900")

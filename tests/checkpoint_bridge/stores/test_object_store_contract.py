@@ -1,4 +1,5 @@
-"""Conformance of the low-level ObjectStore backends, and opening stores from URLs."""
+"""What the backends do beyond the conformance suite (test_conformance.py): folders left
+behind, unsafe deletes, and opening stores from URLs."""
 
 from __future__ import annotations
 
@@ -17,48 +18,6 @@ from workflows.errors import (
     InvalidIdError,
     StoreUnavailableError,
 )
-
-
-async def test_put_if_absent_and_get(backend: Backend) -> None:
-    objects = backend.objects()
-    with pytest.raises(CheckpointNotFoundError, match=r"a/b\.json"):
-        await objects.get("a/b.json")
-    assert await objects.put_if_absent("a/b.json", b"one") is True
-    assert await objects.put_if_absent("a/b.json", b"one") is False
-    with pytest.raises(CheckpointExistsError, match=r"a/b\.json.*immutable"):
-        await objects.put_if_absent("a/b.json", b"two")
-    assert await objects.get("a/b.json") == b"one"
-
-
-async def test_racing_put_if_absent_writes_one_object(backend: Backend) -> None:
-    objects = backend.objects()
-    writers = [backend.reopen(objects) for _ in range(8)]
-    backend.opened.extend(writers)
-    results = await asyncio.gather(*(w.put_if_absent("k.json", b"same") for w in writers))
-    assert results.count(True) >= 1 and set(results) <= {True, False}
-    if backend.name == "file":
-        assert results.count(True) == 1
-    assert await objects.list("") == ["k.json"]
-
-
-async def test_list_is_sorted_and_filtered_by_prefix(backend: Backend) -> None:
-    objects = backend.objects()
-    for key in ["runs/ab/x.json", "runs/a/2.json", "runs/a/1.json", "runs/a/sub/3.json", "other.json"]:
-        await objects.put_if_absent(key, b"{}")
-    assert await objects.list("runs/a/") == ["runs/a/1.json", "runs/a/2.json", "runs/a/sub/3.json"]
-    assert await objects.list("runs/a") == ["runs/a/1.json", "runs/a/2.json", "runs/a/sub/3.json", "runs/ab/x.json"]
-    assert await objects.list("nothing/") == []
-    assert len(await objects.list("")) == 5
-
-
-async def test_list_pages_through_many_keys(backend: Backend) -> None:
-    objects = backend.objects()
-    if isinstance(objects, S3ObjectStore):  # small pages: the paginator path without 1000+ PUTs
-        objects = S3ObjectStore(objects.bucket, objects.prefix, endpoint_url=objects.endpoint_url, list_page_size=7)
-        backend.opened.append(objects)
-    await asyncio.gather(*(objects.put_if_absent(f"many/{i:03d}.json", b"{}") for i in range(40)))
-    assert await objects.list("many/") == [f"many/{i:03d}.json" for i in range(40)]
-    assert await objects.list("many/01") == [f"many/{i:03d}.json" for i in range(10, 20)]
 
 
 async def test_delete_prefix_deletes_only_that_prefix(backend: Backend) -> None:

@@ -260,3 +260,26 @@ def test_long_content_is_shortened_to_fit(main, width) -> None:
 def test_diff_text_refuses_a_width_too_narrow_for_two_columns(main) -> None:
     with pytest.raises(ValueError, match="width 20"):
         diff_text(diff_branches("run-1", "main", main, "main", main), width=20)
+
+
+def test_two_long_answers_that_differ_late_show_the_difference_at_80_columns(main) -> None:
+    shared = " ".join(f"Finding {i}: revenue grew and margins held." for i in range(12))
+    a = _step(main[2], "final answer", branch="main", answer=shared + " Verdict: buy Globex, sell Acme.")
+    b = _step(main[2], "final answer", branch="alt", answer=shared + " Verdict: hold Initech for now.")
+    d = diff_branches("run-1", "main", [*main[:3], a], "alt", [*main[:3], b])
+    text = diff_text(d, width=80)
+    assert max(map(len, text.splitlines())) <= 80
+    answer = text[text.index("\nfinal answer") + 1:]
+    assert "≠" in answer.splitlines()[0]
+    assert "buy Globex" in answer and "hold Initech" in answer, answer
+    assert "… " in answer  # the shared beginning is cut, and says so
+    # The heads name their branch and step, not the run again, so the status fits.
+    assert "main:3 (completed)" in text and "alt:3 (completed)" in text
+
+
+def test_texts_that_differ_early_are_shown_from_the_start() -> None:
+    from checkpoint_bridge.views.diff import aligned_pair, first_difference
+
+    assert first_difference("abc", "abd") == 2 and first_difference("ab", "abc") == 2 and first_difference("a", "a") == 1
+    left, right = aligned_pair("Acme grew faster.", "Globex grew faster.", 30)
+    assert left == ["Acme grew faster."] and right == ["Globex grew faster."]

@@ -125,7 +125,7 @@ def _expanded(d: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
             x["steps"] = [{"step_index": rows[i]["s"], "step_label": rows[i]["l"], "status": rows[i]["st"],
                            "checkpoint_id": rows[i]["id"]} for i in x.pop("steps_at")]
         x["tool_calls"] = [{"error": None, "decision": None, "side_effects": False, "served_from_cache": False,
-                            "reused": False, "subagent": None, "kept": False, **c} for c in x["tool_calls"]]
+                            "reused": False, "subagent": None, "kept": False, "dry_run": False, **c} for c in x["tool_calls"]]
         out[side] = x
     return out
 

@@ -1,0 +1,118 @@
+"""The run shapes of the soak: a script for the scripted model, the run's input, and
+what the soak does to the run while it goes (approve, reject, fork, rollback).
+
+Every shape is deterministic: the scripted model's answers are a function of the
+request, the soak's tools' outputs a function of their arguments, so a run of a
+shape ends with the same transcript as any other run of it, whatever faults hit
+it on the way. That is what the soak checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workflows.contracts import AgentInput, LlmTuning, RunLimits
+
+LLM_TIMEOUT_S = 5.0  # a model "hang" fault answers after longer than this
+
+
+def _call(name: str, **arguments: Any) -> dict:
+    return {"name": name, "arguments": arguments}
+
+
+def _turn(*calls: dict) -> dict:
+    return {"tool_calls": list(calls)}
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    script: list[dict]
+    tools: list[str]
+    # What the soak does while the run goes: None, "approve", "reject", "fork", "rollback".
+    action: str | None = None
+    max_steps: int = 20
+    history_limit_bytes: int = 4 * 1024 * 1024
+    budget_pause_s: float = 7 * 24 * 3600.0
+    extra_scripts: dict[str, list[dict]] = field(default_factory=dict)
+    # The state an undisturbed run ends in, and the branches it ends with.
+    expected_state: str = "completed"
+
+    def model(self) -> str:
+        return f"script:soak-{self.name}"
+
+    def agent_input(self, run_id: str) -> AgentInput:
+        return AgentInput(
+            run_id=run_id, task=f"soak shape {self.name}", tools=self.tools, model=self.model(),
+            limits=RunLimits(max_steps=self.max_steps, budget_pause_s=self.budget_pause_s),
+            llm=LlmTuning(timeout_s=LLM_TIMEOUT_S, heartbeat_s=2.0, max_retry_s=10.0),
+            history_limit_bytes=self.history_limit_bytes,
+        )
+
+
+FORK_STEP, FORK_WHEN = 2, 3  # fork at step 2 once step 3 is stored (main still running)
+ROLLBACK_STEP, ROLLBACK_WHEN = 1, 3  # roll back to step 1 once step 3 is stored
+
+SHAPES: dict[str, Shape] = {s.name: s for s in [
+    Shape("parallel", [
+        _turn(_call("lookup", term="alpha"), _call("lookup", term="beta"), _call("lookup", term="gamma")),
+        _turn(_call("send_message", to="ops", body="alpha beta gamma"), _call("lookup", term="alpha")),
+        {"content": "parallel done"},
+    ], ["lookup", "send_message"]),
+    Shape("approve", [
+        _turn(_call("lookup", term="acme")),
+        _turn(_call("wire", to="acme", amount_cents=1200), _call("lookup", term="acme-bank")),
+        {"content": "wired"},
+    ], ["lookup", "wire"], action="approve"),
+    Shape("reject", [
+        _turn(_call("wire", to="globex", amount_cents=990000)),
+        {"content": "not wired"},
+    ], ["wire"], action="reject"),
+    Shape("budget", [
+        _turn(_call("lookup", term=f"b{i}")) for i in range(5)
+    ] + [{"content": "never reached"}], ["lookup"], max_steps=2, budget_pause_s=2.0,
+        expected_state="budget_exceeded"),
+    Shape("fork", [
+        _turn(_call("lookup", term="f1")),
+        _turn(_call("send_message", to="fork", body="f1 found")),
+        _turn(_call("lookup", term="f2")),
+        _turn(_call("lookup", term="f3")),
+        {"content": "main done"},
+    ], ["lookup", "send_message"], action="fork", extra_scripts={"alt": [
+        {"content": "unused"}, {"content": "unused"},
+        # The fork repeats the lineage's effect (reused, not sent again) and a lookup (cached).
+        _turn(_call("send_message", to="fork", body="f1 found"), _call("lookup", term="f1")),
+        _turn(_call("lookup", term="f-alt")),
+        {"content": "alt done"},
+    ]}),
+    Shape("rollback", [
+        _turn(_call("lookup", term="r1")),
+        _turn(_call("send_message", to="rollback", body="r1 found")),
+        _turn(_call("lookup", term="r2")),
+        _turn(_call("lookup", term="r3")),
+        {"content": "rolled back and done"},
+    ], ["lookup", "send_message"], action="rollback"),
+    Shape("long", [
+        _turn(_call("blob", index=i, size=2500)) for i in range(12)
+    ] + [{"content": "long done"}], ["blob"], history_limit_bytes=24_000),
+    Shape("subagents", [
+        {"tool_calls": [_call("researcher", topic="alpha"), _call("researcher", topic="beta")],
+         "by_user": {"Look into alpha": _turn(_call("lookup", term="alpha-sub")),
+                     "Look into beta": _turn(_call("lookup", term="beta-sub"))}},
+        {"content": "synthesis of alpha and beta",
+         "by_user": {"Look into alpha": {"content": "alpha report"}, "Look into beta": {"content": "beta report"}}},
+    ], ["researcher"]),
+]}
+
+WEIGHTS = {"parallel": 3, "approve": 2, "reject": 1, "budget": 1, "fork": 2, "rollback": 2, "long": 1, "subagents": 2}
+
+
+def scripts() -> dict[str, list[dict]]:
+    """Every script the soak's model server plays, by name."""
+    out: dict[str, list[dict]] = {}
+    for shape in SHAPES.values():
+        out[shape.model().removeprefix("script:")] = shape.script
+        for branch, turns in shape.extra_scripts.items():
+            out[f"soak-{shape.name}-{branch}"] = turns
+    return out
