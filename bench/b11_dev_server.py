@@ -40,8 +40,11 @@ VARIANTS: list[tuple[str, dict[str, str], str]] = [
      "matching.forwarderMaxRatePerSecond (10): partitions forward polls/tasks to the root at this rate"),
     ("+ eager activities", {**TRANSFER, "system.enableActivityEagerExecution": "true"},
      "system.enableActivityEagerExecution: an activity scheduled by a workflow task goes back with its reply"),
-    ("Rewind's default (DISPATCH_TUNING)", DISPATCH_TUNING, "what rewind.embedded starts the server with"),
 ]
+# What rewind.embedded starts the server with: one of the variants above, or measured as its own.
+KEPT = next((label for label, tuning, _ in VARIANTS if tuning == DISPATCH_TUNING), "Rewind's default (DISPATCH_TUNING)")
+if KEPT not in {label for label, _, _ in VARIANTS}:
+    VARIANTS.append((KEPT, DISPATCH_TUNING, "what rewind.embedded starts the server with"))
 
 
 async def _on_server(suite, label: str, tuning: dict[str, str], steps: int, registry: ToolRegistry,  # type: ignore[no-untyped-def]
@@ -90,13 +93,13 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         mb, mr = median(b), median(r)
         data[label] = {"tuning": tuning, "bare_ms": ms(mb), "rewind_ms": ms(mr), "bare_p90_ms": ms(percentile(b, 90)),
                        "rewind_p90_ms": ms(percentile(r, 90)), "n": len(r)}
-        rows.append([label, ms(mb), f"{mb / base_b:.2f}x", ms(mr), ms(percentile(r, 90)), f"{mr / base_r:.2f}x",
+        rows.append([f"**{label}** (Rewind's setting)" if label == KEPT else label, ms(mb), f"{mb / base_b:.2f}x", ms(mr), ms(percentile(r, 90)), f"{mr / base_r:.2f}x",
                      f"**{mr / lg_med:.2f}x**" if lg_med else "–", what])
     sec.data = {"steps": steps, "reps": reps, "variants": data, "langgraph_ms": ms(lg_med)}
     sec.table("Per-step time by dev-server setting (ms, medians; ratios to the server's defaults in this run)",
               ["variant", "(b) bare", "(b) / defaults", "Rewind", "Rewind p90", "Rewind / defaults",
                "Rewind / LangGraph", "setting"], rows)
-    kept = data["Rewind's default (DISPATCH_TUNING)"]
+    kept = data[KEPT]
     sec.headline = [
         ["11 dev server", "per-step median, bare workflow (b), Rewind's settings / server defaults",
          f"{kept['bare_ms']:.1f} ms / {ms(base_b):.1f} ms", f"**{kept['bare_ms'] / ms(base_b):.2f}x**", "–", "–"],

@@ -18,6 +18,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# The one place the version is written (pyproject.toml reads it from here).
+__version__ = "0.1.0"
+
 _EXPORTS = {
     # writing tools
     "tool": "activities.tools",

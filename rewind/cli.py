@@ -65,12 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    # Not importlib.metadata: reading the installed distribution's metadata costs
+    # more than the rest of `rewind --version` together.
+    from rewind import __version__
 
-    try:
-        return version("rewind-agents")
-    except PackageNotFoundError:  # run from a source tree that is not installed
-        return "(not installed)"
+    return __version__
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -194,17 +194,11 @@ DISPATCH_TUNING: dict[str, str] = {
     # bucket never decides when a task moves; reads stay event-driven (a read
     # happens when a task is written), so an idle server does not read more.
     "history.transferProcessorMaxPollRPS": "1000",
-    # A task queue has 4 partitions by default, to spread a busy queue over
-    # matching hosts. On one process they only add a hop: a task written to one
-    # partition while the worker's poll waits on another is forwarded to the
-    # root partition first. One partition: the poll and the task meet at once.
-    "matching.numTaskqueueReadPartitions": "1",
-    "matching.numTaskqueueWritePartitions": "1",
-    # Measured and not kept (no gain on a step beyond the noise of the runs above):
-    # the timer, visibility and outbound queue readers' poll rates (they carry
-    # timeouts, list queries and callbacks, not a step's hand-over), the
-    # forwarder's rate (nothing to forward with one partition) and
-    # system.enableActivityEagerExecution.
+    # Measured and not kept (no gain on a step beyond the noise between rounds):
+    # matching.numTaskqueue{Read,Write}Partitions=1 (0.77x in one run, 1.16x in
+    # the next), the timer, visibility and outbound queue readers' poll rates
+    # (they carry timeouts, list queries and callbacks, not a step's hand-over),
+    # matching.forwarderMaxRatePerSecond and system.enableActivityEagerExecution.
 }
 
 _PORT_ATTEMPTS = 3

@@ -25,8 +25,6 @@ import binascii
 import os
 from typing import Sequence
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
@@ -65,6 +63,10 @@ class EncryptionCodec(PayloadCodec):
         if not keys:
             raise ConfigError("payload encryption needs at least one key in REWIND_ENCRYPTION_KEYS")
         self._key_id = keys[0][0]
+        # Imported here: every client builds its data converter, but only one with keys
+        # needs the cipher (`rewind status` without encryption does not load it).
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self._ciphers = {kid: AESGCM(key) for kid, key in keys}
         self._require = require_encryption
 
@@ -96,6 +98,8 @@ class EncryptionCodec(PayloadCodec):
                 f"payload was encrypted with key id {kid!r}, which this process does not have "
                 f"(it has: {', '.join(sorted(self._ciphers))}); add {kid}:<key> to REWIND_ENCRYPTION_KEYS"
             )
+        from cryptography.exceptions import InvalidTag
+
         data = payload.data
         try:
             plain = cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], None)
