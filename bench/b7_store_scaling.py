@@ -3,8 +3,8 @@
 An N-step branch (N = 2,000; quick: 300) of realistic step records, each an
 assistant tool call plus a 2 KB tool result with its tool record and ledger,
 written in order with `CheckpointStore.save_step` (what the live mirror and
-`rewind mirror` do), to a fresh local folder, a fresh SQLite file and a fresh
-S3 prefix on a moto server running as its own process. Per step: the save's time and the store
+`rewind mirror` do), to a fresh local folder, a fresh SQLite file, a fresh
+PostgreSQL schema (a local server) and a fresh S3 prefix on a moto server running as its own process. Per step: the save's time and the store
 requests it made (GETs, PUTs, LISTs, counted by a wrapper around the real
 object store), compared early (the first 100 steps, quick: 75) and late (the last as many). Then the
 bytes stored against the raw content (the final message list as JSON), and
@@ -186,6 +186,20 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     db = suite.tmp / f"scaling-{uuid.uuid4().hex[:6]}.db"
     log(f"store_scaling: {n} steps, SQLite file")
     results.append(await _measure("SQLite file", SqliteObjectStore(db), f"sqlite://{db}", None, records, depths))
+    from rewind.local_servers import PostgresServer, postgres_binaries
+
+    if postgres_binaries() is not None:
+        from checkpoint_bridge.stores import PostgresObjectStore
+
+        server = await asyncio.to_thread(PostgresServer.start)
+        try:
+            url = f"{server.url}?schema=scale"
+            log(f"store_scaling: {n} steps, PostgreSQL (local server)")
+            results.append(await _measure("PostgreSQL (local server)", PostgresObjectStore(url), url, None, records, depths))
+        finally:
+            await asyncio.to_thread(server.remove)
+    else:
+        log("store_scaling: PostgreSQL is not installed; its rows are left out")
     moto, endpoint = moto_process()
     try:
         import boto3

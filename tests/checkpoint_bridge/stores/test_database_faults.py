@@ -1,6 +1,8 @@
-"""Faults of the database stores, with real processes: writers killed mid-write leave no
-torn object, and writers in several processes racing on the same keys each win only
-what the database let them create.
+"""Faults of the database stores (SQLite, PostgreSQL), with real processes: writers
+killed mid-write leave no torn object, and writers in several processes racing on the
+same keys each win only what the database let them create. (A conflicting write is
+refused in the conformance suite; a server down at start or mid-run is in
+tests/rewind/test_database_stores_as_user.py.)
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,8 +32,10 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        return f"{request.getfixturevalue('postgres_url')}?schema=faults_{uuid.uuid4().hex[:8]}"
     return f"sqlite://{tmp_path / 'faults.db'}"
 
 
