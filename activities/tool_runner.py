@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable, Literal
 
 import pydantic
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -76,13 +76,21 @@ def _validation_message(exc: pydantic.ValidationError) -> str:
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 
 
+class UnstorableOutputError(ValueError):
+    """A tool's output has no JSON form (the attempt fails and is retried)."""
+
+
 def _jsonable(value: Any, tool_name: str, limit: int) -> Any:
     """The output as storable JSON: plain types, no lone surrogates, bounded size."""
     try:
         value = scrub_surrogates(to_jsonable_python(value))
         size = len(json.dumps(value, ensure_ascii=False).encode())
-    except (TypeError, ValueError, pydantic.PydanticSerializationError) as exc:
-        raise ToolError(f"tool {tool_name!r} returned a value that is not JSON-serializable: {exc}") from exc
+    except (TypeError, ValueError, PydanticSerializationError) as exc:
+        # Retried like a tool that raised (a glitch of the tool's upstream may pass; one
+        # that does not reaches the model after max_attempts). The exception named here
+        # was once `pydantic.PydanticSerializationError`, which does not exist: the except
+        # clause itself raised AttributeError (found by the soak, bench/soak).
+        raise UnstorableOutputError(f"tool {tool_name!r} returned a value that is not JSON-serializable: {exc}") from None
     if size > limit:
         raise ToolError(
             f"output of {tool_name} is {size / 1e6:.1f} MB, over the {limit / 1e6:.1f} MB limit "

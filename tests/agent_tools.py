@@ -257,3 +257,12 @@ nest_a = subagent(name="nest_a", description="Level a.", system_prompt="You are 
 nest_b = subagent(name="nest_b", description="Level b.", system_prompt="You are level b.", tools=["nest_c"])
 nest_c = subagent(name="nest_c", description="Level c.", system_prompt="You are level c.", tools=["nest_d"])
 nest_d = subagent(name="nest_d", description="Level d.", system_prompt="You are level d.", tools=["lookup"])
+
+
+@tool(max_attempts=3)
+async def shaky_output(term: str) -> str:
+    """Read-only; its first attempt (every attempt for "never") returns a value with no JSON form."""
+    _event("shaky_output", term=term)
+    if tool_context().attempt == 1 or term == "never":
+        return {"value": object()}  # type: ignore[return-value]
+    return f"stored {term}"
