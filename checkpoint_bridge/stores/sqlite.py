@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -159,7 +160,7 @@ class SqliteObjectStore:
             if not self._ready:
                 with self._migrating:  # one thread of this process migrates; BEGIN IMMEDIATE orders processes
                     if not self._ready:
-                        self._migrate(connection)
+                        self._migrate_when_free(connection)
             connection.execute(f"PRAGMA synchronous = {self._synchronous}")
         except BaseException:
             connection.close()
@@ -169,9 +170,27 @@ class SqliteObjectStore:
             self._local.connection = (self._generation, connection)
         return connection
 
+    def _migrate_when_free(self, connection: sqlite3.Connection) -> None:
+        """`_migrate`, again while another connection holds the file: switching a new file
+        to WAL has to upgrade a read lock to a write lock, and SQLite answers "database is
+        locked" at once there (waiting could deadlock), whatever the busy timeout says. Seen
+        with several processes opening a new store at the same moment on a loaded machine."""
+        deadline = time.monotonic() + self._busy_timeout_s
+        pause = 0.01
+        while True:
+            try:
+                return self._migrate(connection)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
     def _migrate(self, connection: sqlite3.Connection) -> None:
         # WAL is a property of the file: set once, kept by every later connection.
-        mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = connection.execute("PRAGMA journal_mode").fetchone()[0]  # a read: no write lock needed
+        if str(mode).lower() != "wal":
+            mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"the file cannot use WAL mode (journal_mode is {mode})")
         connection.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then see it done
