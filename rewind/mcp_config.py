@@ -19,7 +19,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from activities.mcp.config import OVERRIDE_KEYS, McpServerConfig, ToolOverride
+from activities.mcp.compensation import TemplateError, references
+from activities.mcp.config import OVERRIDE_KEYS, Compensation, McpServerConfig, ToolOverride
 from workflows.errors import ConfigError
 
 # A server's tools are offered as NAME__TOOL: the name must fit a model's tool name.
@@ -192,7 +193,26 @@ def _override(block: Any, key: str, path: str) -> ToolOverride:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _Problem(f"{key}.max_attempts", f"must be a whole number of at least 1, not {value!r}")
         fields["max_attempts"] = value
+    if "compensate" in block:
+        fields["compensate"] = _compensation(block["compensate"], f"{key}.compensate")
     return ToolOverride(**fields, where=f"{path}: {key}")
+
+
+def _compensation(block: Any, key: str) -> Compensation:
+    shape = '{"tool": TOOL, "arguments": {...}} (a tool of the same server, its arguments may say "{arguments.NAME}")'
+    block = _object(block, key)
+    unknown = set(block) - {"tool", "arguments"}
+    if unknown:
+        raise _Problem(f"{key}.{sorted(unknown)[0]}", f"unknown key; compensate is {shape}")
+    tool = block.get("tool")
+    if not isinstance(tool, str) or not tool:
+        raise _Problem(f"{key}.tool", f"missing; compensate is {shape}")
+    arguments = _object(block.get("arguments", {}), f"{key}.arguments")
+    try:
+        references(arguments)
+    except TemplateError as exc:
+        raise _Problem(f"{key}.arguments{exc.where}", str(exc)) from None
+    return Compensation(tool=tool, arguments=arguments)
 
 
 __all__ = ["parse_mcp_config"]

@@ -7,12 +7,24 @@ these types are what the worker's MCP sessions and tools are built from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 # What a per-tool override block may set: the @tool options that make sense for a
 # tool someone else wrote, plus `idempotent` (the idempotentHint's override).
 OVERRIDE_KEYS = ("side_effects", "idempotent", "needs_approval", "on_repeat", "effect_key", "cache_ignore",
-                 "timeout_s", "heartbeat_s", "max_attempts", "approval_timeout_s", "on_timeout")
+                 "timeout_s", "heartbeat_s", "max_attempts", "approval_timeout_s", "on_timeout", "compensate")
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """`"compensate": {"tool": TOOL, "arguments": {...}}`: the call of the same server that
+    undoes this tool's effect on `rewind rollback --compensate`. String values of
+    `arguments` may name the original call: `"{arguments.path}"` (a whole string that is
+    one reference keeps the value's JSON type), `"{arguments.edits.0.newText}"`,
+    `"{output}"`; `{{` and `}}` are literal braces."""
+
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,7 @@ class ToolOverride:
     max_attempts: int | None = None
     approval_timeout_s: float | None = None
     on_timeout: Literal["reject", "approve"] | None = None
+    compensate: Compensation | None = None
     # Where it was written (file and key), for errors found once the tools are listed.
     where: str = ""
 
@@ -59,4 +72,4 @@ class McpServerConfig:
         return " ".join([str(self.command), *self.args])
 
 
-__all__ = ["McpServerConfig", "ToolOverride", "OVERRIDE_KEYS"]
+__all__ = ["Compensation", "McpServerConfig", "ToolOverride", "OVERRIDE_KEYS"]

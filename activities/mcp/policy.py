@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.mcp.config import ToolOverride
+from activities.mcp.compensation import references
+from activities.mcp.config import Compensation, ToolOverride
 from workflows.errors import ConfigError
 
 # The MCP specification's defaults for a tool that does not say.
@@ -33,6 +34,8 @@ class Policy:
     # What @tool options the override also set (on_repeat, effect_key, timeout_s, ...).
     options: dict[str, Any] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
+    # The call of the same server that undoes this one on `rollback --compensate`.
+    compensate: Compensation | None = None
 
     @property
     def label(self) -> str:
@@ -118,8 +121,19 @@ def decide(qualified: str, annotations: dict[str, Any], override: ToolOverride |
             and options.get("on_repeat") != "ask":
         raise ConfigError(f"{o.where}: approval_timeout_s / on_timeout apply to calls that wait for approval; "
                           "set needs_approval (or on_repeat \"ask\")")
+    if o.compensate is not None:
+        if not side_effects:
+            raise ConfigError(f"{o.where}.compensate: {qualified} is read-only, so there is nothing to undo; "
+                              "set \"side_effects\": true as well, or drop compensate")
+        unknown = sorted({p[1] for p in references(o.compensate.arguments)
+                          if p[0] == "arguments" and len(p) > 1 and p[1] not in properties})
+        if unknown:
+            raise ConfigError(f"{o.where}.compensate.arguments: {{arguments.{unknown[0]}}} is not an argument of "
+                              f"{qualified} (it has {', '.join(properties) or 'none'})")
+        server = qualified.split("__", 1)[0]
+        why.append(f"compensated on rollback --compensate by {server}__{o.compensate.tool} (override)")
     return Policy(side_effects=side_effects, idempotent=idempotent, needs_approval=needs_approval,
-                  options=options, reasons=why)
+                  options=options, reasons=why, compensate=o.compensate)
 
 
 __all__ = ["decide", "Policy", "SPEC_DEFAULTS"]

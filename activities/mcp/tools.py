@@ -28,6 +28,7 @@ from typing import Any
 import pydantic
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from activities.mcp.compensation import TemplateError, fill
 from activities.mcp.config import McpServerConfig
 from activities.mcp.policy import Policy, decide
 from activities.mcp.results import tool_output
@@ -140,6 +141,17 @@ class McpHub:
                            policy=policy, validator=cls(schema), hub=self)
             tool.fn = _bound(tool)
             found.append(tool)
+        by_name = {t.tool: t for t in found}
+        for tool in found:
+            undo = tool.policy.compensate if tool.policy else None
+            if undo is None:
+                continue
+            target = by_name.get(undo.tool)
+            if target is None:
+                where = config.overrides[tool.tool].where
+                raise ConfigError(f"{where}.compensate.tool: MCP server {server.name} lists no tool {undo.tool!r} "
+                                  f"(it lists: {', '.join(sorted(server.tools)) or 'none'})")
+            tool.compensate = _compensator(tool, target, undo.arguments)
         return found
 
     async def _sent_before(self, key: str) -> bool:
@@ -205,6 +217,26 @@ class McpHub:
                 await server.close()
             except Exception as exc:  # noqa: BLE001 - stopping anyway
                 log.warning("MCP server %s did not close cleanly: %s", server.name, exc)
+
+
+def _compensator(tool: McpTool, target: McpTool, template: dict[str, Any]) -> Any:
+    """The `compensate` of `tool` (called by the compensate_tool activity with the original
+    call's arguments and output): `target` called with `template` filled from them."""
+    async def undo(arguments: dict[str, Any], output: Any) -> Any:
+        assert tool.hub is not None
+        try:
+            filled = fill(template, arguments, output)
+        except TemplateError as exc:
+            raise ToolError(f"compensation of {tool.spec.name} by {target.spec.name}: arguments{exc.where}: {exc}") \
+                from None
+        try:
+            checked = target.validate(filled)
+        except pydantic.ValidationError as exc:
+            raise ToolError(f"compensation of {tool.spec.name}: {target.spec.name} does not take these arguments "
+                            f"({exc.errors()[0]['msg']}); fix the compensate block of {tool.tool}") from None
+        return await tool.hub.call(target, checked)
+
+    return undo
 
 
 def _unknown(name: str, server: str, what: str) -> str:

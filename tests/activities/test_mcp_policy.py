@@ -15,7 +15,8 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from activities.mcp.config import ToolOverride
+from activities.mcp.compensation import TemplateError, fill
+from activities.mcp.config import Compensation, ToolOverride
 from activities.mcp.policy import decide
 from activities.mcp.results import tool_output
 from checkpoint_bridge.outputs import OutputStore
@@ -59,6 +60,33 @@ def test_contradictory_overrides_name_their_key() -> None:
         _decide({"readOnlyHint": True}, ToolOverride(needs_approval=True, where="f.json: k"))
     with pytest.raises(ConfigError, match=r"^f.json: k.effect_key: 'nope' is not an argument of fs__t \(it has path\)"):
         _decide({}, ToolOverride(effect_key=("nope",), where="f.json: k"))
+
+
+def test_a_compensation_is_for_side_effects_and_names_their_arguments() -> None:
+    undo = Compensation(tool="move_file", arguments={"source": "{arguments.path}"})
+    policy = _decide({}, ToolOverride(compensate=undo))
+    assert policy.compensate == undo
+    assert "compensated on rollback --compensate by fs__move_file (override)" in policy.reasons
+    with pytest.raises(ConfigError, match=r"^f.json: k.compensate: fs__t is read-only, so there is nothing to undo"):
+        _decide({"readOnlyHint": True}, ToolOverride(compensate=undo, where="f.json: k"))
+    wrong = Compensation(tool="move_file", arguments={"source": "{arguments.file.name}"})
+    with pytest.raises(ConfigError, match=r"^f.json: k.compensate.arguments: \{arguments.file\} is not an argument "
+                                          r"of fs__t \(it has path\)"):
+        _decide({}, ToolOverride(compensate=wrong, where="f.json: k"))
+
+
+def test_compensation_arguments_are_filled_from_the_call() -> None:
+    template = {"path": "{arguments.path}", "n": "{arguments.n}", "to": "{arguments.path}.old {{kept}}",
+                "edits": [{"oldText": "{arguments.edits.0.newText}", "newText": "{arguments.edits.0.oldText}"}],
+                "said": "{output.id}", "all": "{arguments.edits}", "fixed": 3}
+    call = {"path": "/a", "n": 2, "edits": [{"oldText": "x", "newText": "y"}]}
+    assert fill(template, call, {"id": 7}) == {
+        "path": "/a", "n": 2, "to": "/a.old {kept}", "edits": [{"oldText": "y", "newText": "x"}], "said": 7,
+        "all": [{"oldText": "x", "newText": "y"}], "fixed": 3}
+    with pytest.raises(TemplateError, match=r"\{arguments.edits.1.newText\} names nothing in the call being undone "
+                                            r"\(arguments.edits has no '1'\)") as caught:
+        fill({"edits": ["{arguments.edits.1.newText}"]}, call, None)
+    assert caught.value.where == ".edits.0"
 
 
 async def test_results(tmp_path) -> None:

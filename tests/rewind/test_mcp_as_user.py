@@ -161,3 +161,50 @@ async def test_sigkill_while_the_edit_answer_is_on_its_way_applies_it_once(world
     assert "state is unknown" in final and "not sent again" in final, final
     record = _call(await rewind_json(cli, env, "show", "kill-1:main:1"), "call_0_0")
     assert record["attempts"] == 2 and "state is unknown" in record["error"], record
+
+
+async def test_rollback_compensate_undoes_mcp_effects_with_the_configured_calls(world, tmp_path) -> None:
+    """`"compensate"` overrides name the filesystem server's own calls that undo a write
+    (move the file aside) and an edit (the edit reversed); `rollback --compensate` runs
+    them once each, latest first, and the continuation's repeats run again."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    notes, draft = workspace / "notes.txt", workspace / "draft.txt"
+    notes.write_text("alpha\n")
+    command = filesystem_server_command(workspace)
+    config = _config(tmp_path / "mcp.json", {"fs": {"command": command[0], "args": command[1:], "rewind": {"tools": {
+        "write_file": {"compensate": {"tool": "move_file", "arguments": {
+            "source": "{arguments.path}", "destination": "{arguments.path}.rolled-back"}}},
+        "edit_file": {"compensate": {"tool": "edit_file", "arguments": {
+            "path": "{arguments.path}",
+            "edits": [{"oldText": "{arguments.edits.0.newText}", "newText": "{arguments.edits.0.oldText}"}]}}},
+    }}}})
+    read = {"name": "fs__read_text_file", "arguments": {"path": str(notes)}}
+    write = {"name": "fs__write_file", "arguments": {"path": str(draft), "content": "draft one"}}
+    edit = {"name": "fs__edit_file", "arguments": {"path": str(notes), "edits": [{"oldText": "alpha", "newText": "alpha beta"}]}}
+    script = "undo-" + world.queue
+    world.model.add_script(script, [{"tool_calls": [read]}, {"tool_calls": [write]}, {"tool_calls": [edit]},
+                                    {"content": "done"}])
+    wdir, cli = world.folder("worker"), world.folder("cli")
+    env = world.env(cli)
+    async with user_workers() as start:
+        worker = start(wdir, world.env(wdir, REWIND_MCP_CONFIG=str(config)))
+        await worker.wait_ready()
+        listed = {t["name"]: t for t in (await rewind_json(cli, env, "tools"))["tools"]}
+        assert "compensated on rollback --compensate by fs__move_file (override)" in \
+            listed["fs__write_file"]["policy"]["why"], listed["fs__write_file"]
+        done = await rewind_json(cli, env, "start", "--task", "draft and edit", "--model", f"script:{script}",
+                                 "--run-id", "undo-1", "--wait")
+        assert done["status"]["state"] == "completed", done
+        assert (notes.read_text(), draft.read_text()) == ("alpha beta\n", "draft one")
+
+        back = await rewind_json(cli, env, "rollback", "undo-1", "--step", "1", "--compensate", "--wait")
+        assert back["status"]["state"] == "completed", back
+        statuses = {c["tool_name"]: c["status"] for c in back["compensations"]}
+        assert statuses == {"fs__write_file": "compensated", "fs__edit_file": "compensated"}, back["compensations"]
+        # The draft was moved aside once; the edit was reversed, and the continuation (whose
+        # model asks for both again) ran them again: the edit shows once, not twice.
+        assert (workspace / "draft.txt.rolled-back").read_text() == "draft one"
+        assert (notes.read_text(), draft.read_text()) == ("alpha beta\n", "draft one")
+        code, text, _ = await rewind(cli, env, "rollback", "undo-1", "--step", "1", "--compensate")
+        assert code == 0 and "compensation of fs__edit_file" in text, text

@@ -50,6 +50,14 @@ def test_stdio_and_http_servers_with_variables_and_overrides(tmp_path) -> None:
     assert "s3cret" not in repr(api) and "s3cret" not in api.describe()
 
 
+def test_a_compensation_names_a_tool_and_arguments_from_the_call(tmp_path) -> None:
+    undo = {"tool": "move_file", "arguments": {"source": "{arguments.path}", "destination": "{arguments.path}.old"}}
+    (fs,) = _servers(_file(tmp_path, {"mcpServers": {"fs": {
+        "command": "node", "rewind": {"tools": {"write_file": {"compensate": undo}}}}}}))
+    compensation = fs.overrides["write_file"].compensate
+    assert (compensation.tool, compensation.arguments) == ("move_file", undo["arguments"])
+
+
 def test_no_file_no_servers() -> None:
     assert Settings.from_env({}).mcp_servers() == []
 
@@ -90,6 +98,16 @@ def test_the_command_line_names_itself_in_errors(tmp_path) -> None:
     ({"mcpServers": {"fs": {"command": "n", "rewind": {"tools": {"w": {"timeout_s": 0}}}}}},
      "mcpServers.fs.rewind.tools.w.timeout_s", "positive number"),
     ({"mcpServers": {"fs": {"command": "n", "rewind": {"tool": {}}}}}, "mcpServers.fs.rewind.tool", "unknown key"),
+    ({"mcpServers": {"fs": {"command": "n", "rewind": {"tools": {"w": {"compensate": {"arguments": {}}}}}}}},
+     "mcpServers.fs.rewind.tools.w.compensate.tool", "missing; compensate is {\"tool\": TOOL"),
+    ({"mcpServers": {"fs": {"command": "n", "rewind": {"tools": {"w": {"compensate": {"tool": "m", "args": {}}}}}}}},
+     "mcpServers.fs.rewind.tools.w.compensate.args", "unknown key"),
+    ({"mcpServers": {"fs": {"command": "n", "rewind": {"tools": {"w": {"compensate": {
+        "tool": "m", "arguments": {"source": "{path}"}}}}}}}},
+     "mcpServers.fs.rewind.tools.w.compensate.arguments.source", "{path} is not a reference; write {arguments.NAME}"),
+    ({"mcpServers": {"fs": {"command": "n", "rewind": {"tools": {"w": {"compensate": {
+        "tool": "m", "arguments": {"to": ["{arguments.path}.old}"]}}}}}}}},
+     "mcpServers.fs.rewind.tools.w.compensate.arguments.to.0", "a lone '}'"),
     ({"mcpServers": {"fs": {"command": "n"}}, "rewind": {"tools": {"git__commit": {"needs_approval": True}}}},
      "rewind.tools.git__commit", "no server 'git' in mcpServers (it has: fs)"),
 ])

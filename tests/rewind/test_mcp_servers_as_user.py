@@ -62,7 +62,7 @@ TIME = {"command": sys.executable, "args": ["-m", "mcp_server_time"]}
 
 
 @pytest.mark.parametrize("case", ["malformed", "missing command", "unknown server", "unknown tool", "invalid schema",
-                                  "unreachable"])
+                                  "unreachable", "unknown compensation"])
 async def test_a_bad_configuration_stops_the_worker_with_one_line(world, tmp_path, case) -> None:
     path = tmp_path / "mcp.json"
     needles = {
@@ -73,6 +73,8 @@ async def test_a_bad_configuration_stops_the_worker_with_one_line(world, tmp_pat
                          "get_current_time"),
         "invalid schema": ("mcpServers.own", "lists tool 'broken' with an invalid input schema", "integr"),
         "unreachable": ("mcpServers.web", "MCP server web (http://127.0.0.1:", "cannot be reached"),
+        "unknown compensation": (f"{path}: mcpServers.time.rewind.tools.convert_time.compensate.tool",
+                                 "lists no tool 'unconvert_time'", "get_current_time"),
     }[case]
     if case == "malformed":
         path.write_text('{"mcpServers": {"time": ')
@@ -85,6 +87,9 @@ async def test_a_bad_configuration_stops_the_worker_with_one_line(world, tmp_pat
     elif case == "invalid schema":
         _config(path, {"own": {"command": sys.executable, "args": [OWN, "stdio", "--bad-schema"],
                                "env": {"NOTES_FILE": str(tmp_path / "notes")}}})
+    elif case == "unknown compensation":
+        _config(path, {"time": {**TIME, "rewind": {"tools": {"convert_time": {
+            "side_effects": True, "compensate": {"tool": "unconvert_time"}}}}}})
     else:
         _config(path, {"web": {"url": f"http://127.0.0.1:{_free_port()}/mcp"}})
     wdir = world.folder("worker")
