@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateR
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from checkpoint_bridge.runs import branch_workflows, pollers
+from checkpoint_bridge.runs import GONE_QUERY_S, branch_workflows, exited_here, pollers
 from workflows.contracts import AgentStatus, ApprovalDecision, ApprovalRecord, PendingApproval
 from workflows.errors import DecisionRefusedError, RunNotFoundError
 from workflows.ids import validate_id
@@ -97,23 +97,32 @@ class Pending:
 async def pending_approvals(client: Client, *, query_timeout_s: float = 5.0, concurrency: int = 16) -> Pending:
     """Every tool call waiting for a decision, across the open runs."""
     handles = []
+    queues: dict[str, set[str]] = {}
     async for info in client.list_workflows(f"WorkflowType = '{AGENT_WORKFLOW}' AND ExecutionStatus = 'Running'"):
-        handles.append(client.get_workflow_handle(info.id, run_id=info.run_id))
+        handles.append((client.get_workflow_handle(info.id, run_id=info.run_id), info.task_queue))
+        queues.setdefault(info.task_queue, set())
     limit = asyncio.Semaphore(concurrency)
+    for queue in queues:
+        queues[queue] = await pollers(client, queue, workflows=True)
+
+    def timeout_s(queue: str) -> float:
+        # A queue with no worker, or only workers of this machine that exited: no long wait.
+        listed = queues[queue]
+        return query_timeout_s if any(not exited_here(p) for p in listed) else min(query_timeout_s, GONE_QUERY_S)
 
     unanswered: list[str] = []
 
-    async def waiting(handle: Any) -> list[PendingApproval]:
+    async def waiting(handle: Any, queue: str) -> list[PendingApproval]:
         async with limit:
             try:
                 status = await handle.query(STATUS_QUERY, result_type=AgentStatus,
-                                            rpc_timeout=timedelta(seconds=query_timeout_s))
+                                            rpc_timeout=timedelta(seconds=timeout_s(queue)))
             except Exception:  # noqa: BLE001 - not started yet, or no worker answers
                 unanswered.append(handle.id)
                 return []
             return list(status.pending_approvals)
 
-    found = [p for ps in await asyncio.gather(*(waiting(h) for h in handles)) for p in ps]
+    found = [p for ps in await asyncio.gather(*(waiting(h, q) for h, q in handles)) for p in ps]
     return Pending(sorted(found, key=lambda p: (p.requested_at, p.run_id, p.tool_call_id)), sorted(unanswered))
 
 

@@ -78,6 +78,30 @@ def check_input(agent_input: AgentInput) -> None:
     check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
 
 
+# A query to a run whose listed workers all exited on this machine still goes out (a
+# worker of the same host name in another PID namespace may answer), with this bound.
+GONE_QUERY_S = 0.3
+
+
+def exited_here(identity: str) -> bool:
+    """Whether a poller identity of the SDK's default form `PID@HOST` names this machine
+    and a process that no longer exists. Temporal keeps listing a killed worker for
+    about a minute; on its own machine, its end is known at once."""
+    import os
+    import socket
+
+    pid, sep, host = identity.partition("@")
+    if not sep or not pid.isdigit() or host != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # exists, owned by someone else
+        return False
+    return False
+
+
 async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> set[str]:
     """Identities of the workers polling `task_queue` lately (activity pollers, or workflow pollers).
 

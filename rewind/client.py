@@ -24,7 +24,7 @@ from checkpoint_bridge import branching
 from checkpoint_bridge import decisions
 from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
 from checkpoint_bridge.compensation import SideEffect, run_compensations
-from checkpoint_bridge.runs import branch_workflows, pollers, start_agent
+from checkpoint_bridge.runs import GONE_QUERY_S, branch_workflows, exited_here, pollers, start_agent
 from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
@@ -291,7 +291,11 @@ async def run_view(
     workflow_status = _STATUS_NAMES.get(int(desc.raw_description.workflow_execution_info.status), "unknown")
     view = RunView(run_id=run_id, branch_id=branch_id, workflow_status=workflow_status)
     queue = desc.raw_description.execution_config.task_queue.name or task_queue
-    polled = bool(queue) and bool(await pollers(client, queue, workflows=True))
+    listed = await pollers(client, queue, workflows=True) if queue else set()
+    polled = bool(listed)
+    exited = sorted(p for p in listed if exited_here(p))
+    if polled and len(exited) == len(listed):
+        query_timeout_s = min(query_timeout_s, GONE_QUERY_S)
 
     async def query() -> bool:
         """Whether a worker answered; a query failing otherwise than for want of one is a failure."""
@@ -317,9 +321,17 @@ async def run_view(
         if not polled or not await query() and view.failure is None:
             # Temporal lists a worker that stopped or died for minutes after its last poll:
             # one listed that does not answer is named as what it is, in the same words.
-            view.no_worker = (f"no worker is polling task queue {queue!r}" + (
-                f" that answers (the one Temporal lists did not answer in {query_timeout_s:g} s: it stopped, "
-                "died or is stuck)" if polled else "") + "; start one (`rewind worker`) and the run goes on")
+            if polled and exited:
+                why = (f" that answers (Temporal still lists {', '.join(exited)}: "
+                       + ("a process of this machine that has exited)" if len(exited) == 1 else
+                          "processes of this machine that have exited)"))
+            elif polled:
+                why = (f" that answers (the one Temporal lists did not answer in {query_timeout_s:g} s: it stopped, "
+                       "died or is stuck)")
+            else:
+                why = ""
+            view.no_worker = (f"no worker is polling task queue {queue!r}{why}; start one (`rewind worker`) and "
+                              "the run goes on")
             cancel_requested, summaries = await _history_facts(client, handle)
             if cancel_requested:
                 view.no_worker += "; a cancellation is requested and takes effect when a worker picks the run up"

@@ -110,6 +110,8 @@ async def test_status_names_a_dead_worker_and_the_live_step(world, tmp_path: Pat
         assert code == 0, err
         assert f"no worker is polling task queue '{world.queue}'" in text, text
         assert "live status unavailable" not in text and "no poller seen" not in text, text
+        # Its process is gone from this machine: said as such, without the wait for an answer.
+        assert f"{worker.process.pid}@" in text and "a process of this machine that has exited" in text, text
         # The step it is on comes from Temporal (the running tool call), not only from the store.
         assert "run_tool slow_lookup" in text, text
         assert "step         1 (live, from Temporal" in text and "step 1: slow_lookup(item='tea')" in text, text
