@@ -4,6 +4,7 @@
     S3ObjectStore(bucket, prefix, endpoint)    s3://bucket/prefix             s3.py
     SqliteObjectStore(path)                    sqlite:///path/file.db         sqlite.py
     PostgresObjectStore(url)                   postgresql://user@host/db      postgres.py
+    DynamoObjectStore(table, prefix, endpoint) dynamodb://table/prefix        dynamodb.py
 
 ``open_object_store(url)`` opens the one a URL names (urls.py). A backend's
 module is imported when it is first named, so a folder store never loads an
@@ -20,7 +21,7 @@ from checkpoint_bridge.stores.urls import ACCEPTED_URLS, StoreLocation, open_obj
 __all__ = [
     "ObjectStore", "check_key", "verify_store", "ACCEPTED_URLS", "StoreLocation", "open_object_store",
     "parse_store_url", "FileObjectStore", "S3ObjectStore", "SqliteObjectStore",
-    "PostgresObjectStore",
+    "PostgresObjectStore", "DynamoObjectStore",
 ]
 
 _BACKENDS = {
@@ -28,6 +29,7 @@ _BACKENDS = {
     "S3ObjectStore": "checkpoint_bridge.stores.s3",
     "SqliteObjectStore": "checkpoint_bridge.stores.sqlite",
     "PostgresObjectStore": "checkpoint_bridge.stores.postgres",
+    "DynamoObjectStore": "checkpoint_bridge.stores.dynamodb",
 }
 
 

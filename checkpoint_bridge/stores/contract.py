@@ -9,6 +9,8 @@ own backend with ``await conformance.validate(factory)``):
     FileObjectStore(root)                      file://path or a bare path     folder.py
     S3ObjectStore(bucket, prefix, endpoint)    s3://bucket/prefix              s3.py
     SqliteObjectStore(path)                    sqlite:///path/to/file.db       sqlite.py
+    PostgresObjectStore(url)                   postgresql://user@host/db       postgres.py
+    DynamoObjectStore(table, prefix, endpoint) dynamodb://table/prefix         dynamodb.py
 
 The guarantees, which everything above the stores relies on:
 

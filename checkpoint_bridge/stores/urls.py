@@ -18,14 +18,14 @@ __all__ = ["ACCEPTED_URLS", "StoreLocation", "parse_store_url", "open_object_sto
 
 ACCEPTED_URLS = ("file://relative/path, file:///absolute/path, a bare path, s3://bucket[/prefix], "
                  "sqlite:///absolute/file.db (sqlite://relative/file.db), "
-                 "or postgresql://user@host:port/database[?schema=name]")
+                 "postgresql://user@host:port/database[?schema=name], or dynamodb://table[/prefix]")
 
 
 @dataclass(frozen=True)
 class StoreLocation:
     """A parsed store URL: an S3 bucket and prefix, or a local folder."""
 
-    kind: str  # "s3" | "file" | "sqlite" | "postgresql"
+    kind: str  # "s3" | "file" | "sqlite" | "postgresql" | "dynamodb"  (bucket: the table for dynamodb)
     bucket: str = ""
     prefix: str = ""
     path: str = ""
@@ -41,6 +41,11 @@ def parse_store_url(url: str) -> StoreLocation:
         if not bucket:
             raise ConfigError(f"store URL {url!r} names no bucket; use s3://bucket[/prefix]")
         return StoreLocation("s3", bucket=bucket, prefix=prefix.strip("/"))
+    if url.startswith("dynamodb://"):
+        table, _, prefix = url[len("dynamodb://"):].partition("/")
+        if not table:
+            raise ConfigError(f"store URL {url!r} names no table; use dynamodb://table[/prefix]")
+        return StoreLocation("dynamodb", bucket=table, prefix=prefix.strip("/"))
     if url.startswith(("postgresql://", "postgres://")):
         rest = url.split("://", 1)[1]
         host = rest.split("/", 1)[0].rpartition("@")[2]
@@ -64,7 +69,7 @@ def parse_store_url(url: str) -> StoreLocation:
     if "://" in url or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url):
         # Also `s3:/bucket` or `s3//bucket`-like typos that would otherwise be a local folder named "s3:".
         raise ConfigError(f"store URL {url!r} has an unsupported scheme (or a typo in one); use {ACCEPTED_URLS}")
-    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file", "sqlite", "postgresql", "postgres"}:
+    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file", "sqlite", "postgresql", "postgres", "dynamodb"}:
         raise ConfigError(f"store URL {url!r} looks like a mistyped s3:// or file:// URL; use {ACCEPTED_URLS}")
     return StoreLocation("file", path=url)
 
@@ -81,6 +86,13 @@ def open_object_store(url: str, *, endpoint_url: str | None = None, region_name:
 
         try:
             return S3ObjectStore(where.bucket, where.prefix, endpoint_url=endpoint_url, region_name=region_name)
+        except ConfigError as exc:
+            raise ConfigError(f"store URL {url!r} is not usable: {exc}") from exc
+    if where.kind == "dynamodb":
+        from checkpoint_bridge.stores.dynamodb import DynamoObjectStore
+
+        try:
+            return DynamoObjectStore(where.bucket, where.prefix, endpoint_url=endpoint_url, region_name=region_name)
         except ConfigError as exc:
             raise ConfigError(f"store URL {url!r} is not usable: {exc}") from exc
     if where.kind == "postgresql":

@@ -1,7 +1,7 @@
 """Fixtures of the checkpoint-store conformance suite.
 
 Every behavioural test takes ``store`` (or ``backend``) and therefore runs once
-per backend: a local folder, S3, SQLite and PostgreSQL. S3 is a real HTTP server (moto's
+per backend: a local folder, S3, SQLite, PostgreSQL and DynamoDB. S3 (and DynamoDB) is a real HTTP server (moto's
 ``ThreadedMotoServer`` on a free port), not a mock of boto calls, so requests,
 conditional writes, pagination and error responses go over the wire.
 
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import AsyncIterator
 
 import pytest
-from store_backends import Backend, file_backend, postgres_backend, s3_backend, sqlite_backend
+from store_backends import Backend, dynamodb_backend, file_backend, postgres_backend, s3_backend, sqlite_backend
 
 from checkpoint_bridge.store import CheckpointStore
 
-@pytest.fixture(params=["file", "s3", "sqlite", "postgres"])
+@pytest.fixture(params=["file", "s3", "sqlite", "postgres", "dynamodb"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     if request.param == "file":
         chosen = file_backend(tmp_path)
@@ -27,6 +27,8 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         chosen = sqlite_backend(tmp_path)
     elif request.param == "postgres":
         chosen = postgres_backend(request.getfixturevalue("postgres_url"))
+    elif request.param == "dynamodb":
+        chosen = dynamodb_backend(request.getfixturevalue("moto_endpoint"))
     else:
         chosen = s3_backend(request.getfixturevalue("moto_endpoint"))
     yield chosen

@@ -185,6 +185,42 @@ def postgres_backend(server_url: str) -> Backend:
     return Backend("postgres", new_objects, all_keys, reopen, broken, tamper)
 
 
+def dynamodb_backend(endpoint: str) -> Backend:
+    """Stores under prefixes of their own in one table on the moto server (which speaks DynamoDB too);
+    the table is created by the first store that uses it, as a user's first worker would."""
+    from checkpoint_bridge.stores import DynamoObjectStore
+
+    dynamo = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
+    table = f"rewind-test-{uuid.uuid4().hex[:12]}"
+
+    def all_keys() -> list[str]:
+        try:
+            pages = dynamo.get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+            # An object's item as PREFIX/KEY; the chunks of large objects are parts of those, not keys.
+            return sorted(f"{i['pk']['S'].split('#', 1)[0]}/{i['sk']['S']}" for page in pages
+                          for i in page.get("Items", []) if "#" in i["pk"]["S"])
+        except dynamo.exceptions.ResourceNotFoundException:
+            return []
+
+    def new_objects() -> ObjectStore:
+        return DynamoObjectStore(table, f"tests/{uuid.uuid4().hex[:8]}", endpoint_url=endpoint)
+
+    def reopen(objects: ObjectStore) -> ObjectStore:
+        assert isinstance(objects, DynamoObjectStore)
+        return DynamoObjectStore(objects.table, objects.prefix, endpoint_url=objects.endpoint_url)
+
+    def broken() -> ObjectStore:
+        return DynamoObjectStore(table, "tests/down", endpoint_url=f"http://127.0.0.1:{closed_port()}")
+
+    def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+        assert isinstance(objects, DynamoObjectStore)
+        dynamo.update_item(TableName=objects.table, Key={"pk": {"S": objects._group(key)}, "sk": {"S": key}},
+                           UpdateExpression="SET #d = :d", ExpressionAttributeNames={"#d": "data"},
+                           ExpressionAttributeValues={":d": {"B": data}})
+
+    return Backend("dynamodb", new_objects, all_keys, reopen, broken, tamper)
+
+
 def closed_port() -> int:
     """A local TCP port with nothing listening on it."""
     with socket.socket() as sock:

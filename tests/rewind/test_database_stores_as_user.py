@@ -38,22 +38,41 @@ def _postgres_keys(server_url: str, schema: str) -> list[str]:
         return [k for (k,) in conn.execute(f'SELECT key FROM "{schema}".objects ORDER BY key')]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+def _dynamodb_keys(endpoint: str, table: str) -> list[str]:
+    import boto3
+
+    dynamo = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+    pages = dynamo.get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+    return sorted(i["sk"]["S"] for page in pages for i in page.get("Items", []) if "#" in i["pk"]["S"])
+
+
+def _aws(endpoint: str) -> dict[str, str]:
+    """What a user of a DynamoDB-compatible endpoint exports (moto's server here)."""
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+@pytest.fixture(params=["sqlite", "postgres", "dynamodb"])
 def database(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
-    """(REWIND_STORE, a function listing every key stored there)."""
+    """(REWIND_STORE, a function listing every key stored there, the environment it needs)."""
     if request.param == "sqlite":
         db = tmp_path / "db" / "rewind.db"
-        return f"sqlite://{db}", lambda: _sqlite_keys(db)
+        return f"sqlite://{db}", lambda: _sqlite_keys(db), {}
+    if request.param == "dynamodb":
+        endpoint = request.getfixturevalue("moto_endpoint")
+        table = f"rewind-{uuid.uuid4().hex[:8]}"  # created by the worker on first use
+        return f"dynamodb://{table}", lambda: _dynamodb_keys(endpoint, table), _aws(endpoint)
     server_url = request.getfixturevalue("postgres_url")
     schema = f"user_{uuid.uuid4().hex[:8]}"
-    return f"{server_url}?schema={schema}", lambda: _postgres_keys(server_url, schema)
+    return f"{server_url}?schema={schema}", lambda: _postgres_keys(server_url, schema), {}
 
 
 async def test_a_run_fork_and_diff_on_a_database_store(temporal_server, tmp_path, model, database):
-    store_url, stored_keys = database
+    store_url, stored_keys, extra = database
     env = user_env(tmp_path, TEMPORAL_ADDRESS=temporal_server.address, REWIND_TASK_QUEUE=f"sql-{uuid.uuid4().hex[:8]}",
                    REWIND_STORE=store_url, OPENAI_API_KEY="test-key", OPENAI_BASE_URL=model.base_url,
-                   REWIND_DEMO_FAILURE_RATE="0")
+                   REWIND_DEMO_FAILURE_RATE="0", **extra)
     cli = tmp_path / "cli"
     cli.mkdir()
     run = f"sql-{uuid.uuid4().hex[:6]}"
@@ -115,6 +134,20 @@ async def test_a_postgres_server_that_is_down_stops_the_worker_with_one_line(tem
     code, out, err = await rewind(tmp_path, env, "status", "nope")
     one_line_error(code, err, "REWIND_STORE")
     assert "s3cret-pw" not in err
+
+
+async def test_a_dynamodb_endpoint_that_is_down_stops_the_worker_with_one_line(temporal_server, tmp_path):
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    env = user_env(tmp_path, TEMPORAL_ADDRESS=temporal_server.address, REWIND_TASK_QUEUE=f"ddb-{uuid.uuid4().hex[:8]}",
+                   REWIND_STORE="dynamodb://rewind-checkpoints", **_aws(endpoint))
+    worker = UserWorker(tmp_path / "worker", env, "--tool-modules", "examples.research_agent")
+    with worker:
+        code = await worker.wait_exit()
+    one_line_error(code, worker.stderr(), "REWIND_STORE", "cannot reach DynamoDB store dynamodb://rewind-checkpoints",
+                   endpoint)
+    env["REWIND_STORE"] = "dynamodb://"
+    code, out, err = await rewind(tmp_path, env, "status", "nope")
+    one_line_error(code, err, "REWIND_STORE", "names no table")
 
 
 async def test_a_postgres_server_killed_mid_run_loses_nothing(temporal_server, tmp_path):
