@@ -4,7 +4,7 @@ An N-step branch (N = 2,000; quick: 300) of realistic step records, each an
 assistant tool call plus a 2 KB tool result with its tool record and ledger,
 written in order with `CheckpointStore.save_step` (what the live mirror and
 `rewind mirror` do), to a fresh local folder, a fresh SQLite file, a fresh
-PostgreSQL schema (a local server) and a fresh S3 prefix on a moto server running as its own process. Per step: the save's time and the store
+PostgreSQL schema (a local server) and a fresh S3 prefix on a moto server running as its own process and a fresh prefix of a DynamoDB table on the same server. Per step: the save's time and the store
 requests it made (GETs, PUTs, LISTs, counted by a wrapper around the real
 object store), compared early (the first 100 steps, quick: 75) and late (the last as many). Then the
 bytes stored against the raw content (the final message list as JSON), and
@@ -209,6 +209,13 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         log(f"store_scaling: {n} steps, S3 (moto_server process)")
         results.append(await _measure("S3 (moto_server)", S3ObjectStore(bucket, "scale", endpoint_url=endpoint),
                                       f"s3://{bucket}/scale", endpoint, records, depths))
+        from checkpoint_bridge.stores import DynamoObjectStore
+
+        table = f"scale-{uuid.uuid4().hex[:8]}"
+        log(f"store_scaling: {n} steps, DynamoDB (moto_server process)")
+        results.append(await _measure("DynamoDB (moto_server)", DynamoObjectStore(table, "scale", endpoint_url=endpoint,
+                                                                                  region_name="us-east-1"),
+                                      f"dynamodb://{table}/scale", endpoint, records, depths))
     finally:
         moto.terminate()
         moto.wait(10)
