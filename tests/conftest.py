@@ -8,6 +8,7 @@ client talks to.
 from __future__ import annotations
 
 import os
+import threading
 import sys
 import uuid
 from pathlib import Path
@@ -55,10 +56,29 @@ _FAKE_AWS_ENV = {
 }
 
 
+def _atomic_dynamodb_writes(patch: pytest.MonkeyPatch) -> None:
+    """moto checks a DynamoDB write's condition and then writes, without a lock between the
+    two, so two of its server's threads can both pass `attribute_not_exists`; DynamoDB
+    itself does both atomically. One lock around moto's item writes gives the stand-in the
+    service's atomicity, so racing-writer checks test the store, not moto's threads."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    lock = threading.Lock()
+    for name in ("put_item", "update_item", "delete_item"):
+        original = getattr(DynamoDBBackend, name)
+
+        def locked(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            with lock:
+                return __original(self, *args, **kwargs)
+
+        patch.setattr(DynamoDBBackend, name, locked)
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
-    """URL of a moto S3 server running for the whole session, with fake credentials set."""
+    """URL of a moto server (S3, and DynamoDB) running for the whole session, with fake credentials set."""
     with pytest.MonkeyPatch.context() as patch:
+        _atomic_dynamodb_writes(patch)
         for name, value in _FAKE_AWS_ENV.items():
             patch.setenv(name, value)
         for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):

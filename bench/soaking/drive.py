@@ -13,6 +13,7 @@ from typing import Any, Awaitable, Callable
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from checkpoint_bridge.runs import branch_workflows
 from checkpoint_bridge.store import CheckpointStore
 from rewind.client import approve, fork, reject, rollback, start_run
 from rewind.config import Settings
@@ -138,8 +139,10 @@ async def drive(client: Client, settings: Settings, store: CheckpointStore, shap
         await _when_stored(client, outcome, store, run_id, ROLLBACK_WHEN, deadline)
 
         async def do_rollback() -> None:
-            # A try whose answer was lost may have rolled back already: then main.r1 exists.
-            if "main.r1" in await store.branches(run_id):
+            # A try whose answer was lost may have rolled back already: then Temporal has the
+            # revision's workflow (the store may not have its first checkpoint yet, e.g. while
+            # S3 is down: asking the store made the retry roll back the new head itself).
+            if len(await branch_workflows(client, run_id, "main")) > 1:
                 return
             await rollback(client, settings, store, run_id, ROLLBACK_STEP)
         await retrying(outcome, "rollback", do_rollback)

@@ -14,7 +14,9 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -77,6 +79,10 @@ async def soak(args: argparse.Namespace, root: Path, say: Any) -> dict[str, Any]
     began = time.time()
     await stack.start()
     try:
+        # The driver is this stack's user: its store clients take the credentials from the
+        # environment, as a user's shell gives them (without, every S3 read of the driver
+        # failed and was retried until the run's deadline).
+        os.environ.update({k: v for k, v in stack.env().items() if k.startswith("AWS_")})
         settings = stack.settings()
         client = await connect(settings)
         await stack.wait_workers_ready()
@@ -214,15 +220,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True))
     say(f"soak seed {args.seed} (replay: {replay_command(args)})")
-    tmp = tempfile.TemporaryDirectory(prefix="rewind-soak-")
-    root = Path(tmp.name)
+    # mkdtemp, not TemporaryDirectory: the latter's finalizer removed a --keep folder at exit.
+    root = Path(tempfile.mkdtemp(prefix="rewind-soak-"))
     try:
         report = asyncio.run(soak(args, root, say))
     finally:
         if args.keep:
             say(f"kept {root}")
         else:
-            tmp.cleanup()
+            shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(report, indent=2) if args.json else text_report(report))
     return 0 if not report["violations"] and not report["injector_errors"] else 1
 

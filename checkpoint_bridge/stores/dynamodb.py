@@ -27,13 +27,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from contextlib import AsyncExitStack
 from typing import Any
 
 import aioboto3
-import aiohttp
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import ClientError, NoCredentialsError
 
 from workflows.errors import (
     CheckpointError,
@@ -44,58 +42,37 @@ from workflows.errors import (
     StoreUnavailableError,
 )
 
+from checkpoint_bridge.stores.aws import LIBRARY_ERRORS as _LIBRARY_ERRORS
+from checkpoint_bridge.stores.aws import AwsClientStore
+from checkpoint_bridge.stores.aws import error_code as _code
 from checkpoint_bridge.stores.contract import check_key
 
 __all__ = ["DynamoObjectStore"]
 
 _TABLE = re.compile(r"[A-Za-z0-9_.-]{3,255}")
-_LIBRARY_ERRORS = (ClientError, BotoCoreError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
 _DENIED = {"AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
            "ExpiredTokenException", "MissingAuthenticationTokenException"}
 # Below DynamoDB's 400 KB item limit with room for the keys and attributes.
 CHUNK_BYTES = 350_000
 
 
-class DynamoObjectStore:
+class DynamoObjectStore(AwsClientStore):
     """Objects as items of DynamoDB table ``table``, under ``prefix``."""
+
+    service = "dynamodb"
+    prefix_kind = "DynamoDB store prefix"
 
     def __init__(self, table: str, prefix: str = "", endpoint_url: str | None = None, *,
                  region_name: str | None = None, max_attempts: int = 2, connect_timeout: float = 5.0,
                  read_timeout: float = 30.0, session: aioboto3.Session | None = None) -> None:
         if not _TABLE.fullmatch(table):
             raise ConfigError(f"DynamoDB table name {table!r} is invalid; use 3-255 characters of A-Z a-z 0-9 _ . -")
-        prefix = prefix.strip("/")
-        if prefix:
-            try:
-                check_key(prefix)
-            except InvalidIdError as exc:
-                raise ConfigError(f"DynamoDB store prefix {prefix!r} is unsafe; use '/'-separated segments of "
-                                  "A-Z a-z 0-9 . _ - that start with a letter or digit, without '..'") from exc
         self.table = table
-        self.prefix = prefix
-        self.endpoint_url = endpoint_url or None
-        self.url = f"dynamodb://{table}/{prefix}" if prefix else f"dynamodb://{table}"
-        self._session = session or aioboto3.Session(region_name=region_name or None)
+        self.prefix = self._setup(prefix, endpoint_url, region_name, session)
+        self.url = f"dynamodb://{table}/{self.prefix}" if self.prefix else f"dynamodb://{table}"
         self._config = Config(retries={"mode": "standard", "total_max_attempts": max_attempts},
                               connect_timeout=connect_timeout, read_timeout=read_timeout, max_pool_connections=32)
-        self._stack: AsyncExitStack | None = None
-        self._client: Any = None
-        self._lock = asyncio.Lock()
         self._table_ready = False
-
-    def __repr__(self) -> str:
-        return f"DynamoObjectStore({self.url!r}, endpoint_url={self.endpoint_url!r})"
-
-    async def __aenter__(self) -> DynamoObjectStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
 
     # -- public API ---------------------------------------------------------
 
@@ -255,16 +232,14 @@ class DynamoObjectStore:
             await self._delete_chunks(key, digest)
 
     async def _db(self, op: str = "reach", key: str = "") -> Any:
-        async with self._lock:
-            if self._client is None:
-                stack = AsyncExitStack()
-                client = self._session.client("dynamodb", endpoint_url=self.endpoint_url, config=self._config)
-                self._client = await stack.enter_async_context(client)
-                self._stack = stack
-            if not self._table_ready:
-                await self._ensure_table(self._client, op, key)
-                self._table_ready = True
-        return self._client
+        """The client, and the table (created if missing) on first use."""
+        db = await self._aws(self._config)
+        if not self._table_ready:
+            async with self._lock:
+                if not self._table_ready:
+                    await self._ensure_table(db, op, key)
+                    self._table_ready = True
+        return db
 
     async def _ensure_table(self, db: Any, op: str, key: str) -> None:
         """The table, created (on-demand capacity) when missing; racing creators wait for the one that won."""
@@ -306,9 +281,6 @@ class DynamoObjectStore:
         raise StoreUnavailableError(f"DynamoDB table {self.table!r} at {self._where()} did not become ACTIVE in "
                                     "60 s; check it in the AWS console and retry")
 
-    def _where(self) -> str:
-        return f"{self.url} (endpoint {self.endpoint_url or 'AWS default'})"
-
     def _map(self, op: str, key: str, exc: BaseException) -> CheckpointError:
         """Translate a botocore / aiohttp / socket error into a Rewind error."""
         what = f"{op} {key!r}" if key else op
@@ -331,7 +303,3 @@ class DynamoObjectStore:
         return StoreUnavailableError(
             f"cannot reach DynamoDB store {self._where()} to {what} ({type(exc).__name__}: {exc}); check that the "
             "service is running and that AWS_ENDPOINT_URL, AWS_REGION and the network are right")
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))

@@ -2,25 +2,19 @@
 
 Immutable writes use a conditional put (``If-None-Match: *``): S3 itself
 refuses the second writer with 412, and only then do we read the object back
-to tell an idempotent re-write (same bytes) from a conflict.
-
-One aioboto3 client is created lazily and reused (creating a client per call
-costs a credential lookup and a new connection pool). Retries inside botocore
-are kept to one (``max_attempts=2`` tries in all): the caller, usually a
-Temporal activity, owns retrying, and two stacked retry layers multiply delays.
+to tell an idempotent re-write (same bytes) from a conflict. The client, its
+retries and closing are shared with the DynamoDB store (aws.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from contextlib import AsyncExitStack
 from typing import Any
 
 import aioboto3
-import aiohttp
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import ClientError, NoCredentialsError
 
 from workflows.errors import (
     CheckpointError,
@@ -31,6 +25,9 @@ from workflows.errors import (
     StoreUnavailableError,
 )
 
+from checkpoint_bridge.stores.aws import LIBRARY_ERRORS as _LIBRARY_ERRORS
+from checkpoint_bridge.stores.aws import AwsClientStore
+from checkpoint_bridge.stores.aws import error_code as _code
 from checkpoint_bridge.stores.contract import check_key
 
 __all__ = ["S3ObjectStore"]
@@ -38,11 +35,13 @@ __all__ = ["S3ObjectStore"]
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _NOT_FOUND = {"NoSuchKey", "NotFound", "404"}
 _DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "403"}
-_LIBRARY_ERRORS = (ClientError, BotoCoreError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
-class S3ObjectStore:
+class S3ObjectStore(AwsClientStore):
     """Objects under ``s3://bucket/prefix/``."""
+
+    service = "s3"
+    prefix_kind = "S3 prefix"
 
     def __init__(
         self,
@@ -59,21 +58,9 @@ class S3ObjectStore:
     ) -> None:
         if not _BUCKET.fullmatch(bucket):
             raise ConfigError(f"S3 bucket name {bucket!r} is invalid; use 3-63 characters of a-z 0-9 . -")
-        prefix = prefix.strip("/")
-        if prefix:
-            try:
-                check_key(prefix)
-            except InvalidIdError as exc:
-                raise ConfigError(
-                    f"S3 prefix {prefix!r} is unsafe; use '/'-separated segments of "
-                    "A-Z a-z 0-9 . _ - that start with a letter or digit, without '..'"
-                ) from exc
         self.bucket = bucket
-        self.prefix = prefix
-        # Given explicitly (Settings reads AWS_ENDPOINT_URL): None is AWS itself.
-        self.endpoint_url = endpoint_url or None
-        self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-        self._session = session or aioboto3.Session(region_name=region_name or None)
+        self.prefix = self._setup(prefix, endpoint_url, region_name, session)
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self._config = Config(
             # botocore's "max_attempts" key counts retries; "total_max_attempts" counts tries.
             retries={"mode": "standard", "total_max_attempts": max_attempts},
@@ -86,23 +73,6 @@ class S3ObjectStore:
             s3={"addressing_style": "path"} if self.endpoint_url else None,
         )
         self._page_size = list_page_size
-        self._stack: AsyncExitStack | None = None
-        self._client: Any = None
-        self._lock = asyncio.Lock()
-
-    def __repr__(self) -> str:
-        return f"S3ObjectStore({self.url!r}, endpoint_url={self.endpoint_url!r})"
-
-    async def __aenter__(self) -> S3ObjectStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            await stack.aclose()
 
     # -- public API ---------------------------------------------------------
 
@@ -224,16 +194,7 @@ class S3ObjectStore:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     async def _s3(self) -> Any:
-        async with self._lock:
-            if self._client is None:
-                stack = AsyncExitStack()
-                client = self._session.client("s3", endpoint_url=self.endpoint_url, config=self._config)
-                self._client = await stack.enter_async_context(client)
-                self._stack = stack
-        return self._client
-
-    def _where(self) -> str:
-        return f"{self.url} (endpoint {self.endpoint_url or 'AWS default'})"
+        return await self._aws(self._config)
 
     def _map(self, op: str, key: str, exc: BaseException) -> CheckpointError:
         """Translate a botocore / aiohttp / socket error into a Rewind error."""
@@ -266,7 +227,3 @@ class S3ObjectStore:
             f"cannot reach S3 store {self._where()}{what} ({type(exc).__name__}: {exc}); "
             "check that the S3 service is running and that AWS_ENDPOINT_URL and the network are right"
         )
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
