@@ -73,11 +73,38 @@ class Injector:
         self._tasks: list[asyncio.Task[None]] = []
         self.origin = 0.0
         self.errors: list[str] = []
+        self.restarts = 0  # workers that exited on their own and were started again
 
     async def run(self, origin: float, stop: asyncio.Event) -> None:
         self.origin = origin
+        supervisor = asyncio.create_task(self._supervise(stop))
+        try:
+            await self._play(stop)
+            await stop.wait()
+        finally:
+            supervisor.cancel()
+
+    async def _supervise(self, stop: asyncio.Event) -> None:
+        """A worker that exits on its own (one started while Temporal or S3 was down stops
+        with one line, as it should) is started again after a pause, as a deployment's
+        restart policy would (compose's `restart: unless-stopped`, a Kubernetes
+        Deployment). Without this, every worker could be gone and runs wait forever."""
+        seen: set[int] = set()
+        while not stop.is_set():
+            for worker in list(self.stack.workers):
+                if worker.process.poll() is not None and worker.pid not in self.stack.killed \
+                        and worker.pid not in seen:
+                    seen.add(worker.pid)
+                    self.restarts += 1
+                    self.stack.start_worker()
+            try:
+                await asyncio.wait_for(stop.wait(), 2.0)
+            except TimeoutError:
+                pass
+
+    async def _play(self, stop: asyncio.Event) -> None:
         for fault in self.faults:
-            delay = origin + fault.at_s - time.time()
+            delay = self.origin + fault.at_s - time.time()
             if delay > 0:
                 try:
                     await asyncio.wait_for(stop.wait(), delay)

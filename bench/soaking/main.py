@@ -196,7 +196,7 @@ async def check(args: argparse.Namespace, stack: Stack, client: Any, store: Any,
         "lines": [c.line() for c in checks], "violations": violations, "injector_errors": injector.errors,
         "schedule": as_json(faults, origin), "run_seconds": durations,
         "ref_seconds": {n: round(o.ended - o.started, 2) for n, o in ref_by.items()},
-        "retries_by_driver": sum(o.retries for _, _, o in done),
+        "retries_by_driver": sum(o.retries for _, _, o in done), "worker_restarts": injector.restarts,
     }
 
 
@@ -204,7 +204,8 @@ def text_report(r: dict[str, Any]) -> str:
     out = [f"soak seed {r['seed']}: {r['runs_done']}/{r['runs']} runs ({', '.join(f'{k} {v}' for k, v in r['shapes'].items())}), "
            f"{r['faults']} faults ({', '.join(f'{k} {v}' for k, v in r['faults_by_kind'].items())})",
            f"wall: soak {r['soak_wall_s']}s, the same runs undisturbed ~{r['undisturbed_estimate_s']}s "
-           f"(references {r['ref_wall_s']}s)", *r["lines"]]
+           f"(references {r['ref_wall_s']}s); workers that exited on their own and were started again: "
+           f"{r['worker_restarts']}", *r["lines"]]
     for v in r["violations"]:
         out += [f"VIOLATION [{v['check']}] seed {r['seed']} run {v['run']}: {v['what']}",
                 "  faults around it:", *(f"    {line}" for line in v["faults_near"] or ["(none)"]),

@@ -45,6 +45,7 @@ class Stack:
         self.proxy: FaultProxy | None = None
         self.model = ScriptedModelServer()
         self.workers: list[LoggedProcess] = []
+        self.killed: set[int] = set()  # pids the soak killed itself (not restarted by the supervisor)
         self.started_workers = 0
         self.homes: dict[int, Path] = {}
         self.ledger = root / "ledger.jsonl"
@@ -162,6 +163,7 @@ class Stack:
     def kill_worker(self, index: int) -> int:
         live = self.live_workers()
         victim = live[index % len(live)]
+        self.killed.add(victim.pid)
         victim.kill()
         return victim.pid
 
