@@ -76,8 +76,8 @@ class FaultProxy:
             self.answered[mode] = self.answered.get(mode, 0) + 1
         if mode == "hang":
             await asyncio.sleep(max(0.0, self._until - time.monotonic()))
-            assert request.transport is not None
-            request.transport.abort()
+            if request.transport is not None:  # None: the client gave up first (its read timeout)
+                request.transport.abort()
             return web.Response(status=500)
         if mode == "500":
             return self._error(500, "InternalError", "soak: injected internal error")

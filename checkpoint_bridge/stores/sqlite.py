@@ -68,6 +68,9 @@ class SqliteObjectStore:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
+        # Calls running in worker threads, which aclose waits for (see there).
+        self._busy = 0
+        self._idle = threading.Condition(self._guard)
         self._migrating = threading.Lock()
         self._ready = False
         self._generation = 0
@@ -83,9 +86,19 @@ class SqliteObjectStore:
 
     async def aclose(self) -> None:
         # Like the S3 store, a closed store opens new connections if it is used again.
+        # A write or listing still running in a worker thread (its awaiting task was
+        # cancelled: the thread goes on) is waited for first: closing a connection while
+        # another thread executes on it crashes the process (a segfault inside sqlite3).
+        def take() -> list[sqlite3.Connection]:
+            with self._idle:
+                self._idle.wait_for(lambda: self._busy == 0, timeout=120)
+                connections, self._connections = self._connections, []
+                self._generation += 1
+                return connections
+
         with self._guard:
-            connections, self._connections = self._connections, []
-            self._generation += 1
+            busy = self._busy > 0
+        connections = await asyncio.to_thread(take) if busy else take()
         for connection in connections:
             try:
                 connection.close()
@@ -129,8 +142,15 @@ class SqliteObjectStore:
 
     async def _run(self, op: str, key: str, fn: Callable[..., T], *args: object) -> T:
         def call() -> T:
-            self._connection()
-            return fn(*args)
+            with self._guard:
+                self._busy += 1
+            try:
+                self._connection()
+                return fn(*args)
+            finally:
+                with self._idle:
+                    self._busy -= 1
+                    self._idle.notify_all()
 
         try:
             return await asyncio.to_thread(call)
