@@ -104,11 +104,18 @@ async def _decide(client: Client, outcome: Outcome, shape: Shape, run_id: str, d
 
 
 async def _when_stored(client: Client, outcome: Outcome, store: CheckpointStore, run_id: str, step: int,
-                       deadline: float) -> None:
+                       deadline: float) -> bool:
+    """Whether step `step` of main got stored; False when the run closed without it (it failed
+    early: the outcome check reports that) or the deadline passed."""
     while time.monotonic() < deadline:
         if step in await _stored_steps(outcome, store, run_id, "main"):
-            return
+            return True
+        if await _closed(client, outcome, workflow_id_for(run_id, "main")) and \
+                step not in await _stored_steps(outcome, store, run_id, "main"):
+            outcome.notes.append(f"closed before its step {step} was stored")
+            return False
         await asyncio.sleep(0.2)
+    return False
 
 
 async def drive(client: Client, settings: Settings, store: CheckpointStore, shape: Shape, run_id: str) -> Outcome:
@@ -125,8 +132,7 @@ async def drive(client: Client, settings: Settings, store: CheckpointStore, shap
     heads = ["main"]
     if shape.action in ("approve", "reject"):
         await _decide(client, outcome, shape, run_id, deadline)
-    elif shape.action == "fork":
-        await _when_stored(client, outcome, store, run_id, FORK_WHEN, deadline)
+    elif shape.action == "fork" and await _when_stored(client, outcome, store, run_id, FORK_WHEN, deadline):
 
         async def do_fork() -> None:
             try:
@@ -135,8 +141,7 @@ async def drive(client: Client, settings: Settings, store: CheckpointStore, shap
                 pass  # an earlier try made it
         await retrying(outcome, "fork", do_fork)
         heads.append("alt")
-    elif shape.action == "rollback":
-        await _when_stored(client, outcome, store, run_id, ROLLBACK_WHEN, deadline)
+    elif shape.action == "rollback" and await _when_stored(client, outcome, store, run_id, ROLLBACK_WHEN, deadline):
 
         async def do_rollback() -> None:
             # A try whose answer was lost may have rolled back already: then Temporal has the
