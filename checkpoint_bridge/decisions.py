@@ -40,10 +40,7 @@ async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, bra
         raise RunNotFoundError(f"no run {run_id!r} (branch {branch!r}) in Temporal; check the id and --branch")
     handle = workflows[-1][1]
     desc = await handle.describe()
-    if desc.status is None or desc.status.name != "RUNNING":
-        ended = desc.status.name.lower() if desc.status else "closed"
-        raise DecisionRefusedError(f"run {run_id!r} (branch {branch!r}) has ended ({ended}); nothing waits for a decision "
-                                   "there (a call of another branch needs --branch: `rewind pending` shows it)")
+    _refuse_if_ended(desc, run_id, branch)
     queue = desc.raw_description.execution_config.task_queue.name
     if queue and not await pollers(client, queue, workflows=True):
         raise DecisionRefusedError(
@@ -60,6 +57,12 @@ async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, bra
         hint = " (a call of another branch needs --branch: `rewind pending` shows it)" if "is waiting" in message else ""
         raise DecisionRefusedError(f"run {run_id!r} refused the decision on {decision.tool_call_id!r}: {message}{hint}") from None
     except (asyncio.TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as exc:
+        # The run may have ended meanwhile ("update was aborted by closing workflow"): then
+        # nothing can deliver the decision any more, and that is the answer.
+        try:
+            _refuse_if_ended(await handle.describe(), run_id, branch)
+        except RPCError:
+            pass
         # Not refused, not confirmed either: Temporal may still deliver it to a worker that
         # picks the run up later (a dead worker's polls stay listed for a while).
         why = (f"no worker took it within {timeout_s:g} s"
@@ -68,6 +71,13 @@ async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, bra
             f"the decision on {decision.tool_call_id!r} of run {run_id!r} is not confirmed ({why}); Temporal may "
             f"still deliver it when a worker runs the run again: start one and check `rewind status {run_id}` "
             "before deciding again") from None
+
+def _refuse_if_ended(desc: Any, run_id: str, branch: str) -> None:
+    if desc.status is None or desc.status.name != "RUNNING":
+        ended = desc.status.name.lower() if desc.status else "closed"
+        raise DecisionRefusedError(f"run {run_id!r} (branch {branch!r}) has ended ({ended}); nothing waits for a decision "
+                                   "there (a call of another branch needs --branch: `rewind pending` shows it)")
+
 
 async def _waiting_in(client: Client, run_id: str, branch: str, call: str, depth: int = 0) -> str | None:
     """The branch where `call` waits: `branch` itself or one of its running sub-agents' (nested); None: neither."""
