@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateR
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from checkpoint_bridge.runs import GONE_QUERY_S, branch_workflows, exited_here, pollers
+from checkpoint_bridge.runs import branch_workflows, pollers, query_wait_s
 from workflows.contracts import AgentStatus, ApprovalDecision, ApprovalRecord, PendingApproval
 from workflows.errors import DecisionRefusedError, RunNotFoundError
 from workflows.ids import validate_id
@@ -107,18 +107,13 @@ class Pending:
 async def pending_approvals(client: Client, *, query_timeout_s: float = 5.0, concurrency: int = 16) -> Pending:
     """Every tool call waiting for a decision, across the open runs."""
     handles = []
-    queues: dict[str, set[str]] = {}
+    queues: set[str] = set()
     async for info in client.list_workflows(f"WorkflowType = '{AGENT_WORKFLOW}' AND ExecutionStatus = 'Running'"):
         handles.append((client.get_workflow_handle(info.id, run_id=info.run_id), info.task_queue))
-        queues.setdefault(info.task_queue, set())
+        queues.add(info.task_queue)
     limit = asyncio.Semaphore(concurrency)
-    for queue in queues:
-        queues[queue] = await pollers(client, queue, workflows=True)
-
-    def timeout_s(queue: str) -> float:
-        # A queue with no worker, or only workers of this machine that exited: no long wait.
-        listed = queues[queue]
-        return query_timeout_s if any(not exited_here(p) for p in listed) else min(query_timeout_s, GONE_QUERY_S)
+    # A queue with no worker, or only workers of this machine that exited: no long wait.
+    wait_s = {queue: query_wait_s(await pollers(client, queue, workflows=True), query_timeout_s) for queue in queues}
 
     unanswered: list[str] = []
 
@@ -126,7 +121,7 @@ async def pending_approvals(client: Client, *, query_timeout_s: float = 5.0, con
         async with limit:
             try:
                 status = await handle.query(STATUS_QUERY, result_type=AgentStatus,
-                                            rpc_timeout=timedelta(seconds=timeout_s(queue)))
+                                            rpc_timeout=timedelta(seconds=wait_s[queue]))
             except Exception:  # noqa: BLE001 - not started yet, or no worker answers
                 unanswered.append(handle.id)
                 return []

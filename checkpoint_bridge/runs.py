@@ -102,6 +102,12 @@ def exited_here(identity: str) -> bool:
     return False
 
 
+def query_wait_s(listed: set[str], wait_s: float) -> float:
+    """How long to wait for a live answer from a queue whose workers Temporal lists as
+    `listed`: `wait_s`, or GONE_QUERY_S when none is listed or every one exited here."""
+    return wait_s if any(not exited_here(p) for p in listed) else min(wait_s, GONE_QUERY_S)
+
+
 async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> set[str]:
     """Identities of the workers polling `task_queue` lately (activity pollers, or workflow pollers).
 

@@ -24,7 +24,7 @@ from checkpoint_bridge import branching
 from checkpoint_bridge import decisions
 from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
 from checkpoint_bridge.compensation import SideEffect, run_compensations
-from checkpoint_bridge.runs import GONE_QUERY_S, branch_workflows, exited_here, pollers, start_agent
+from checkpoint_bridge.runs import branch_workflows, exited_here, pollers, query_wait_s, start_agent
 from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
@@ -294,8 +294,8 @@ async def run_view(
     listed = await pollers(client, queue, workflows=True) if queue else set()
     polled = bool(listed)
     exited = sorted(p for p in listed if exited_here(p))
-    if polled and len(exited) == len(listed):
-        query_timeout_s = min(query_timeout_s, GONE_QUERY_S)
+    if polled:
+        query_timeout_s = query_wait_s(listed, query_timeout_s)
 
     async def query() -> bool:
         """Whether a worker answered; a query failing otherwise than for want of one is a failure."""
