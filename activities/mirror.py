@@ -13,20 +13,30 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 
+import logging
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.redaction import Redactor
+from checkpoint_bridge.mirror import mirror_run
 from checkpoint_bridge.outputs import OutputStore
 from checkpoint_bridge.projector import record_parts
 from checkpoint_bridge.store import CheckpointStore
 from workflows.contracts import MirrorAck, MirrorBatch, StepRecord
 from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, TranscriptError
-from workflows.ids import checkpoint_id
+from workflows.ids import checkpoint_id, parse_checkpoint_id, workflow_id_for
 from workflows import metrics
 from workflows.wire import CHECKPOINT_CONFLICT, MIRROR_STEP, MIRROR_STEPS
 
 CONFLICT_ERROR_TYPE = CHECKPOINT_CONFLICT
+
+log = logging.getLogger("rewind.mirror")
+
+# A parent still missing after this many 250 ms waits (~5 s) is not late but lost (a
+# Redis hot tier that lost its data before flushing, a store restored from an older
+# backup): its branch is rebuilt from Temporal history, as `rewind mirror` would.
+REBUILD_AFTER_ATTEMPTS = 20
 
 
 class MirrorActivities:
@@ -77,6 +87,8 @@ class MirrorActivities:
             # step order: wait for the parent's mirror (the previous run of a
             # continued run, or another branch's fork point). Retry soon and at a
             # fixed pace, not on the exponential store backoff.
+            if record.parent_id and activity.info().attempt % REBUILD_AFTER_ATTEMPTS == 0:
+                await self._rebuild_parent(record.parent_id)
             raise ApplicationError(
                 f"checkpoint {record.parent_id} is not mirrored yet; step {record.step_index} waits for it",
                 type="ParentNotMirrored",
@@ -90,3 +102,17 @@ class MirrorActivities:
         except CheckpointError as exc:
             # Exists with other bytes, a corrupt parent, or not storable at all: retrying cannot help.
             raise self._failure(exc, CONFLICT_ERROR_TYPE, retry=False) from None
+
+    async def _rebuild_parent(self, parent_id: str) -> None:
+        """Write the parent's branch again from its history (what the store lacks; identical bytes)."""
+        run_id, branch_id, _ = parse_checkpoint_id(parent_id)
+        try:
+            report = await mirror_run(activity.client(), self._store, workflow_id_for(run_id, branch_id),
+                                      run_id=run_id, branch_id=branch_id, outputs=self._outputs)
+        except Exception as exc:  # noqa: BLE001 - the wait goes on; the next rebuild may get further
+            log.warning("checkpoint %s is missing from %s and could not be rebuilt from history yet: %s",
+                        parent_id, self._store.url, self._redact.redact_text(str(exc))[:500])
+            return
+        if report.written:
+            log.warning("checkpoint %s was missing from %s: rebuilt %d checkpoint(s) of run %s branch %s from "
+                        "Temporal history", parent_id, self._store.url, report.written, run_id, branch_id)

@@ -215,6 +215,9 @@ class RunView(BaseModel):
     store_error: str | None = None
     # Where the view comes from when that is not the usual (Temporal unreachable).
     note: str | None = None
+    # With a Redis hot tier (REWIND_HOT_STORE): how far the durable store is behind it
+    # (`run_pending` of this run's objects, `pending` of all, the oldest's age), or why it cannot tell.
+    hot_tier: dict[str, Any] | None = None
 
 
 async def _failure_message(client: Client, failure: Failure) -> str:

@@ -111,6 +111,16 @@ def _checked_url(variable: str, url: str | None) -> str:
     return url or ""
 
 
+def _payload_url(url: str | None, allow_redis: bool) -> str:
+    if _store_url("REWIND_PAYLOADS", url).kind == "redis" and not allow_redis:
+        raise ConfigError(
+            "REWIND_PAYLOADS is a redis:// URL: it holds the records that keep side effects once, which must "
+            "survive a restart, and Redis alone does not promise that; use a durable store (or set "
+            "REWIND_ALLOW_REDIS_STORE=1 if this server's persistence is what you want)"
+        )
+    return url or ""
+
+
 def _otlp_protocol(read: "_Env") -> str:
     for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
         text = read.str(name)
@@ -144,6 +154,10 @@ class Settings:
     # while this store is down, so it is the one thing tools may rely on.
     payload_url: str = "file://.rewind/payloads"
     payload_threshold: int = 64 * 1024
+    # Redis in front of the checkpoint store (checkpoint_bridge/stores/hot.py): writes land
+    # there at once and reach REWIND_STORE from the workers' flushers; hot entries live a day.
+    hot_store_url: str | None = None
+    hot_ttl_s: int = 24 * 3600
     home: Path = field(default_factory=lambda: Path(".rewind"))
     tool_modules: list[str] = field(default_factory=list)
     # Which variable named the tool modules (for the deprecation note of REWIND_TOOLS).
@@ -218,6 +232,23 @@ class Settings:
         assert store_url is not None
         default_payloads = f"file://{home / 'payloads'}"
         where = _store_url("REWIND_STORE", store_url)
+        allow_redis = read.flag("REWIND_ALLOW_REDIS_STORE")
+        if where.kind == "redis" and not allow_redis:
+            raise ConfigError(
+                "REWIND_STORE is a redis:// URL: Redis alone keeps no durability promise (an acknowledged write "
+                "is lost by a restart unless the server runs with appendonly yes and appendfsync always); put it "
+                "in front of a durable store instead (REWIND_HOT_STORE=redis://... with REWIND_STORE=s3://..., "
+                "postgresql://..., a folder), or set REWIND_ALLOW_REDIS_STORE=1 if this server's persistence is "
+                "what you want"
+            )
+        hot_store = read.str("REWIND_HOT_STORE")
+        if hot_store is not None:
+            if _store_url("REWIND_HOT_STORE", hot_store).kind != "redis":
+                raise ConfigError(f"REWIND_HOT_STORE={hot_store!r} is not a redis:// or rediss:// URL; the hot tier "
+                                  "is Redis (redis://host:6379/0), in front of REWIND_STORE")
+            if where.kind == "redis":
+                raise ConfigError("REWIND_HOT_STORE is set and REWIND_STORE is Redis too: the hot tier belongs in "
+                                  "front of a durable store (s3://, postgresql://, dynamodb://, sqlite://, a folder)")
         if where.kind == "s3":
             # Workers on several machines share nothing but Temporal and S3:
             # with an S3 checkpoint store, the live data goes to S3 too.
@@ -238,7 +269,9 @@ class Settings:
             temporal_read=temporal,
             task_queue=read.str("REWIND_TASK_QUEUE", "rewind"),  # type: ignore[arg-type]
             store_url=store_url,
-            payload_url=_checked_url("REWIND_PAYLOADS", read.str("REWIND_PAYLOADS", default_payloads)),
+            payload_url=_payload_url(read.str("REWIND_PAYLOADS", default_payloads), allow_redis),
+            hot_store_url=hot_store,
+            hot_ttl_s=read.int("REWIND_HOT_TTL_S", 24 * 3600, minimum=60),
             payload_threshold=read.int("REWIND_PAYLOAD_THRESHOLD", 64 * 1024, minimum=1024),
             home=home,
             tool_modules=_split(modules_text or ""),

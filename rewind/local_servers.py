@@ -6,6 +6,9 @@ private port, its cluster made by ``initdb`` in a new folder, trusting local
 connections; ``stop()`` / ``kill()`` / ``restart()`` are a server going down
 and coming back. Run as root (CI), the server runs as the ``postgres`` user
 (PostgreSQL refuses root), in a folder that user owns.
+
+``RedisServer.start(folder)`` runs Debian's ``redis-server`` the same way, with
+no persistence (what a Redis that loses its data on a restart looks like).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["PostgresServer", "postgres_binaries", "free_port"]
+__all__ = ["PostgresServer", "postgres_binaries", "RedisServer", "redis_binary", "free_port"]
 
 
 def free_port() -> int:
@@ -145,6 +148,70 @@ class PostgresServer:
 
     def remove(self) -> None:
         self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def redis_binary() -> str | None:
+    """The ``redis-server`` program, or None if Redis is not installed."""
+    return shutil.which("redis-server") or next(iter(glob.glob("/usr/bin/redis-server")), None)
+
+
+class RedisServer:
+    """One Redis server on 127.0.0.1:``port``, in memory only (no RDB, no AOF)."""
+
+    def __init__(self, root: Path, port: int, binary: str) -> None:
+        self.root, self.port, self.binary = root, port, binary
+        self.log = root / "server.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @classmethod
+    def start(cls, parent: Path | None = None, *, port: int | None = None) -> RedisServer:
+        binary = redis_binary()
+        if binary is None:
+            raise RuntimeError("Redis is not installed (Debian: apt-get install redis-server)")
+        server = cls(Path(tempfile.mkdtemp(prefix="rewind-redis-", dir=parent)), port or free_port(), binary)
+        server.start_again()
+        return server
+
+    def start_again(self, timeout_s: float = 30.0) -> None:
+        """Start the server (again, on the same port: empty, as a restart without persistence is)."""
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(self.root), "--protected-mode", "no"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+            )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start in {timeout_s:.0f}s: {self.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """The server dies, and with it everything it held."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start_again()
+
+    def remove(self) -> None:
+        self.kill()
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -9,6 +9,8 @@ polling or a CLI command does anything else.
 
 from __future__ import annotations
 
+from typing import Any
+
 from checkpoint_bridge.stores import ObjectStore, open_object_store, verify_store
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
@@ -19,9 +21,20 @@ def object_store(settings: Settings, url: str) -> ObjectStore:
     return open_object_store(url, endpoint_url=settings.s3_endpoint_url, region_name=settings.aws_region)
 
 
+def checkpoint_objects(settings: Settings, *, meter: Any = None) -> ObjectStore:
+    """The objects of `REWIND_STORE`, behind the Redis hot tier of `REWIND_HOT_STORE` when it is set
+    (`meter`: where the tier's flusher reports its lag, a worker's metrics)."""
+    durable = object_store(settings, settings.store_url)
+    if not settings.hot_store_url:
+        return durable
+    from checkpoint_bridge.stores.hot import HotTierObjectStore
+
+    return HotTierObjectStore(settings.hot_store_url, durable, ttl_s=settings.hot_ttl_s, meter=meter)
+
+
 def checkpoint_store(settings: Settings) -> CheckpointStore:
     """The checkpoint store of `REWIND_STORE` (use as `async with`)."""
-    return CheckpointStore(object_store(settings, settings.store_url))
+    return CheckpointStore(checkpoint_objects(settings))
 
 
 def payload_store(settings: Settings) -> ObjectStore:
@@ -31,6 +44,16 @@ def payload_store(settings: Settings) -> ObjectStore:
 
 async def check_store(objects: ObjectStore, variable: str, *, probe_writes: bool = False) -> None:
     """Raise `ConfigError` (one line, naming `variable`) if the store cannot be used."""
+    hot = getattr(objects, "durable", None)
+    if hot is not None:  # a hot tier: the durable store behind it must keep the promises itself
+        await check_store(hot, variable, probe_writes=probe_writes)
+        if not probe_writes:
+            return  # a command reads through a Redis that is down (from the durable store)
+        try:
+            await objects.redis.ping()  # type: ignore[attr-defined]
+        except CheckpointError as exc:
+            raise ConfigError(f"REWIND_HOT_STORE={objects.redis.url}: {exc}") from exc  # type: ignore[attr-defined]
+        return
     try:
         await verify_store(objects, probe_writes=probe_writes)
     except CheckpointError as exc:
@@ -43,11 +66,11 @@ async def check_stores(settings: Settings, *, probe_writes: bool = False) -> Non
     if settings.payload_url != settings.store_url:
         wanted.append(("REWIND_PAYLOADS", settings.payload_url))
     for variable, url in wanted:
-        objects = object_store(settings, url)
+        objects = checkpoint_objects(settings) if variable == "REWIND_STORE" else object_store(settings, url)
         try:
             await check_store(objects, variable, probe_writes=probe_writes)
         finally:
             await objects.aclose()
 
 
-__all__ = ["object_store", "checkpoint_store", "payload_store", "check_store", "check_stores"]
+__all__ = ["object_store", "checkpoint_objects", "checkpoint_store", "payload_store", "check_store", "check_stores"]

@@ -48,7 +48,7 @@ from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
 from rewind.client import connect
 from rewind.config import Settings, drop_empty_library_variables
-from rewind.stores import check_stores, object_store
+from rewind.stores import check_stores, checkpoint_objects, object_store
 from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
 from workflows.describe import DescribeToolsWorkflow
@@ -114,6 +114,9 @@ class RewindWorker:
             await self._close_stores()
             raise
         self._stack = stack
+        for store in self._stores:
+            if hasattr(store, "start_flusher"):  # the Redis hot tier: this worker moves its backlog on
+                store.start_flusher()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -142,7 +145,8 @@ def build_worker(
     """Workers for `settings.task_queue` and for each tool's queue. `workflows`
     replaces the workflow classes (tests deploy changed workflow code with it).
     `redactor` defaults to the settings' one plus the model key in use."""
-    objects = object_store(settings, settings.store_url)
+    runtime = client.service_client.config.runtime
+    objects = checkpoint_objects(settings, meter=runtime.metric_meter if runtime is not None else None)
     payloads = object_store(settings, settings.payload_url)
     if redactor is None:
         redactor = settings.redactor({"model_api_key": endpoint.api_key})

@@ -116,6 +116,26 @@ def postgres_url(postgres_server: Any) -> str:
 
 
 @pytest.fixture(scope="session")
+def redis_server() -> Iterator[Any]:
+    """A Redis server of Debian's package on a private port, for the whole session (skipped
+    without Redis installed, a failure with REWIND_TEST_REQUIRE_SERVERS=1)."""
+    from rewind.local_servers import RedisServer, redis_binary
+
+    if redis_binary() is None:
+        if os.environ.get("REWIND_TEST_REQUIRE_SERVERS") == "1":
+            pytest.fail("Redis is not installed (apt-get install redis-server) and REWIND_TEST_REQUIRE_SERVERS=1")
+        pytest.skip("Redis is not installed (apt-get install redis-server)")
+    server = RedisServer.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: Any) -> str:
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
 def payload_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The payload store every client and worker of the session shares."""
     return f"file://{tmp_path_factory.mktemp('payloads')}"

@@ -27,6 +27,14 @@ CHECKPOINT_WRITE_MS = "rewind_checkpoint_write_ms"  # histogram: one step's chec
 MIRROR_LAG_MS = "rewind_mirror_lag_ms"              # histogram: step end -> its checkpoint stored
 STORE_ERRORS = "rewind_store_errors"                # {store=checkpoints|payloads, kind}
 
+# -- recorded by the hot tier's flusher (checkpoint_bridge/stores/hot.py) ----------
+HOT_PENDING = "rewind_hot_store_pending"            # gauge: objects in Redis not yet in the durable store
+HOT_LAG_MS = "rewind_hot_store_lag_ms"              # gauge: age of the oldest of them
+HOT_FLUSHED = "rewind_hot_store_flushed"            # objects moved to the durable store
+HOT_CONFLICTS = "rewind_hot_store_conflicts"        # objects the durable store had with other bytes
+HOT_FALLBACKS = "rewind_hot_store_fallbacks"        # {op=read|write|list}: Redis down, the durable store served
+HOT_LOST = "rewind_hot_store_lost"                  # Redis lost its data (epoch changed)
+
 DESCRIPTIONS = {
     STEPS: "agent steps that called the model",
     TOKENS: "model tokens",
@@ -38,6 +46,12 @@ DESCRIPTIONS = {
     CHECKPOINT_WRITE_MS: "time to write one step's checkpoint",
     MIRROR_LAG_MS: "time from a step's end to its checkpoint in the store",
     STORE_ERRORS: "failed requests to the checkpoint or payload store (retried)",
+    HOT_PENDING: "checkpoint objects in the Redis hot tier not yet in the durable store",
+    HOT_LAG_MS: "age of the oldest checkpoint object not yet in the durable store",
+    HOT_FLUSHED: "checkpoint objects moved from the Redis hot tier to the durable store",
+    HOT_CONFLICTS: "objects the durable store already had with other bytes (the durable ones stay)",
+    HOT_FALLBACKS: "calls the durable store served because Redis was down",
+    HOT_LOST: "times Redis was found to have lost its data (restart without persistence, flush)",
 }
 
 
@@ -51,4 +65,8 @@ def observe_ms(meter: Any, name: str, value_ms: float, **attributes: str | int |
     meter.create_histogram_float(name, DESCRIPTIONS[name], "ms").record(max(value_ms, 0.0), attributes or None)
 
 
-__all__ = ["count", "observe_ms", "DESCRIPTIONS"]
+def gauge(meter: Any, name: str, value: int, unit: str = "") -> None:
+    meter.create_gauge(name, DESCRIPTIONS[name], unit).set(max(int(value), 0))
+
+
+__all__ = ["count", "observe_ms", "gauge", "DESCRIPTIONS"]

@@ -5,6 +5,8 @@
     SqliteObjectStore(path)                    sqlite:///path/file.db         sqlite.py
     PostgresObjectStore(url)                   postgresql://user@host/db      postgres.py
     DynamoObjectStore(table, prefix, endpoint) dynamodb://table/prefix        dynamodb.py
+    RedisObjectStore(url)                      redis://host:port/db           redis.py
+    HotTierObjectStore(redis_url, durable)     REWIND_HOT_STORE=redis://...   hot.py
 
 ``open_object_store(url)`` opens the one a URL names (urls.py). A backend's
 module is imported when it is first named, so a folder store never loads an
@@ -21,7 +23,7 @@ from checkpoint_bridge.stores.urls import ACCEPTED_URLS, StoreLocation, open_obj
 __all__ = [
     "ObjectStore", "check_key", "verify_store", "ACCEPTED_URLS", "StoreLocation", "open_object_store",
     "parse_store_url", "FileObjectStore", "S3ObjectStore", "SqliteObjectStore",
-    "PostgresObjectStore", "DynamoObjectStore",
+    "PostgresObjectStore", "DynamoObjectStore", "RedisObjectStore", "HotTierObjectStore",
 ]
 
 _BACKENDS = {
@@ -30,6 +32,8 @@ _BACKENDS = {
     "SqliteObjectStore": "checkpoint_bridge.stores.sqlite",
     "PostgresObjectStore": "checkpoint_bridge.stores.postgres",
     "DynamoObjectStore": "checkpoint_bridge.stores.dynamodb",
+    "RedisObjectStore": "checkpoint_bridge.stores.redis",
+    "HotTierObjectStore": "checkpoint_bridge.stores.hot",
 }
 
 

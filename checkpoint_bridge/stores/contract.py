@@ -11,6 +11,8 @@ own backend with ``await conformance.validate(factory)``):
     SqliteObjectStore(path)                    sqlite:///path/to/file.db       sqlite.py
     PostgresObjectStore(url)                   postgresql://user@host/db       postgres.py
     DynamoObjectStore(table, prefix, endpoint) dynamodb://table/prefix         dynamodb.py
+    RedisObjectStore(url)                      redis://host:port/db            redis.py
+    HotTierObjectStore(redis_url, durable)     Redis in front of any of them   hot.py
 
 The guarantees, which everything above the stores relies on:
 

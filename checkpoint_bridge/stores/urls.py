@@ -18,18 +18,19 @@ __all__ = ["ACCEPTED_URLS", "StoreLocation", "parse_store_url", "open_object_sto
 
 ACCEPTED_URLS = ("file://relative/path, file:///absolute/path, a bare path, s3://bucket[/prefix], "
                  "sqlite:///absolute/file.db (sqlite://relative/file.db), "
-                 "postgresql://user@host:port/database[?schema=name], or dynamodb://table[/prefix]")
+                 "postgresql://user@host:port/database[?schema=name], dynamodb://table[/prefix], "
+                 "or redis://host:port/db (only with REWIND_ALLOW_REDIS_STORE=1; REWIND_HOT_STORE puts Redis in front)")
 
 
 @dataclass(frozen=True)
 class StoreLocation:
     """A parsed store URL: an S3 bucket and prefix, or a local folder."""
 
-    kind: str  # "s3" | "file" | "sqlite" | "postgresql" | "dynamodb"  (bucket: the table for dynamodb)
+    kind: str  # "s3" | "file" | "sqlite" | "postgresql" | "dynamodb" | "redis"  (bucket: the table for dynamodb)
     bucket: str = ""
     prefix: str = ""
     path: str = ""
-    url: str = ""  # postgresql: the whole URL (with its password, if any)
+    url: str = ""  # postgresql, redis: the whole URL (with its password, if any)
 
 
 def parse_store_url(url: str) -> StoreLocation:
@@ -53,6 +54,10 @@ def parse_store_url(url: str) -> StoreLocation:
             raise ConfigError(f"store URL {_redacted(url)!r} names no host or database; use "
                               "postgresql://user@host:port/database[?schema=name]")
         return StoreLocation("postgresql", url=url)
+    if url.startswith(("redis://", "rediss://")):
+        if not url.split("://", 1)[1].split("/", 1)[0].rpartition("@")[2]:
+            raise ConfigError(f"store URL {_redacted(url)!r} names no host; use redis://host:port/db")
+        return StoreLocation("redis", url=url)
     if url.startswith("sqlite://"):
         path = url[len("sqlite://"):]
         if not path or path.endswith("/"):
@@ -69,7 +74,7 @@ def parse_store_url(url: str) -> StoreLocation:
     if "://" in url or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url):
         # Also `s3:/bucket` or `s3//bucket`-like typos that would otherwise be a local folder named "s3:".
         raise ConfigError(f"store URL {url!r} has an unsupported scheme (or a typo in one); use {ACCEPTED_URLS}")
-    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file", "sqlite", "postgresql", "postgres", "dynamodb"}:
+    if url.startswith(("s3/", "s3:")) or url.split("/", 1)[0] in {"s3", "file", "sqlite", "postgresql", "postgres", "dynamodb", "redis"}:
         raise ConfigError(f"store URL {url!r} looks like a mistyped s3:// or file:// URL; use {ACCEPTED_URLS}")
     return StoreLocation("file", path=url)
 
@@ -100,6 +105,13 @@ def open_object_store(url: str, *, endpoint_url: str | None = None, region_name:
 
         try:
             return PostgresObjectStore(where.url)
+        except ConfigError as exc:
+            raise ConfigError(f"store URL {_redacted(url)!r} is not usable: {exc}") from exc
+    if where.kind == "redis":
+        from checkpoint_bridge.stores.redis import RedisObjectStore
+
+        try:
+            return RedisObjectStore(where.url)
         except ConfigError as exc:
             raise ConfigError(f"store URL {_redacted(url)!r} is not usable: {exc}") from exc
     if where.kind == "sqlite":

@@ -106,6 +106,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             except RunNotFoundError:
                 raise exc from None  # Temporal does not have it, and the store that might cannot answer
         view.store_error = store_error
+    if settings.hot_store_url:  # even with the durable store down: then the backlog is what matters
+        view.hot_tier = await hot_tier_lag(settings, args.run)
     if args.json:
         emit(view.model_dump(mode="json"), True, "")
         return 0
@@ -151,8 +153,36 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         lines.append(f"  note         {view.note}")
     if view.store_error:
         lines.append(f"  store        unreachable: {view.store_error}")
+    if view.hot_tier:
+        lines.append(f"  hot tier     {hot_tier_line(view.hot_tier)}")
     print("\n".join(lines))
     return 0
+
+
+async def hot_tier_lag(settings: Settings, run_id: str) -> dict[str, object]:
+    """How far REWIND_STORE is behind the Redis hot tier of REWIND_HOT_STORE, for this run and in all."""
+    from rewind.stores import checkpoint_objects
+    from workflows.errors import StoreUnavailableError
+
+    objects = checkpoint_objects(settings)
+    durable = objects.durable.url  # type: ignore[attr-defined]
+    try:
+        found = await objects.lag(f"runs/{run_id}/")  # type: ignore[attr-defined]
+    except StoreUnavailableError as exc:
+        return {"durable": durable, "error": str(exc)}
+    finally:
+        await objects.aclose()
+    return {"durable": durable, "run_pending": found.matching, "pending": found.pending,
+            "oldest_s": None if found.oldest_s is None else round(found.oldest_s, 3)}
+
+
+def hot_tier_line(hot: dict[str, object]) -> str:
+    if hot.get("error"):
+        return f"unreachable ({hot['error']}); reads and writes go to {hot['durable']}"
+    if not hot["pending"]:
+        return f"every object is in {hot['durable']}"
+    return (f"{hot['run_pending']} object(s) of this run not yet in {hot['durable']} ({hot['pending']} of all runs, "
+            f"the oldest written {hot['oldest_s']:.1f} s ago)")
 
 
 async def cmd_continue(args: argparse.Namespace, settings: Settings) -> int:

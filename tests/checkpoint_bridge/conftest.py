@@ -5,8 +5,10 @@ per backend: a local folder, S3, SQLite, PostgreSQL and DynamoDB. S3 (and Dynamo
 ``ThreadedMotoServer`` on a free port), not a mock of boto calls, so requests,
 conditional writes, pagination and error responses go over the wire.
 
-PostgreSQL is a real server too (Debian's package, started on a private port by
-the session fixture ``postgres_url``). Both session fixtures live in ``tests/conftest.py``.
+PostgreSQL and Redis are real servers too (Debian's packages, started on private
+ports by the session fixtures ``postgres_url`` and ``redis_url``): ``redis`` is
+Redis alone, ``hot`` is Redis as the hot tier in front of a folder. The session
+fixtures live in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -15,11 +17,20 @@ from pathlib import Path
 from typing import AsyncIterator
 
 import pytest
-from store_backends import Backend, dynamodb_backend, file_backend, postgres_backend, s3_backend, sqlite_backend
+from store_backends import (
+    Backend,
+    dynamodb_backend,
+    file_backend,
+    hot_backend,
+    postgres_backend,
+    redis_backend,
+    s3_backend,
+    sqlite_backend,
+)
 
 from checkpoint_bridge.store import CheckpointStore
 
-@pytest.fixture(params=["file", "s3", "sqlite", "postgres", "dynamodb"])
+@pytest.fixture(params=["file", "s3", "sqlite", "postgres", "dynamodb", "hot", "redis"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     if request.param == "file":
         chosen = file_backend(tmp_path)
@@ -29,6 +40,10 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         chosen = postgres_backend(request.getfixturevalue("postgres_url"))
     elif request.param == "dynamodb":
         chosen = dynamodb_backend(request.getfixturevalue("moto_endpoint"))
+    elif request.param == "hot":
+        chosen = hot_backend(request.getfixturevalue("redis_url"), tmp_path)
+    elif request.param == "redis":
+        chosen = redis_backend(request.getfixturevalue("redis_url"))
     else:
         chosen = s3_backend(request.getfixturevalue("moto_endpoint"))
     yield chosen

@@ -226,3 +226,66 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def hot_backend(redis_url: str, tmp_path: Path) -> Backend:
+    """Redis (the session's server) as the hot tier in front of a folder: each store its own
+    folder and, through it, its own Redis namespace."""
+    from checkpoint_bridge.stores import HotTierObjectStore
+
+    durable = file_backend(tmp_path)
+
+    def new_objects() -> ObjectStore:
+        return HotTierObjectStore(redis_url, durable.new_objects())
+
+    def reopen(objects: ObjectStore) -> ObjectStore:
+        assert isinstance(objects, HotTierObjectStore)
+        return HotTierObjectStore(redis_url, durable.reopen(objects.durable))
+
+    def broken() -> ObjectStore:
+        return HotTierObjectStore(f"redis://127.0.0.1:{closed_port()}/0", durable.broken())
+
+    def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+        # Behind the store's back in both tiers, as a person editing the durable copy and the cache would.
+        import redis
+
+        assert isinstance(objects, HotTierObjectStore)
+        assert isinstance(objects.durable, FileObjectStore)
+        if (objects.durable.root / key).exists():  # flushed already (else only Redis has it)
+            durable.tamper(objects.durable, key, data)
+        with redis.Redis.from_url(redis_url) as client:
+            client.set(objects._k("o", key), data, xx=True)
+
+    return Backend("hot", new_objects, durable.all_keys, reopen, broken, tamper)
+
+
+def redis_backend(redis_url: str) -> Backend:
+    """Redis alone (REWIND_STORE=redis:// with REWIND_ALLOW_REDIS_STORE=1), each store a namespace."""
+    import redis
+
+    from checkpoint_bridge.stores import RedisObjectStore
+
+    namespaces: list[str] = []
+
+    def new_objects() -> ObjectStore:
+        namespaces.append(uuid.uuid4().hex[:10])
+        return RedisObjectStore(f"{redis_url}?namespace={namespaces[-1]}")
+
+    def all_keys() -> list[str]:
+        with redis.Redis.from_url(redis_url) as client:
+            return sorted(f"{ns}/{k.decode().split(':o:', 1)[1]}" for ns in namespaces
+                          for k in client.scan_iter(match=f"rw{{{ns}}}:o:*"))
+
+    def reopen(objects: ObjectStore) -> ObjectStore:
+        assert isinstance(objects, RedisObjectStore)
+        return RedisObjectStore(f"{redis_url}?namespace={objects.namespace}")
+
+    def broken() -> ObjectStore:
+        return RedisObjectStore(f"redis://127.0.0.1:{closed_port()}/0")
+
+    def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+        assert isinstance(objects, RedisObjectStore)
+        with redis.Redis.from_url(redis_url) as client:
+            client.set(objects._object(key), data, xx=True)
+
+    return Backend("redis", new_objects, all_keys, reopen, broken, tamper)
