@@ -375,11 +375,14 @@ class AgentWorkflow:
                 response = await workflow.execute_local_activity(
                     CALL_LLM, request, result_type=LlmResponse, summary=model_call_summary(state.step, inp.model),
                     start_to_close_timeout=timedelta(seconds=tuning.timeout_s), retry_policy=retry,
+                    schedule_to_close_timeout=timedelta(seconds=max(tuning.retry_for_s, tuning.timeout_s)),
                 )
             else:
                 response = await workflow.execute_activity(
                     CALL_LLM, request, result_type=LlmResponse, summary=model_call_summary(state.step, inp.model),
                     start_to_close_timeout=timedelta(seconds=tuning.timeout_s),
+                    # The whole call, retries included: a provider outage up to this long costs nothing.
+                    schedule_to_close_timeout=timedelta(seconds=max(tuning.retry_for_s, tuning.timeout_s)),
                     heartbeat_timeout=timedelta(seconds=tuning.heartbeat_s),
                     retry_policy=retry,
                 )

@@ -276,7 +276,13 @@ class LlmTuning(BaseModel):
     timeout_s: float = 120.0
     # A dead worker is noticed after this long, not after the whole timeout.
     heartbeat_s: float = 5.0
-    max_attempts: int = 10
+    # A provider's 429s, 5xx, timeouts and dropped connections are retried for
+    # `retry_for_s` in all (the call's schedule-to-close), not for a count of
+    # attempts: ten attempts at 1 s -> 60 s backoff last ~4 minutes, shorter than
+    # many real outages, and a run of forty minutes should not fail for one.
+    # `max_attempts` 0 means no count limit; a rejection (400, 401, ...) is never retried.
+    max_attempts: int = Field(default=0, ge=0)
+    retry_for_s: float = Field(default=1800.0, gt=0)
     initial_retry_s: float = 1.0
     max_retry_s: float = 60.0
     # Context window: tokens the conversation may take (None: the model's

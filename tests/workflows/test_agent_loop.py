@@ -12,7 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 
 from rewind.client import run_view, start_run
-from workflows.contracts import AgentInput, RunLimits
+from workflows.contracts import AgentInput, LlmTuning, RunLimits
 from workflows.errors import UsageError
 
 
@@ -83,6 +83,36 @@ async def test_rate_limit_is_retried_with_retry_after(worker, client, settings, 
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
     ]
     assert 3 in attempts  # the first model call succeeded on its third attempt
+
+
+async def test_a_provider_failing_longer_than_ten_attempts_costs_the_run_nothing(worker, client, settings, model,
+                                                                                  events_file):
+    """Found by the soak (seed 2512): a model answering 500 for longer than ten attempts' backoff
+    failed the run. Transient failures are retried for a time (LlmTuning.retry_for_s), not a count."""
+    model.inject_fault(500, count=14, retry_after=0.05)
+    handle = await start_agent(client, settings, "Research these companies: Acme.")
+    result = await handle.result()
+    assert result.status.state == "completed"
+    assert [r["status"] for r in model.requests()].count(500) == 14
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        async for e in handle.fetch_history_events()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    assert 15 in attempts  # the first model call succeeded on its fifteenth attempt
+
+
+async def test_a_provider_down_past_retry_for_s_fails_the_run_saying_so(worker, client, settings, model, events_file):
+    model.inject_fault(503, count=10_000, retry_after=0.2)
+    handle = await start_agent(client, settings, "Research these companies: Acme.",
+                               llm=LlmTuning(retry_for_s=3.0, timeout_s=2.0))
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    reason = str(info.value.cause)
+    assert "model call of step" in reason, reason
+    view = await run_view(client, handle.id)
+    assert view.status is not None and "503" in (view.status.last_error or "") + reason, (view.status, reason)
+    model.reset()
 
 
 async def test_unauthorized_ends_the_run_with_a_clear_reason(worker, client, settings, model, events_file):
