@@ -31,7 +31,7 @@ COPY activities ./activities
 COPY checkpoint_bridge ./checkpoint_bridge
 COPY rewind ./rewind
 COPY examples ./examples
-RUN pip install --no-cache-dir '.[postgres]' \
+RUN pip install --no-cache-dir '.[postgres,redis]' \
  && cd / && rm -rf /src
 
 # REWIND_HOME holds this container's own state (the worker's health file, the

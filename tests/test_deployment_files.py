@@ -334,8 +334,8 @@ def test_dockerfile_installs_the_project_only_and_runs_unprivileged():
     assert len(froms) == 1 and re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", froms[0]), froms
     installs = [rest for keyword, rest in instructions if keyword == "RUN" and "pip install" in rest]
     assert len(installs) == 1
-    # The project and its runtime PostgreSQL driver (the compose file's PostgreSQL-store variant), nothing else.
-    assert re.search(r"pip install --no-cache-dir '\.\[postgres\]'(\s|$)", installs[0]), installs[0]
+    # The project and the runtime drivers of the compose file's PostgreSQL-store and Redis-tier variants, nothing else.
+    assert re.search(r"pip install --no-cache-dir '\.\[postgres,redis\]'(\s|$)", installs[0]), installs[0]
     assert "test" not in installs[0] and "bench" not in installs[0]
     assert "-e " not in installs[0] and "--editable" not in installs[0]
     users = [rest for keyword, rest in instructions if keyword == "USER"]
