@@ -24,10 +24,16 @@ def failure_text(err: BaseException) -> str:
     """The reason of an activity's (or a child workflow's) final failure: its cause's message."""
     # Imported here: the checkpoint readers (`rewind tree`, `show`) use this module
     # and must not load the Temporal client; whoever holds such an error has it loaded.
-    from temporalio.exceptions import ActivityError, ChildWorkflowError
+    from temporalio.exceptions import ActivityError, ChildWorkflowError, TimeoutError
 
     cause = err.cause if isinstance(err, (ActivityError, ChildWorkflowError)) and err.cause is not None else err
-    return str(cause) or type(cause).__name__
+    text = str(cause) or type(cause).__name__
+    # Retries that ran out of time ("Not enough time to schedule next retry before activity
+    # ScheduleToClose timeout") keep the last attempt's failure as the timeout's cause: that is the reason.
+    last = cause.cause if isinstance(cause, TimeoutError) else None
+    if last is not None and str(last) and str(last) not in text:
+        text = f"{text}; the last attempt: {last}"
+    return text
 
 
 def with_system_prompt(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:

@@ -109,9 +109,12 @@ async def test_a_provider_down_past_retry_for_s_fails_the_run_saying_so(worker, 
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
     reason = str(info.value.cause)
-    assert "model call of step" in reason, reason
+    # The reason names the provider's answer or, when Temporal's own "not enough time to
+    # schedule next retry" ended the retries (a busy machine: the attempts took longer), that
+    # the call's time ran out, with the last attempt's answer when Temporal keeps it as the cause.
+    assert "model call of step" in reason and ("503" in reason or "ScheduleToClose" in reason), reason
     view = await run_view(client, handle.id)
-    assert view.status is not None and "503" in (view.status.last_error or "") + reason, (view.status, reason)
+    assert view.status is not None and view.status.state == "failed", view.status
     model.reset()
 
 
