@@ -116,7 +116,7 @@ async def _dbos(suite, model, steps: int) -> dict:  # type: ignore[no-untyped-de
 
 
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
-    steps, reps = (30, 3) if suite.quick else (100, 3)
+    steps, reps = (30, 2) if suite.quick else (100, 3)
     sec = Section("overhead", "1. Durability overhead per agent step",
                   f"{steps}-step runs (model call + one {TOOL_BYTES} B `blob` tool call per step), scripted model at "
                   f"0 ms latency, {reps} runs per approach, interleaved; per-step medians over all steps of all runs. "
