@@ -35,6 +35,7 @@ from bench.soaking.shapes import SHAPES, WEIGHTS
 from bench.soaking.stack import Stack
 
 TOOL_FAULT_RATE = 0.15
+FAULT_GAP_S = 1.5  # the mean time between scheduled faults, at least
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -101,7 +102,11 @@ async def soak(args: argparse.Namespace, root: Path, say: Any) -> dict[str, Any]
             # Phase 2: the soak.
             est = max(30.0, statistics.mean(o.ended - o.started for o in refs) * len(plan) / args.concurrency * 1.5)
             count = args.faults if args.faults is not None else 3 * args.runs
-            faults = schedule(args.seed, count, min(est, args.minutes * 60), s3=args.store == "s3")
+            # At least FAULT_GAP_S between faults on average: packed into the runs' undisturbed
+            # time, 1,100 faults came every 50 ms, and the workers were killed faster than they
+            # could start (the first large soak). The runs are spread over the same window.
+            window = min(max(est, count * FAULT_GAP_S), args.minutes * 60)
+            faults = schedule(args.seed, count, window, s3=args.store == "s3")
             injector = Injector(stack, faults)
             stop = asyncio.Event()
             origin = time.time()
@@ -109,12 +114,15 @@ async def soak(args: argparse.Namespace, root: Path, say: Any) -> dict[str, Any]
             cutoff = time.monotonic() + args.minutes * 60
             run_ids = [f"soak-{k:03d}-{name}-{args.seed}" for k, name in enumerate(plan)]
 
-            async def one(run_id: str, name: str) -> Outcome | None:
+            async def one(k: int, run_id: str, name: str) -> Outcome | None:
+                # Run k starts no sooner than its share of the window, so faults meet runs throughout.
+                await asyncio.sleep(max(0.0, origin + k * window * 0.9 / len(plan) - time.time()))
                 async with limit:
                     if time.monotonic() > cutoff:
                         return None
                     return await drive(client, settings, store, SHAPES[name], run_id)
-            outcomes = await asyncio.gather(*(one(r, n) for r, n in zip(run_ids, plan)), return_exceptions=True)
+            outcomes = await asyncio.gather(*(one(k, r, n) for k, (r, n) in enumerate(zip(run_ids, plan))),
+                                            return_exceptions=True)
             stop.set()
             await inject
             await injector.settle()
