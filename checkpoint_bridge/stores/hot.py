@@ -39,7 +39,7 @@ from workflows import metrics
 from workflows.errors import CheckpointExistsError, CheckpointNotFoundError, InvalidIdError, StoreUnavailableError
 
 from checkpoint_bridge.stores.contract import ObjectStore, check_key
-from checkpoint_bridge.stores.redis import RedisConnection, lex_range
+from checkpoint_bridge.stores.redis import EXISTING, RedisConnection, lex_range
 
 __all__ = ["HotTierObjectStore", "HotLag", "DEFAULT_TTL_S"]
 
@@ -54,12 +54,7 @@ _PARALLEL = 16
 
 # 1 written (pending), 0 the same bytes are hot, 2 other bytes are hot,
 # 3 the durable store has the key (compare there), 4 the partition is not indexed yet.
-_PUT = """
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  if cur == ARGV[2] then return 0 end
-  return 2
-end
+_PUT = EXISTING + """
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 3 end
 if redis.call('SISMEMBER', KEYS[2], '') == 0 then return 4 end
 redis.call('SET', KEYS[1], ARGV[2])

@@ -43,7 +43,7 @@ try:
 except ImportError as exc:  # the optional extra: pip install 'rewind-agents[redis]'
     raise ConfigError("a redis:// store needs the redis client: pip install 'rewind-agents[redis]'") from exc
 
-__all__ = ["RedisConnection", "RedisObjectStore", "redacted", "lex_range"]
+__all__ = ["RedisConnection", "RedisObjectStore", "redacted", "lex_range", "EXISTING"]
 
 _OWN_PARAMS = {"namespace"}
 
@@ -130,13 +130,18 @@ class RedisConnection:
                 pass  # closing a connection to a server that is gone
 
 
-# Conditional create: 1 written, 0 the same bytes were there, 2 other bytes are there.
-_PUT = """
+# The start of every conditional create (KEYS[1] the object, ARGV[2] its bytes): 0 when
+# the same bytes are there, 2 when other bytes are.
+EXISTING = """
 local cur = redis.call('GET', KEYS[1])
 if cur then
   if cur == ARGV[2] then return 0 end
   return 2
 end
+"""
+
+# Conditional create: 1 written, 0 the same bytes were there, 2 other bytes are there.
+_PUT = EXISTING + """
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[2], 0, ARGV[1])
 return 1
