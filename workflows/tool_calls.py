@@ -8,9 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from workflows.contracts import ToolCallLog, ToolSpec
+if TYPE_CHECKING:
+    # Annotations only: the checkpoint readers (`rewind tree`, `show`) use this module, and
+    # the contracts' pydantic models cost a CLI process more than the rest of its imports.
+    from workflows.contracts import ToolCallLog, ToolSpec
 
 # Errors of calls that never reached a tool (the model named no known tool, or
 # sent arguments that are not a JSON object). Older checkpoints carry no

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointStatus
+from checkpoint_bridge.views.approval_text import decision_text
 from workflows.errors import LineageError
 from workflows.ids import short_id
 
@@ -228,18 +229,6 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
         cost_usd=round(spent("llm_cost_usd"), 10),  # 0.0012, not 0.0012000000000000001
         final_answer=answer,
     )
-
-
-def decision_text(approval: dict[str, Any] | None) -> str | None:
-    """One line for a tool record's approval (see ToolCallRow.decision)."""
-    if not approval:
-        return None
-    text = f"{approval.get('verdict', '?')} by {approval.get('by', '?')}"
-    if approval.get("original_arguments") is not None:
-        text += ", edited"
-    if approval.get("verdict") == "rejected" and approval.get("reason"):
-        text += f": {approval['reason']}"
-    return text
 
 
 def _rejected(c: ToolCallRow) -> bool:

@@ -7,8 +7,8 @@ import json
 from workflows.text import usd
 from typing import Any
 
-from checkpoint_bridge.views.diff import decision_text
 from checkpoint_bridge.lineage import split_revision
+from checkpoint_bridge.views.approval_text import decision_text
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import RunNotFoundError

@@ -34,7 +34,8 @@ try:
 except SystemExit as exit:  # --version and --help end through argparse
     code = exit.code
 sys.stdout.flush()
-print("\\n" + json.dumps({"code": code, "packages": sorted({name.split(".")[0] for name in sys.modules})}))
+print("\\n" + json.dumps({"code": code, "packages": sorted({name.split(".")[0] for name in sys.modules}),
+                         "modules": sorted(sys.modules)}))
 """
 
 CLIENTS = {"temporalio", "grpc", "google"}             # the Temporal client and its protobuf / gRPC
@@ -42,12 +43,22 @@ S3 = {"aioboto3", "aiobotocore", "boto3", "botocore"}  # the S3 client
 MODEL = {"openai", "httpx", "tiktoken"}                # the model client (the worker's)
 
 
-def _loaded(cwd, env, *args: str) -> tuple[int, set[str], str]:  # type: ignore[no-untyped-def]
+# The models a checkpoint reader does not need: the workflow's contracts (35 pydantic
+# models) and the diff's; building them costs `tree` and `show` more than their other imports.
+NOT_FOR_READERS = {"workflows.contracts", "checkpoint_bridge.views.diff"}
+
+
+def _run_probe(cwd, env, *args: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
     done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)
-    last = done.stdout.strip().splitlines()[-1]
-    doc = json.loads(last)
-    return doc["code"], set(doc["packages"]), done.stdout + done.stderr
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    doc["output"] = done.stdout + done.stderr
+    return doc
+
+
+def _loaded(cwd, env, *args: str) -> tuple[int, set[str], str]:  # type: ignore[no-untyped-def]
+    doc = _run_probe(cwd, env, *args)
+    return doc["code"], set(doc["packages"]), doc["output"]
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +91,13 @@ def test_a_store_command_loads_no_temporal_s3_or_model_client(folder_store, tmp_
     assert not packages & (CLIENTS | S3 | MODEL), (args, sorted(packages & (CLIENTS | S3 | MODEL)))
     if args[0] == "show":
         assert '"step_index": 2' in output
+
+
+@pytest.mark.parametrize("args", [("tree", "imports-1"), ("show", "imports-1:main:2")])
+def test_tree_and_show_build_only_the_checkpoint_models(folder_store, tmp_path, args):  # type: ignore[no-untyped-def]
+    doc = _run_probe(tmp_path, user_env(tmp_path, REWIND_STORE=f"file://{folder_store}"), *args)
+    assert doc["code"] == 0, doc["output"]
+    assert not NOT_FOR_READERS & set(doc["modules"]), sorted(NOT_FOR_READERS & set(doc["modules"]))
 
 
 @pytest.mark.parametrize("args", [("--version",), ("--help",)])
