@@ -197,6 +197,8 @@ class Settings:
     health_file: Path | None = None
     # The worker serves Prometheus metrics on this port (all interfaces), or none.
     metrics_port: int | None = None
+    # Processes `rewind worker` runs (rewind/worker_pool.py); None: the machine's cores.
+    worker_processes: int | None = None
     # Print tracebacks of unexpected errors (the CLI prints one line otherwise).
     debug: bool = False
     # OpenTelemetry traces (rewind/tracing.py): on when an OTLP endpoint is set. The
@@ -295,6 +297,7 @@ class Settings:
             scripted_dialect=read.str("REWIND_SCRIPTED_DIALECT", "openai"),  # type: ignore[arg-type]
             health_file=Path(p) if (p := read.str("REWIND_HEALTH_FILE")) else None,
             metrics_port=_port("REWIND_METRICS_PORT", read) if read.str("REWIND_METRICS_PORT") else None,
+            worker_processes=read.int("REWIND_WORKER_PROCESSES", 0, minimum=1) if read.str("REWIND_WORKER_PROCESSES") else None,
             debug=read.flag("REWIND_DEBUG"),
             tracing=bool(read.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or read.str("OTEL_EXPORTER_OTLP_ENDPOINT"))
             and not read.flag("OTEL_SDK_DISABLED"),

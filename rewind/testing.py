@@ -77,6 +77,8 @@ class WorkerProcess(LoggedProcess):
             **({"AWS_ENDPOINT_URL": settings.s3_endpoint_url} if settings.s3_endpoint_url else {}),
             "OPENAI_BASE_URL": model_base_url,
             "OPENAI_API_KEY": "test-key",
+            # One process (its pid is the worker's identity in Temporal), unless extra_env says otherwise.
+            "REWIND_WORKER_PROCESSES": "1",
             "PYTHONPATH": os.pathsep.join([*(str(p) for p in pythonpath or []), str(REPO), env.get("PYTHONPATH", "")]),
             **(extra_env or {}),
         })

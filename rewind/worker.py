@@ -47,7 +47,7 @@ from checkpoint_bridge.outputs import OutputStore
 from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
 from rewind.client import connect
-from rewind.config import Settings, drop_empty_library_variables
+from rewind.config import Settings
 from rewind.stores import check_stores, checkpoint_objects, object_store
 from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
@@ -201,12 +201,16 @@ def build_worker(
 class HealthFile:
     """What `rewind health` reads: this worker polls, and Temporal answers."""
 
-    def __init__(self, path: Path, settings: Settings, tools: list[str]) -> None:
+    def __init__(self, path: Path, settings: Settings, tools: list[str], group: WorkerGroup | None = None) -> None:
         self.path = path
+        # The processes of a --processes N group share one file, under the supervisor's pid
+        # (healthy while it lives and any of them polls; it removes the file when it stops).
         self._base = {
-            "pid": os.getpid(), "host": socket.gethostname(), "task_queue": settings.task_queue,
-            "temporal_address": settings.temporal_address, "tools": tools,
+            "pid": os.getpid() if group is None else group.supervisor_pid, "host": socket.gethostname(),
+            "task_queue": settings.task_queue, "temporal_address": settings.temporal_address, "tools": tools,
         }
+        if group is not None:
+            self._base.update(worker_pid=os.getpid(), processes=group.processes)
 
     def write(self, temporal_ok: bool, error: str | None = None) -> None:
         doc = {**self._base, "updated_at": time.time(), "temporal_ok": temporal_ok, "error": error}
@@ -245,7 +249,23 @@ def metrics_runtime(settings: Settings) -> Any:
                           "choose a free port or unset it") from None
 
 
-async def run_worker(settings: Settings, tool_modules: list[str], *, announce_json: bool = False) -> None:
+class WorkerGroup:
+    """This process is slot `slot` of `processes` worker processes under one supervisor."""
+
+    def __init__(self, supervisor_pid: int, slot: int, processes: int) -> None:
+        self.supervisor_pid, self.slot, self.processes = supervisor_pid, slot, processes
+
+    async def watch_supervisor(self, stop: asyncio.Event) -> None:
+        # Linux kills a process with its supervisor (worker_pool._die_with_parent); this is
+        # for the systems without that: a parent gone means this process is reparented.
+        while os.getppid() == self.supervisor_pid:
+            await asyncio.sleep(1.0)
+        log.warning("the worker supervisor (pid %s) is gone: stopping", self.supervisor_pid)
+        stop.set()
+
+
+async def run_worker(settings: Settings, tool_modules: list[str], *, announce_json: bool = False,
+                     group: WorkerGroup | None = None) -> None:
     # `--tool-modules mymod` finds mymod.py in the current directory, as `python -m` would.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -262,13 +282,14 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
             registry.add(mcp_tool)
         log.info("MCP servers: %s (stdio servers' stderr in %s/mcp-NAME.log)", "; ".join(hub.describe()), settings.home)
     try:
-        await _serve(settings, registry, hub, announce_json)
+        await _serve(settings, registry, hub, announce_json, group)
     finally:
         if hub is not None:
             await hub.close()
 
 
-async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_json: bool) -> None:
+async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_json: bool,
+                 group: WorkerGroup | None = None) -> None:
     client = await connect(settings, metrics_runtime(settings), service="rewind-worker")
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
@@ -278,7 +299,7 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    health = HealthFile(settings.worker_health_file, settings, registry.names())
+    health = HealthFile(settings.worker_health_file, settings, registry.names(), group)
     try:
         async with worker:
             log.info(
@@ -296,10 +317,13 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
                     "pid": os.getpid(),
                 }), flush=True)
             beat = asyncio.create_task(health.keep_fresh(client))
+            orphan = asyncio.create_task(group.watch_supervisor(stop)) if group is not None else None
             try:
                 await stop.wait()
             finally:
                 beat.cancel()
+                if orphan is not None:
+                    orphan.cancel()
                 health.remove()
     finally:
         if offline is not None:
@@ -308,44 +332,32 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
 
 
 def main(argv: list[str] | None = None) -> None:
-    from rewind.worker_args import add_worker_arguments
+    from rewind.worker_args import add_worker_arguments, worker_command
 
     parser = argparse.ArgumentParser(prog="rewind worker", description="Run a Rewind worker")
     add_worker_arguments(parser)
     args = parser.parse_args(argv)
-    code = run_from_command_line(args)
+    code = worker_command(args, run_supervised_or_single)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # see rewind.cli.main: the native runtime can abort at interpreter exit
 
 
-def run_from_command_line(args: argparse.Namespace) -> int:
-    """Run until SIGINT/SIGTERM; a configuration error is one line on stderr and exit 1."""
-    drop_empty_library_variables()
-
-    def warn(text: str) -> None:
-        print(f"rewind: {text}", file=sys.stderr, flush=True)
-
-    from rewind.worker_args import worker_settings
-
-    try:
-        settings, modules = worker_settings(args, Settings.from_env(), warn)
-        logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-        if settings.log_level != "DEBUG":
-            # botocore's INFO chatter ("Found credentials in environment variables.") is not
-            # the worker's to report: a configuration error stays one line on stderr.
-            for name in ("botocore", "aiobotocore", "boto3", "aioboto3"):
-                logging.getLogger(name).setLevel(logging.WARNING)
-        asyncio.run(run_worker(settings, modules, announce_json=getattr(args, "json", False)))
-    except RewindError as exc:
-        print(f"rewind: {exc}", file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+def run_supervised_or_single(settings: Settings, modules: list[str], args: argparse.Namespace) -> int:
+    """This process's worker: alone, or slot `args.slot` of a `--processes N` group whose
+    supervisor is `args.supervised_by` (rewind/worker_pool.py)."""
+    supervisor = getattr(args, "supervised_by", None)
+    group = None
+    if supervisor is not None:
+        group = WorkerGroup(supervisor, args.slot, args.processes or 1)
+        if settings.metrics_port is not None:  # one endpoint per process: REWIND_METRICS_PORT + slot
+            settings.metrics_port += args.slot
+    asyncio.run(run_worker(settings, modules, announce_json=getattr(args, "json", False) or group is not None,
+                           group=group))
     return 0
 
 
-__all__ = ["build_worker", "run_worker", "model_endpoint", "RewindWorker", "main", "WORKFLOW_BUGS"]
+__all__ = ["build_worker", "run_worker", "model_endpoint", "RewindWorker", "main", "WORKFLOW_BUGS", "WorkerGroup"]
 
 
 if __name__ == "__main__":  # `python -m rewind.worker ...`, same as `rewind worker ...`

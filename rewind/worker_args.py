@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Callable
 
 from rewind.config import Settings
+
+# Runs this process's worker (rewind.worker.run_supervised_or_single): passed in, so that
+# this module never imports the worker and the supervisor of --processes N stays light.
+RunWorker = Callable[[Settings, list[str], argparse.Namespace], int]
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +24,22 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--approve-destructive", action="store_true", default=None,
                         help="MCP tools the server marks destructive (or does not mark) wait for `rewind approve` "
                              "(default: REWIND_APPROVE_DESTRUCTIVE)")
+    parser.add_argument("--processes", type=_positive, metavar="N",
+                        help="worker processes on this machine, polling as one worker (default: "
+                             "REWIND_WORKER_PROCESSES, else the machine's cores)")
+    # Set by the supervisor of --processes N on the processes it starts (rewind/worker_pool.py).
+    parser.add_argument("--supervised-by", type=int, metavar="PID", help=argparse.SUPPRESS)
+    parser.add_argument("--slot", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
 
 
 def worker_settings(args: argparse.Namespace, settings: Settings, warn: Any) -> tuple[Settings, list[str]]:
@@ -38,3 +58,58 @@ def worker_settings(args: argparse.Namespace, settings: Settings, warn: Any) -> 
         warn("REWIND_TOOLS is deprecated: use REWIND_TOOL_MODULES")
     modules = [m.strip() for m in text.split(",") if m.strip()] if text else settings.tool_modules
     return settings, modules
+
+
+def worker_command(args: argparse.Namespace, run_worker: RunWorker) -> int:
+    """`rewind worker` / `python worker.py`: run until SIGINT/SIGTERM, as one process or as the
+    supervisor of --processes N (rewind/worker_pool.py); a configuration error is one line on
+    stderr and exit 1."""
+    import logging
+    import sys
+
+    from rewind.config import drop_empty_library_variables
+    from workflows.errors import RewindError
+
+    drop_empty_library_variables()
+    supervised = getattr(args, "supervised_by", None) is not None
+
+    def warn(text: str) -> None:
+        if not supervised:  # the supervisor warned already
+            print(f"rewind: {text}", file=sys.stderr, flush=True)
+
+    try:
+        settings, modules = worker_settings(args, Settings.from_env(), warn)
+        processes = getattr(args, "processes", None) or settings.worker_processes
+        if processes is None:
+            from rewind.worker_pool import machine_cores
+
+            processes = machine_cores()
+        if processes > 1 and not supervised:
+            from rewind.worker_pool import supervise
+
+            return supervise(_child_argv(args, settings, modules), processes, settings.worker_health_file,
+                             announce_json=getattr(args, "json", False))
+        logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        if settings.log_level != "DEBUG":
+            # botocore's INFO chatter ("Found credentials in environment variables.") is not
+            # the worker's to report: a configuration error stays one line on stderr.
+            for name in ("botocore", "aiobotocore", "boto3", "aioboto3"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+        return run_worker(settings, modules, args)
+    except RewindError as exc:
+        print(f"rewind: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _child_argv(args: argparse.Namespace, settings: Settings, modules: list[str]) -> list[str]:
+    """What each process of the group is told: what this command line resolved to."""
+    argv = ["--task-queue", settings.task_queue]
+    if modules:
+        argv += ["--tool-modules", ",".join(modules)]
+    if settings.mcp_config and settings.mcp_config_source == "--mcp-config":
+        argv += ["--mcp-config", settings.mcp_config]
+    if getattr(args, "approve_destructive", None):
+        argv.append("--approve-destructive")
+    return argv

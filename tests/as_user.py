@@ -27,9 +27,16 @@ BIN = Path(sys.executable).parent
 
 
 def user_env(home: Path, **variables: str | None) -> dict[str, str]:
-    """PATH, HOME=`home`, LANG and `variables` (None: left out; "" kept, it is a value)."""
-    env = {"PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    """PATH, HOME=`home`, LANG, one worker process per `rewind worker` and `variables` (None:
+    left out; "" kept, it is a value)."""
+    # One process per worker unless a test says otherwise (REWIND_WORKER_PROCESSES=None: the
+    # default, a process per core; tests/rewind/test_worker_processes_as_user.py): the suite
+    # starts workers by the dozen on a 2-core CI machine.
+    env = {"PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+           "REWIND_WORKER_PROCESSES": "1"}
     env.update({k: v for k, v in variables.items() if v is not None})
+    for name in [k for k, v in variables.items() if v is None]:
+        env.pop(name, None)
     return env
 
 

@@ -150,7 +150,9 @@ class Stack:
         home.mkdir(parents=True, exist_ok=True)
         env = self.env(home=home / ".rewind", PYTHONPATH=f"{HERE}{os.pathsep}{REPO}", REWIND_SOAK_LEDGER=str(self.ledger),
                        REWIND_SOAK_OUTBOX=str(self.outbox), REWIND_SOAK_SEED=str(self.seed),
-                       REWIND_SOAK_TOOL_FAULT_RATE=f"{self.tool_fault_rate:g}", REWIND_LOG_LEVEL="WARNING")
+                       REWIND_SOAK_TOOL_FAULT_RATE=f"{self.tool_fault_rate:g}", REWIND_LOG_LEVEL="WARNING",
+                       # One process per worker: the soak's --workers are its processes, each killed alone.
+                       REWIND_WORKER_PROCESSES="1")
         worker = LoggedProcess([sys.executable, str(REPO / "worker.py"), "--tool-modules", "soak_tools"],
                                home.parent / f"w{n}.log", env=env, cwd=home)
         self.workers.append(worker)

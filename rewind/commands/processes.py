@@ -70,9 +70,16 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from rewind.worker import run_from_command_line
+    # The worker loads only in the process that runs one: the supervisor of --processes N stays light.
+    from rewind.worker_args import worker_command
 
-    return run_from_command_line(args)
+    return worker_command(args, _run_worker)
+
+
+def _run_worker(settings: Settings, modules: list[str], args: argparse.Namespace) -> int:
+    from rewind.worker import run_supervised_or_single
+
+    return run_supervised_or_single(settings, modules, args)
 
 
 def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
@@ -112,7 +119,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="the server's gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
     p.add_argument("--ui-port", type=int, help="the Temporal UI's port (default: 8233 if free, else any free port)")
 
-    p = command("worker", "run a worker (same as python worker.py)", sync=cmd_worker)
+    p = command("worker", "run a worker: --processes N of them (default: one per core; same as python worker.py)",
+                sync=cmd_worker)
     add_worker_arguments(p)
 
     p = command("health", "exit 0 if the worker on this machine polls Temporal (container health check)", sync=cmd_health)
