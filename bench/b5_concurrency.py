@@ -1,8 +1,9 @@
-"""5. Concurrency: many runs on one worker process.
+"""5. Concurrency: many runs on one worker, of one process and of two.
 
 R concurrent runs of S steps (model call + one 1 KB `blob` call per step)
 against the scripted model at 200 ms latency, all on ONE worker subprocess
-(`python worker.py --tools bench.tools`, file store). Measured: steps per
+(`python worker.py --tool-modules bench.tools`, file store), then the same batch
+on a worker of two processes (REWIND_WORKER_PROCESSES=2), each on a fresh dev server. Measured: steps per
 second over the whole batch, per-step latency from the runs' histories,
 mirror lag (checkpoint created_at, the workflow time the step ended, to its
 file's mtime), CPU and memory of the worker (and of the dev server and of
@@ -41,6 +42,7 @@ LATENCY_MS = 200.0
 TOOL_BYTES = 1024
 CPU_TARGET_MS = 10.0  # worker CPU per step
 LATENCY_TARGET = 3.0  # step latency p50 / model latency
+PROCESSES = (1, 2)  # worker processes per batch: one, then `--processes 2`
 
 
 async def _mirror_lags(settings, run_id: str) -> list[float]:  # type: ignore[no-untyped-def]
@@ -54,26 +56,28 @@ async def _mirror_lags(settings, run_id: str) -> list[float]:  # type: ignore[no
     return lags
 
 
-async def run(suite) -> Section:  # type: ignore[no-untyped-def]
-    runs, steps = (20, 10) if suite.quick else (100, 20)
-    sec = Section("concurrency", "5. Concurrency",
-                  f"{runs} concurrent runs × {steps} steps (model call + one {TOOL_BYTES} B `blob` call per step), "
-                  f"scripted model at {LATENCY_MS:.0f} ms latency, one worker subprocess, file checkpoint store; "
-                  f"the dev server, the worker and this process (client + model server) share the machine's cores.")
-    server = suite.start_temporal("concurrency")
+async def _batch(suite, runs: int, steps: int, processes: int) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """One batch of `runs` × `steps` on a fresh dev server and one `rewind worker` of
+    `processes` processes (REWIND_WORKER_PROCESSES); its figures."""
+    tag = f"concurrency-p{processes}"
+    server = suite.start_temporal(tag)
     client = await suite.client(server)
     model = suite.model(LATENCY_MS)
-    settings = suite.settings(server, "concurrency")
-    worker = WorkerProcess(settings, model, suite.tmp / "concurrency-worker.log")
+    settings = suite.settings(server, tag)
+    worker = WorkerProcess(settings, model, suite.tmp / f"{tag}-worker.log",
+                           extra_env={"REWIND_WORKER_PROCESSES": str(processes)})
     try:
-        await wait_polling(client, settings.task_queue, worker)
+        pids = await wait_polling(client, settings.task_queue, worker, processes)
         warm, _ = blob_script(model, 2, TOOL_BYTES)
-        await (await start_agent(client, settings, warm, 2)).result()  # imports, tokenizer, connections
+        for _ in range(processes):  # imports, tokenizer, connections, in each process (the queue spreads them)
+            await (await start_agent(client, settings, warm, 2)).result()
         name, _ = blob_script(model, steps, TOOL_BYTES)
-        samplers = {"worker": ProcSampler(worker.pid).start(), "dev server": ProcSampler(server.process.pid).start(),
-                    "bench process (client + model server)": ProcSampler(os.getpid()).start()}
-        profiler = Profiler(worker.pid, suite.tmp / "concurrency-worker.pyspy.txt").start()
-        log(f"concurrency: {runs} runs × {steps} steps")
+        samplers = {f"worker process {i + 1}" if processes > 1 else "worker": ProcSampler(pid).start()
+                    for i, pid in enumerate(pids)}
+        samplers.update({"dev server": ProcSampler(server.process.pid).start(),
+                         "bench process (client + model server)": ProcSampler(os.getpid()).start()})
+        profiler = Profiler(pids[0], suite.tmp / f"{tag}-worker.pyspy.txt").start()
+        log(f"concurrency: {runs} runs × {steps} steps, {processes} worker process(es)")
         t0 = time.monotonic()
         handles = await asyncio.gather(*(start_agent(client, settings, name, steps) for _ in range(runs)))
         results = await asyncio.gather(*(h.result() for h in handles))
@@ -114,19 +118,39 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     suite.stop_model(model)
     suite.stop_temporal(server)
     wall = t1 - t0
-    total = runs * steps
-    sps = total / wall
-    p50, p99 = percentile(durations, 50), percentile(durations, 99)
-    lag50, lag99, lagmax = percentile(lags, 50), percentile(lags, 99), max(lags)
     usage = {k: s.summary(t0, t1) for k, s in samplers.items()}
-    profile = profiler.summary()
-    cpu_ms_per_step = (usage["worker"]["cpu_avg_pct"] or 0) / 100 * wall / total * 1000
+    worker_pct = sum(u["cpu_avg_pct"] or 0 for k, u in usage.items() if k.startswith("worker"))
+    return {"processes": processes, "wall": wall, "durations": durations, "lags": lags, "retries": retries,
+            "retry_kinds": retry_kinds, "errors": errors, "activities": activities, "wfts": wfts, "usage": usage,
+            "profile": profiler.summary(), "profile_skipped": profiler.skipped, "worker_cpu_pct": worker_pct,
+            "steps_per_s": runs * steps / wall, "p50": percentile(durations, 50), "p99": percentile(durations, 99),
+            "cpu_ms_per_step": worker_pct / 100 * wall / (runs * steps) * 1000}
+
+
+async def run(suite) -> Section:  # type: ignore[no-untyped-def]
+    runs, steps = (20, 10) if suite.quick else (100, 20)
+    sec = Section("concurrency", "5. Concurrency",
+                  f"{runs} concurrent runs × {steps} steps (model call + one {TOOL_BYTES} B `blob` call per step), "
+                  f"scripted model at {LATENCY_MS:.0f} ms latency, file checkpoint store; the same batch on one "
+                  f"worker process, then on `REWIND_WORKER_PROCESSES=2` (`rewind worker --processes 2`), each on a "
+                  f"fresh dev server; the dev server, the worker and this process (client + model server) share "
+                  f"the machine's {os.cpu_count()} cores.")
+    batches = [await _batch(suite, runs, steps, n) for n in PROCESSES]
+    one = batches[0]
+    wall, durations, lags, retries, errors = one["wall"], one["durations"], one["lags"], one["retries"], one["errors"]
+    retry_kinds, activities, wfts, usage, profile = (one["retry_kinds"], one["activities"], one["wfts"], one["usage"],
+                                                     one["profile"])
+    total = runs * steps
+    sps, p50, p99, cpu_ms_per_step = one["steps_per_s"], one["p50"], one["p99"], one["cpu_ms_per_step"]
+    lag50, lag99, lagmax = percentile(lags, 50), percentile(lags, 99), max(lags)
     sec.data = {"runs": runs, "steps": steps, "wall_s": wall, "steps_per_s": sps, "step_p50_s": p50, "step_p99_s": p99,
                 "mirror_lag_p50_s": lag50, "mirror_lag_p99_s": lag99, "mirror_lag_max_s": lagmax,
                 "activities_per_s": activities / wall, "workflow_tasks_per_s": wfts / wall, "retried_attempts": retries,
                 "retry_kinds": retry_kinds,
                 "mirror_errors": errors, "usage": usage, "worker_cpu_ms_per_step": cpu_ms_per_step,
-                "worker_profile": profile, "profile_skipped": profiler.skipped}
+                "worker_profile": profile, "profile_skipped": one["profile_skipped"],
+                "by_processes": [{k: b[k] for k in ("processes", "wall", "steps_per_s", "p50", "p99", "cpu_ms_per_step",
+                                                    "worker_cpu_pct", "retries")} for b in batches]}
     ideal = 1000 / LATENCY_MS * runs  # steps/s if every step took exactly the model latency
     sec.table("Throughput and latency", ["figure", "value", "ratio to baseline"], [
         ["steps per second (whole batch)", sps, f"**{sps / ideal:.2f}x** of {ideal:.0f}/s (all {runs} runs at one model latency per step)"],
@@ -140,7 +164,14 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         ["workflow tasks per second", wfts / wall, ""],
         ["activity attempts that were retries", retries, ""],
     ])
-    sec.table("Resources, averaged over the batch (CPU % of one core; 100% = one core busy)",
+    sec.table(f"One worker process and `--processes {PROCESSES[-1]}`, the same batch (each on a fresh dev server)",
+              ["worker processes", "steps per second", "ratio to 1 process", "step latency p50 (ms)",
+               "p50 / model latency", "step latency p99 (ms)", "worker CPU per step (ms, all processes)",
+               "worker CPU avg (% of a core, all processes)", "retried attempts"],
+              [[b["processes"], b["steps_per_s"], f"**{b['steps_per_s'] / sps:.2f}x**", b["p50"] * 1000,
+                f"**{b['p50'] * 1000 / LATENCY_MS:.2f}x**", b["p99"] * 1000, b["cpu_ms_per_step"], b["worker_cpu_pct"],
+                b["retries"]] for b in batches])
+    sec.table("Resources of the one-process batch, averaged over the batch (CPU % of one core; 100% = one core busy)",
               ["process", "CPU avg %", "CPU peak % (1 s windows)", "RSS peak (MB)", "RSS high-water mark (MB)"],
               [[k, u["cpu_avg_pct"], u["cpu_peak_pct"], u["rss_peak_mb"], u["rss_hwm_mb"]] if not k.startswith("bench")
                # This process's memory holds earlier benchmarks' data: only its CPU is meaningful here.
@@ -161,6 +192,17 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
          "met" if cpu_ms_per_step <= CPU_TARGET_MS else "**not met**"],
         ["5 concurrency", "worker CPU avg, RSS peak", f"{w['cpu_avg_pct']:.0f}% of a core, {w['rss_peak_mb']:.0f} MB", "–", "–", "–"],
     ]
+    many = batches[-1]
+    sec.headline += [
+        ["5 concurrency", f"`--processes {many['processes']}`: step latency p50 / model latency",
+         f"{many['p50'] * 1000:.0f} ms / {LATENCY_MS:.0f} ms", f"**{many['p50'] * 1000 / LATENCY_MS:.2f}x**",
+         f"≤ {LATENCY_TARGET:.0f}x", "met" if many["p50"] * 1000 / LATENCY_MS <= LATENCY_TARGET else "**not met**"],
+        ["5 concurrency", f"`--processes {many['processes']}`: steps per second / one process",
+         f"{many['steps_per_s']:.1f} / {sps:.1f}", f"**{many['steps_per_s'] / sps:.2f}x**", "–", "–"],
+        ["5 concurrency", f"`--processes {many['processes']}`: worker CPU per step (all processes)",
+         f"{many['cpu_ms_per_step']:.1f} ms", f"**{many['cpu_ms_per_step'] / CPU_TARGET_MS:.2f}x** the target",
+         f"≤ {CPU_TARGET_MS:.0f} ms", "met" if many["cpu_ms_per_step"] <= CPU_TARGET_MS else "**not met**"],
+    ]
     if profile:
         sec.table(f"Where the worker's CPU goes (py-spy, {profile['samples']:,} samples during the batch; share of samples)",
                   ["on the CPU: package (innermost frame)", "share", "on the CPU: function", "share",
@@ -169,7 +211,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                     c[0] if c else "", f"{c[1]:.1%}" if c else ""]
                    for a, b, c in _zip_longest(profile["self_by_package"], profile["self_by_function"],
                                                profile["inside_rewind_module"])])
-    sec.notes.append(profile_note(profile, profiler.skipped))
+    sec.notes.append(profile_note(profile, one["profile_skipped"]))
     srv = usage["dev server"]
     busy = (w["cpu_avg_pct"] or 0) + (srv["cpu_avg_pct"] or 0) + (usage["bench process (client + model server)"]["cpu_avg_pct"] or 0)
     sec.verdicts.append(
@@ -188,6 +230,18 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
            if busy > 0.8 * os.cpu_count() * 100 else
            "Neither the worker nor the machine is CPU-bound, so the per-step overhead is latency: task dispatch "
            "round trips through the dev server."))
+    mu = many["usage"]
+    many_busy = many["worker_cpu_pct"] + sum(mu[k]["cpu_avg_pct"] or 0 for k in mu if not k.startswith("worker"))
+    sec.verdicts.append(
+        f"With `--processes {many['processes']}` the same batch ran at {many['steps_per_s']:.1f} steps/s "
+        f"({many['steps_per_s'] / sps:.2f}x one process), step latency p50 {many['p50'] * 1000:.0f} ms "
+        f"({many['p50'] * 1000 / LATENCY_MS:.2f}x the model's latency; one process: {p50 * 1000 / LATENCY_MS:.2f}x); "
+        f"its processes used {many['worker_cpu_pct']:.0f}% of a core together "
+        f"({many['cpu_ms_per_step']:.1f} ms of CPU per step; one process: {cpu_ms_per_step:.1f} ms) and all processes "
+        f"{many_busy:.0f}% of the {os.cpu_count()} cores' {os.cpu_count() * 100}%. "
+        + ("A second process gains as far as idle cores allow: here the dev server and the model server take the "
+           "rest of the machine." if many_busy > 0.8 * os.cpu_count() * 100 else
+           "The machine had idle CPU left, so the remaining per-step time is not CPU."))
     kinds = ", ".join(f"{v} × {k}" for k, v in sorted(retry_kinds.items(), key=lambda kv: -kv[1])) or "none"
     parent_waits = sum(v for k, v in retry_kinds.items() if "ParentNotMirrored" in k)
     sec.verdicts.append(

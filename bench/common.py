@@ -430,15 +430,29 @@ class WorkerProcess(_SharedWorkerProcess):
 
 
 
-async def wait_polling(client, queue: str, worker: WorkerProcess) -> None:  # type: ignore[no-untyped-def]
+def child_pids(pid: int) -> list[int]:
+    """The processes `pid` started (Linux /proc): a `--processes N` worker's N processes."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            pids += [int(p) for p in (task / "children").read_text().split()]
+    return pids
+
+
+async def wait_polling(client, queue: str, worker: WorkerProcess, processes: int = 1) -> list[int]:  # type: ignore[no-untyped-def]
+    """Wait until the worker polls `queue` (with `processes` > 1: every one of its processes);
+    returns the pids that poll."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if any(i.startswith(f"{worker.pid}@") for i in await pollers(client, queue)):
-            return
+        pids = {worker.pid} if processes == 1 else set(child_pids(worker.pid))
+        polling = {int(i.split("@", 1)[0]) for i in await pollers(client, queue) if i.split("@", 1)[0].isdigit()}
+        if len(pids & polling) >= processes:
+            return sorted(pids & polling)
         if worker.process.poll() is not None:
             raise RuntimeError(f"worker exited with {worker.process.returncode}; see {worker.log_path}")
         await asyncio.sleep(0.1)
-    raise TimeoutError(f"worker {worker.pid} did not poll {queue} within 60 s; see {worker.log_path}")
+    raise TimeoutError(f"worker {worker.pid} did not poll {queue} with {processes} process(es) within 60 s; "
+                       f"see {worker.log_path}")
 
 
 def log(msg: str) -> None:
