@@ -30,6 +30,22 @@ def _seed() -> int:
         return 1
 
 
+def _report(stdout: str) -> dict | None:  # type: ignore[type-arg]
+    """The soak's JSON report: the whole of stdout, or (should anything else reach its
+    stdout) the document that starts on a line of its own."""
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        pass
+    start = stdout.find("\n{\n")
+    if start >= 0:
+        try:
+            return json.loads(stdout[start:])
+        except ValueError:
+            return None
+    return None
+
+
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     sec = Section("soak", "13. Soak: random faults against undisturbed runs", __doc__.split("\n\n", 1)[1].replace("\n", " "))
     if suite.quick:
@@ -41,10 +57,14 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     log(f"soak: {' '.join(argv)}")
     out = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                          timeout=3 * 3600)
-    try:
-        report = json.loads(out.stdout)
-    except ValueError:
-        raise RuntimeError(f"bench/soak exited {out.returncode} without a report: {out.stderr[-3000:]}") from None
+    # Both streams kept whole: a 40-minute soak whose report is lost cannot be looked at again.
+    (suite.tmp / "soak.stdout").write_text(out.stdout)
+    (suite.tmp / "soak.stderr").write_text(out.stderr)
+    log(f"soak: exit {out.returncode}; its output in {suite.tmp / 'soak.stdout'} and soak.stderr")
+    report = _report(out.stdout)
+    if report is None:
+        raise RuntimeError(f"bench/soak exited {out.returncode} without a report (stdout: {out.stdout[:500]!r}; "
+                           f"all of it in {suite.tmp / 'soak.stdout'}): {out.stderr[-3000:]}")
     sec.data = {k: v for k, v in report.items() if k not in ("schedule", "folder")}
     sec.table("The soak", ["seed", "runs", "faults injected", "soak wall", "the same runs undisturbed", "extra wall"],
               [[seed, f"{report['runs_done']}/{report['runs']}", report["faults"], f"{report['soak_wall_s']} s",
