@@ -199,6 +199,9 @@ class Settings:
     metrics_port: int | None = None
     # Processes `rewind worker` runs (rewind/worker_pool.py); None: the machine's cores.
     worker_processes: int | None = None
+    # Run workflow code in Temporal's sandbox (the default) or without it: the sandbox
+    # costs a worker CPU on every workflow task (docs/performance.md says how much).
+    workflow_sandbox: bool = True
     # Print tracebacks of unexpected errors (the CLI prints one line otherwise).
     debug: bool = False
     # OpenTelemetry traces (rewind/tracing.py): on when an OTLP endpoint is set. The
@@ -298,6 +301,7 @@ class Settings:
             health_file=Path(p) if (p := read.str("REWIND_HEALTH_FILE")) else None,
             metrics_port=_port("REWIND_METRICS_PORT", read) if read.str("REWIND_METRICS_PORT") else None,
             worker_processes=read.int("REWIND_WORKER_PROCESSES", 0, minimum=1) if read.str("REWIND_WORKER_PROCESSES") else None,
+            workflow_sandbox=read.flag("REWIND_WORKFLOW_SANDBOX") if read.str("REWIND_WORKFLOW_SANDBOX") else True,
             debug=read.flag("REWIND_DEBUG"),
             tracing=bool(read.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or read.str("OTEL_EXPORTER_OTLP_ENDPOINT"))
             and not read.flag("OTEL_SDK_DISABLED"),

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import PollerBehaviorAutoscaling, Worker
+from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunner, Worker
 
 from activities.experiment import ExperimentActivities
 from activities.idempotency import IdempotencyLedger
@@ -166,7 +166,13 @@ def build_worker(
     experiment = ExperimentActivities(checkpoints, Launcher(settings.task_queue, TranscriptStore(payloads),
                                                             redactor.redact_text))
     tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool, tools.check_tool_call]
-    options = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
+    options: dict[str, Any] = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
+    if not settings.workflow_sandbox:
+        # REWIND_WORKFLOW_SANDBOX=0: the workflow code is Rewind's own (users write tools,
+        # which run as activities), and the replay tests run every recorded shape of it
+        # through the sandbox; without it, each workflow task skips the sandbox's
+        # per-payload lookups (docs/performance.md).
+        options["workflow_runner"] = UnsandboxedWorkflowRunner()
     main = Worker(
         client,
         task_queue=settings.task_queue,
@@ -304,10 +310,11 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
         async with worker:
             log.info(
                 "worker on %s (namespace %r, %s), task queue %r, tools: %s, checkpoints in %s, live data in %s, "
-                "model calls to %s",
+                "model calls to %s%s",
                 settings.temporal_address, settings.namespace, settings.temporal.describe(), settings.task_queue, ", ".join(registry.names()) or "none",
                 settings.store_url, settings.payload_url,
                 "the scripted offline model" if offline is not None else endpoint.base_url,
+                "" if settings.workflow_sandbox else ", workflow sandbox off (REWIND_WORKFLOW_SANDBOX=0)",
             )
             if announce_json:  # `rewind worker --json`: one document once the worker polls
                 print(json.dumps({
