@@ -32,9 +32,11 @@ from rewind.commands import (
     tools,
 )
 from rewind.commands.common import EXIT_ERROR, EXIT_USAGE, one_line
-from rewind.config import Settings, drop_empty_library_variables
+from rewind.config import Settings, drop_empty_library_variables, skip_pydantic_plugins
 from workflows.errors import RewindError, UsageError
 
+# The commands that run user code (tools, and the pydantic plugins they may rely on).
+RUNS_USER_CODE = frozenset({"worker", "dev", "demo"})
 # The groups in the order `rewind --help` lists their commands.
 GROUPS = (processes, running, checkpoints, branches, experiments, erasure, approvals, tools)
 
@@ -76,6 +78,8 @@ def run(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code. Nothing but one line reaches stderr on failure."""
     drop_empty_library_variables()
     args = build_parser().parse_args(argv)
+    if args.command not in RUNS_USER_CODE:
+        skip_pydantic_plugins()
     debug = False
     try:
         # A command that only reads the store does not read the Temporal connection

@@ -45,6 +45,15 @@ def drop_empty_library_variables(environ: Any = None) -> list[str]:
     return dropped
 
 
+def skip_pydantic_plugins(environ: Any = None) -> None:
+    """For a CLI command that runs no user code (entry points only): pydantic's plugin
+    loader reads every installed distribution's entry points when the first model is
+    built (tens of ms, more with every package installed), and a command's own models
+    need no plugin. A PYDANTIC_DISABLE_PLUGINS the user set is kept."""
+    environ = os.environ if environ is None else environ
+    environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
+
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
@@ -349,4 +358,4 @@ class Settings:
         return Redactor.build(found, parse_patterns(self.redact_patterns))
 
 
-__all__ = ["Settings", "drop_empty_library_variables", "OPENAI_DEFAULT_BASE_URL", "DEFAULT_SECRET_ENV"]
+__all__ = ["Settings", "drop_empty_library_variables", "skip_pydantic_plugins", "OPENAI_DEFAULT_BASE_URL", "DEFAULT_SECRET_ENV"]

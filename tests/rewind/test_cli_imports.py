@@ -118,3 +118,42 @@ def test_a_temporal_profile_file_is_read_only_by_commands_that_connect(folder_st
     code, packages, output = _loaded(tmp_path, env, "tree", "imports-1", "--json")
     assert code == 0, output
     assert not packages & CLIENTS, sorted(packages & CLIENTS)
+
+
+@pytest.fixture
+def pydantic_plugin(tmp_path):  # type: ignore[no-untyped-def]
+    """An installed pydantic plugin (a distribution with a `pydantic` entry point on
+    PYTHONPATH) whose import leaves a marker file: the PYTHONPATH and the marker."""
+    site = tmp_path / "site"
+    info = site / "marker_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: marker-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pydantic]\nmarker = marker_plugin:plugin\n")
+    marker = tmp_path / "plugin-loaded"
+    (site / "marker_plugin.py").write_text(
+        f"open({str(marker)!r}, 'a').write('loaded\\n')\n\n"
+        "class _Plugin:\n"
+        "    def new_schema_validator(self, *args, **kwargs):\n"
+        "        return None, None, None\n\n"
+        "plugin = _Plugin()\n")
+    return site, marker
+
+
+def test_commands_that_run_no_user_code_skip_pydantic_plugins(folder_store, tmp_path, pydantic_plugin):  # type: ignore[no-untyped-def]
+    """Loading plugins reads every installed distribution's entry points and imports the
+    plugins: `tree` and `show` skip it; the worker, which runs the user's tools, does not."""
+    site, marker = pydantic_plugin
+    env = user_env(tmp_path, PYTHONPATH=str(site), REWIND_STORE=f"file://{folder_store}", TEMPORAL_ADDRESS="127.0.0.1:1")
+    for args in (("tree", "imports-1"), ("show", "imports-1:main:2", "--json")):
+        doc = _run_probe(tmp_path, env, *args)
+        assert doc["code"] == 0, doc["output"]
+        assert not marker.exists(), args
+    # A user's own choice is kept: naming other plugins to skip still loads this one.
+    doc = _run_probe(tmp_path, {**env, "PYDANTIC_DISABLE_PLUGINS": "some_other_plugin"}, "tree", "imports-1")
+    assert doc["code"] == 0 and marker.exists(), doc["output"]
+    marker.unlink()
+    # The worker loads them (it fails here, Temporal being unreachable, after building its models).
+    done = subprocess.run([sys.executable, "-c", PROBE, "worker"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert "cannot reach Temporal" in done.stderr, done.stdout + done.stderr
+    assert marker.exists(), done.stderr
