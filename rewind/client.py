@@ -12,18 +12,14 @@ import asyncio
 import uuid
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowHandle
 
-from checkpoint_bridge import branching
-
 from checkpoint_bridge import decisions
-from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
-from checkpoint_bridge.compensation import SideEffect, run_compensations
 from checkpoint_bridge.runs import branch_workflows, exited_here, pollers, query_wait_s, start_agent
 from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.store import CheckpointStore
@@ -44,6 +40,12 @@ from workflows.contracts import (
 from workflows.errors import RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
 from workflows.wire import STATUS_QUERY
+
+if TYPE_CHECKING:
+    # Imported where they are used: `rewind status` and `pending`, which answer most
+    # often, need neither the branching nor the compensation code.
+    from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
+    from checkpoint_bridge.compensation import SideEffect
 
 
 
@@ -89,6 +91,7 @@ async def start_run(
 async def launcher(settings: Settings) -> AsyncIterator[Launcher]:
     """What fork and rollback need from the settings (closes the payload store after)."""
     from activities.transcript import TranscriptStore
+    from checkpoint_bridge.branching import Launcher
     from rewind.stores import payload_store
 
     objects = payload_store(settings)
@@ -100,6 +103,8 @@ async def launcher(settings: Settings) -> AsyncIterator[Launcher]:
 
 async def fork(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, **options: Any) -> ForkResult:
     """`rewind fork`: a new branch from checkpoint `step` (see checkpoint_bridge.branching.fork)."""
+    from checkpoint_bridge import branching
+
     async with launcher(settings) as launch:
         return await branching.fork(client, launch, store, run_id, step, **options)
 
@@ -107,6 +112,8 @@ async def fork(client: Client, settings: Settings, store: CheckpointStore, run_i
 async def redo(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, call_id: str,
                **options: Any) -> ForkResult:
     """`rewind redo`: a new branch from `step` on which only `call_id` runs again (checkpoint_bridge.branching.redo)."""
+    from checkpoint_bridge import branching
+
     async with launcher(settings) as launch:
         return await branching.redo(client, launch, store, run_id, step, call_id, **options)
 
@@ -114,6 +121,8 @@ async def redo(client: Client, settings: Settings, store: CheckpointStore, run_i
 async def rollback(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int,
                    **options: Any) -> RollbackResult:
     """`rewind rollback`: the branch back to `step`, continued in place (checkpoint_bridge.branching.rollback)."""
+    from checkpoint_bridge import branching
+
     async with launcher(settings) as launch:
         return await branching.rollback(client, launch, store, run_id, step, **options)
 
@@ -121,6 +130,8 @@ async def rollback(client: Client, settings: Settings, store: CheckpointStore, r
 async def compensate(client: Client, settings: Settings, run_id: str, branch: str, step: int,
                      effects: list[SideEffect]) -> list[dict[str, Any]]:
     """Undo side effects after `step` once each (checkpoint_bridge.compensation)."""
+    from checkpoint_bridge.compensation import run_compensations
+
     return await run_compensations(client, settings.task_queue, run_id, branch, step, effects)
 
 
