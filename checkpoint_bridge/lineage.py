@@ -87,7 +87,11 @@ async def lineage(store: CheckpointStore, run_id: str, name: str) -> list[Checkp
 
 def _stored_revisions(summaries: list[CheckpointSummary], name: str) -> list[str]:
     """`revisions`, over a run's listed checkpoints instead of the store."""
-    stored = list(dict.fromkeys(s.branch_id for s in summaries))
+    return _revisions_among(list(dict.fromkeys(s.branch_id for s in summaries)), name)
+
+
+def _revisions_among(stored: list[str], name: str) -> list[str]:
+    """`revisions`, over a run's stored branch ids."""
     if _REVISION.match(name):
         storage = revision_branch(*split_revision(name))
         return [storage] if storage in stored else []
@@ -124,6 +128,9 @@ def lineage_in(summaries: list[CheckpointSummary], name: str, store_url: str) ->
 
 async def resolve_step(store: CheckpointStore, run_id: str, name: str, step: int) -> CheckpointSummary:
     """The checkpoint of `step` on branch `name` (which may lie on an ancestor branch)."""
+    own = await _own_step(store, run_id, name, step)
+    if own is not None:
+        return own
     line = await lineage(store, run_id, name)
     for s in line:
         if s.step_index == step:
@@ -132,6 +139,25 @@ async def resolve_step(store: CheckpointStore, run_id: str, name: str, step: int
         f"step {step} is out of range for branch {name!r} of run {run_id!r}: it has steps "
         f"{line[0].step_index}..{line[-1].step_index}"
     )
+
+
+async def _own_step(store: CheckpointStore, run_id: str, name: str, step: int) -> CheckpointSummary | None:
+    """The common case of `resolve_step` in one listing and one read instead of a read of
+    every step: `step` and every step after it to the head are stored on the branch's
+    newest live revision itself. None when the step lies elsewhere (on the branch it was
+    forked from, on a revision before a rollback) or the run is not stored: the lineage
+    walk answers those, with its errors."""
+    stored = await store.stored_steps(run_id)
+    exact = _REVISION.match(name) is not None
+    for storage in reversed(_revisions_among(list(stored), name)):
+        steps, cutoff = stored[storage]
+        live = steps if exact or cutoff is None else {s for s in steps if s <= cutoff}
+        if not live:
+            continue
+        if step in live and set(range(step, max(live) + 1)) <= live:
+            return await store.summary_of(run_id, storage, step, cutoff)
+        return None
+    return None
 
 
 async def load_lineage(store: CheckpointStore, run_id: str, name: str) -> list[AgentCheckpoint]:

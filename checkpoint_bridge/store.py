@@ -316,6 +316,20 @@ class CheckpointStore:
             out.append(StepFacts(fields=fields, tool_records=own, invalidated=invalidated))
         return out
 
+    async def stored_steps(self, run_id: str) -> dict[str, tuple[set[int], int | None]]:
+        """Each branch's stored step indices and its invalidation cutoff (the lowest
+        ``after_step`` of its markers, or None), branches in creation order: one listing,
+        no reads."""
+        parsed = await self._keys(run_prefix(run_id))
+        return {b: ({p.step_index for p in parsed if p.kind == "step" and p.branch_id == b}, _cutoff(parsed, b))
+                for b in _branch_order(parsed)}
+
+    async def summary_of(self, run_id: str, branch_id: str, step: int, cutoff: int | None) -> CheckpointSummary | None:
+        """The summary of one stored step (one read; `cutoff` as ``stored_steps`` gives it),
+        or None if it is not stored."""
+        found = await self._summaries([ParsedKey("step", run_id, branch_id, step)], {branch_id: cutoff})
+        return found[0] if found else None
+
     async def branches(self, run_id: str) -> list[str]:
         """Branch ids of the run, in creation order (by first step; "main" first on ties)."""
         return _branch_order(await self._keys(run_prefix(run_id)))

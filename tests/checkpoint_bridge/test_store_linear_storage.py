@@ -9,14 +9,13 @@ content for such a run; Rewind stores each message once, plus a little per step.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from checkpoint_factory import make_run, next_step
+from counting_objects import CountingObjects
 from store_backends import Backend
 
 from checkpoint_bridge.document import envelope
-from checkpoint_bridge.stores import ObjectStore
 from checkpoint_bridge.document.schema import checkpoint_to_dict, dump_checkpoint
 from checkpoint_bridge.store import CheckpointStore
 
@@ -53,41 +52,6 @@ async def test_storage_is_linear_in_the_whole_document(store: CheckpointStore) -
     run = make_run(STEPS, result_size=RESULT, record_output="full")
     stored = await _stored(store, run)
     assert stored <= 0.7 * len(dump_checkpoint(run[-1])), (stored, len(dump_checkpoint(run[-1])))
-
-
-class CountingObjects:
-    """An ObjectStore wrapper that counts GETs and how many were in flight at once
-    (a real backend underneath). With `hold`, each GET after the first (the head)
-    waits until that many are in flight (or a few seconds pass): a reader that
-    needs one GET's answer before it asks the next could never get there."""
-
-    def __init__(self, inner: ObjectStore, hold: int = 0) -> None:
-        self.inner, self.url, self.hold = inner, inner.url, hold
-        self.gets = self.in_flight = self.most_in_flight = 0
-        self._enough = asyncio.Event()
-
-    def reset(self, hold: int = 0) -> None:
-        self.gets = self.most_in_flight = 0
-        self.hold, self._enough = hold, asyncio.Event()
-
-    async def get(self, key: str) -> bytes:
-        self.gets += 1
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            if self.in_flight >= self.hold:
-                self._enough.set()
-            if self.hold and self.gets > 1:
-                try:
-                    await asyncio.wait_for(self._enough.wait(), 5)
-                except TimeoutError:
-                    pass
-            return await self.inner.get(key)
-        finally:
-            self.in_flight -= 1
-
-    def __getattr__(self, name: str):  # put_if_absent, list, ... pass straight through
-        return getattr(self.inner, name)
 
 
 async def test_any_step_loads_in_two_rounds_and_the_next_one_in_one_get(store: CheckpointStore, backend: Backend) -> None:
