@@ -33,6 +33,7 @@ from rewind.commands import (
 )
 from rewind.commands.common import EXIT_ERROR, EXIT_USAGE, one_line
 from rewind.config import Settings, drop_empty_library_variables, skip_pydantic_plugins
+from rewind.temporal_runtime import quiet_core_logs
 from workflows.errors import RewindError, UsageError
 
 # The commands that run user code (tools, and the pydantic plugins they may rely on).
@@ -86,6 +87,8 @@ def run(argv: list[str] | None = None) -> int:
         # (its profile file's loader would import the whole Temporal client).
         settings = Settings.from_env(temporal=not getattr(args, "store_only", False))
         debug = settings.debug
+        if not debug and args.command not in RUNS_USER_CODE:  # the worker logs them on stderr
+            quiet_core_logs()
         if hasattr(args, "sync"):
             return args.sync(args, settings)
         handler: Callable[[argparse.Namespace, Settings], Awaitable[int]] = args.handler

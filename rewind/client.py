@@ -26,6 +26,7 @@ from checkpoint_bridge.store import CheckpointStore
 from rewind import tracing
 from rewind.config import Settings
 from rewind.payloads import data_converter
+from rewind.temporal_runtime import core_runtime
 from workflows.summaries import summary_step
 from workflows.contracts import (
     AgentInput,
@@ -71,8 +72,9 @@ async def connect(settings: Settings | None = None, runtime: Any = None, *, serv
         s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
     )
     try:
+        # Not the SDK's default runtime: its core would print warnings on stdout (rewind/temporal_runtime.py).
         client = await Client.connect(**options, data_converter=converter, interceptors=traced,
-                                      **({"runtime": runtime} if runtime is not None else {}))
+                                      runtime=runtime if runtime is not None else core_runtime())
     except RuntimeError as exc:
         raise await connection_error(settings, exc) from exc
     await check_namespace(client, settings)

@@ -49,6 +49,7 @@ from rewind import tracing
 from rewind.client import connect
 from rewind.config import Settings
 from rewind.stores import check_stores, checkpoint_objects, object_store
+from rewind.temporal_runtime import core_runtime
 from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
 from workflows.describe import DescribeToolsWorkflow
@@ -243,13 +244,11 @@ class HealthFile:
 
 def metrics_runtime(settings: Settings) -> Any:
     """A Temporal runtime serving Prometheus metrics on REWIND_METRICS_PORT (Temporal's and
-    Rewind's own, workflows/metrics.py), or None for the default runtime (no endpoint)."""
+    Rewind's own, workflows/metrics.py), or None for connect's (no endpoint)."""
     if settings.metrics_port is None:
         return None
-    from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-
     try:
-        return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"0.0.0.0:{settings.metrics_port}")))
+        return core_runtime(f"0.0.0.0:{settings.metrics_port}")
     except Exception as exc:  # noqa: BLE001 - the SDK reports a taken port as a plain error
         raise ConfigError(f"REWIND_METRICS_PORT={settings.metrics_port}: cannot serve metrics there ({exc}); "
                           "choose a free port or unset it") from None
