@@ -65,6 +65,12 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     if report is None:
         raise RuntimeError(f"bench/soak exited {out.returncode} without a report (stdout: {out.stdout[:500]!r}; "
                            f"all of it in {suite.tmp / 'soak.stdout'}): {out.stderr[-3000:]}")
+    return soak_section(sec, report, seed, out.returncode)
+
+
+def soak_section(sec: Section, report: dict, seed: int, returncode: int = 0) -> Section:  # type: ignore[type-arg]
+    """The section's tables from the soak's report. A violation (or an injector error)
+    fails the section, its runs and faults listed below the tables."""
     sec.data = {k: v for k, v in report.items() if k not in ("schedule", "folder")}
     sec.table("The soak", ["seed", "runs", "faults injected", "soak wall", "the same runs undisturbed", "extra wall"],
               [[seed, f"{report['runs_done']}/{report['runs']}", report["faults"], f"{report['soak_wall_s']} s",
@@ -83,8 +89,12 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         f"{report['soak_wall_s']} s of wall time against ~{report['undisturbed_estimate_s']} s for the same runs "
         f"undisturbed; {report['retries_by_driver']} driver retries, {report['worker_restarts']} workers that exited on "
         f"their own started again. Replay: `{report['replay']}`.")
-    if violations or report["injector_errors"] or out.returncode != 0:
-        lines = [f"[{v['check']}] {v['run']}: {v['what']}" for v in report["violations"]] + report["injector_errors"]
-        raise RuntimeError(f"the soak found {violations} violation(s) (replay: {report['replay']}):\n" + "\n".join(lines))
+    if violations or report["injector_errors"] or returncode != 0:
+        sec.table("Violations", ["invariant", "run", "what"],
+                  [[v["check"], v["run"], v["what"][:300]] for v in report["violations"]]
+                  + [["injector", "–", e[:300]] for e in report["injector_errors"]])
+        sec.error = (f"the soak found {violations} violation(s) and {len(report['injector_errors'])} injector "
+                     f"error(s), exit {returncode} (replay: {report['replay']}); listed below the tables")
+        return sec
     print(f"soak seed {seed}: 0 violations", file=sys.stderr)
     return sec

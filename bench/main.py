@@ -63,12 +63,11 @@ def render(sections: list[Section], machine: dict, quick: bool, total_s: float) 
     out.append(markdown_table(["benchmark", "figure", "absolute", "ratio", "target", "met?"], rows))
     crashed = [s for s in sections if s.error]
     if crashed:
-        out += ["", "**Crashed:** " + ", ".join(s.title for s in crashed) + " (see their sections)."]
+        out += ["", "**Failed:** " + ", ".join(s.title for s in crashed) + " (see their sections)."]
     for s in sections:
         out += ["", f"## {s.title}", "", s.what, ""]
-        if s.error:
-            out += ["**This benchmark crashed:**", "", "```", s.error.strip()[-3000:], "```"]
-            continue
+        if s.error:  # then whatever it measured before it failed
+            out += ["**This benchmark failed:**", "", "```", s.error.strip()[-3000:], "```", ""]
         for caption, headers, trows in s.tables:
             out += [f"**{caption}**", "", markdown_table(headers, trows), ""]
         for p in s.plots:
