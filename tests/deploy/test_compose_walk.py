@@ -180,7 +180,9 @@ async def test_compose_topology_survives_a_killed_worker(stack: Stack, processes
         history = await handle.fetch_history()
         holder_identity = [_attributes(e).identity for e in history.events
                            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED][-1]
-        by_pid = {str(w.pid): w for w in workers}
+        # A worker is `rewind worker`: one process, or (one per CPU by default) a supervisor
+        # whose processes poll under their own pids.
+        by_pid = {str(pid): w for w in workers for pid in _process_tree(w.pid)}
         holder = by_pid.get(holder_identity.split("@")[0])
         assert holder is not None, f"the run is held by {holder_identity}, none of our workers {list(by_pid)}"
         survivor = next(w for w in workers if w is not holder)
@@ -225,10 +227,13 @@ async def test_compose_topology_survives_a_killed_worker(stack: Stack, processes
         assert names.count("call_llm") == 3 and names.count("run_tool") == 4, names
 
         # Takeover: SIGKILL -> the surviving worker's first workflow task / activity of the run.
-        survivor_identity = next(_attributes(e).identity for e in events
-                                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
-                                 and _attributes(e).identity.split("@")[0] == str(survivor.pid))
-        after = [e for e in events if _event_time(e) > killed_at and getattr(_attributes(e), "identity", "") == survivor_identity]
+        survivor_pids = {str(pid) for pid in _process_tree(survivor.pid)}
+        survivor_identities = {_attributes(e).identity for e in events
+                               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+                               and _attributes(e).identity.split("@")[0] in survivor_pids}
+        assert survivor_identities, f"no workflow task of the run on the survivor's processes {survivor_pids}"
+        after = [e for e in events if _event_time(e) > killed_at
+                 and getattr(_attributes(e), "identity", "") in survivor_identities]
         first_task = min((_event_time(e) for e in after if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED), default=None)
         activities = sorted((_event_time(e), scheduled[_attributes(e).scheduled_event_id]) for e in after
                             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
@@ -309,3 +314,17 @@ async def test_compose_topology_survives_a_killed_worker(stack: Stack, processes
         stack.gate.open()
         print("\n===== CLI calls =====\n" + "\n".join(cli.calls))
         raise
+
+
+def _process_tree(pid: int) -> set[int]:
+    """`pid` and the processes it started (Linux /proc), e.g. a worker supervisor's."""
+    found, todo = {pid}, [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            todo += [c for c in children if c not in found]
+            found.update(children)
+    return found
