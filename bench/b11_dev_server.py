@@ -64,7 +64,7 @@ async def _on_server(suite, label: str, tuning: dict[str, str], steps: int, regi
 
 
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
-    steps, reps = (30, 1) if suite.quick else (80, 3)  # quick: CI, which only keeps the suite from rotting
+    steps, reps = (20, 1) if suite.quick else (80, 3)  # quick: CI, which only keeps the suite from rotting
     sec = Section("dev_server", "11. Dev-server dispatch settings",
                   f"{steps}-step runs (model call + one `blob` tool call per step, scripted model at 0 ms) of the bare "
                   f"workflow (b) and of Rewind on a fresh dev server per variant, {reps} rounds of every variant, "

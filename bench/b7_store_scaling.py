@@ -1,12 +1,12 @@
 """7. Store scaling: what a step costs at step N, and what a cold load costs, to 2,000 steps.
 
-An N-step branch (N = 2,000; quick: 300) of realistic step records, each an
+An N-step branch (N = 2,000; quick: 160) of realistic step records, each an
 assistant tool call plus a 2 KB tool result with its tool record and ledger,
 written in order with `CheckpointStore.save_step` (what the live mirror and
 `rewind mirror` do), to a fresh local folder, a fresh SQLite file, a fresh
 PostgreSQL schema (a local server) and a fresh S3 prefix on a moto server running as its own process and a fresh prefix of a DynamoDB table on the same server. Per step: the save's time and the store
 requests it made (GETs, PUTs, LISTs, counted by a wrapper around the real
-object store), compared early (the first 100 steps, quick: 75) and late (the last as many). Then the
+object store), compared early (the first 100 steps, quick: 40) and late (the last as many). Then the
 bytes stored against the raw content (the final message list as JSON), and
 the newest checkpoint loaded from a new Python process against a new process
 that GETs and parses one document of the same size (both time only the
@@ -186,10 +186,10 @@ async def _measure(label: str, objects, url: str, endpoint: str | None, records:
 
 
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
-    n = 300 if suite.quick else 2000
+    n = 160 if suite.quick else 2000  # quick: CI, which only keeps the suite from rotting
     depths = sorted({10, 100, n // 4, n})
     sec = Section("store_scaling", "7. Store scaling: per-step cost and cold loads to "
-                  f"{n:,} steps", __doc__.split("\n\n", 1)[1].replace("\n", " ").replace("N = 2,000; quick: 300", f"N = {n:,}"))
+                  f"{n:,} steps", __doc__.split("\n\n", 1)[1].replace("\n", " ").replace("N = 2,000; quick: 160", f"N = {n:,}"))
     records = _records(f"scale-{uuid.uuid4().hex[:8]}", n)
     results = []
     root = suite.tmp / f"scaling-{uuid.uuid4().hex[:6]}"
