@@ -36,7 +36,7 @@ from rewind.client import connect, start_run
 from rewind.config import Settings
 from rewind.embedded import DevServer, free_port, port_open
 from rewind.scripted_model import ScriptedModelServer
-from rewind.testing import WorkerProcess as _SharedWorkerProcess
+from rewind.testing import WorkerProcess as _SharedWorkerProcess, descendants
 from workflows.contracts import AgentInput
 
 REPO = Path(__file__).resolve().parent.parent
@@ -430,21 +430,12 @@ class WorkerProcess(_SharedWorkerProcess):
 
 
 
-def child_pids(pid: int) -> list[int]:
-    """The processes `pid` started (Linux /proc): a `--processes N` worker's N processes."""
-    pids: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            pids += [int(p) for p in (task / "children").read_text().split()]
-    return pids
-
-
 async def wait_polling(client, queue: str, worker: WorkerProcess, processes: int = 1) -> list[int]:  # type: ignore[no-untyped-def]
     """Wait until the worker polls `queue` (with `processes` > 1: every one of its processes);
     returns the pids that poll."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        pids = {worker.pid} if processes == 1 else set(child_pids(worker.pid))
+        pids = {worker.pid} if processes == 1 else descendants(worker.pid)
         polling = {int(i.split("@", 1)[0]) for i in await pollers(client, queue) if i.split("@", 1)[0].isdigit()}
         if len(pids & polling) >= processes:
             return sorted(pids & polling)

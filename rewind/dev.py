@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from rewind.config import Settings
 from rewind.embedded import DevServer, free_port, port_open, running_server
+from rewind.worker_pool import die_with_parent
 from workflows.errors import ConfigError
 
 DEFAULT_UI_PORT = 8233
@@ -44,13 +45,9 @@ class DevOptions:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when `rewind dev` dies, even by SIGKILL (Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: a SIGKILLed `rewind dev` leaves the worker, which the next one's port check reports
+    """In the child, before exec: SIGTERM when `rewind dev` dies, even by SIGKILL (Linux; not
+    Linux: a SIGKILLed `rewind dev` leaves the worker, which the next one's port check reports)."""
+    die_with_parent(signal.SIGTERM)
 
 
 def _checked_file(flag: str, value: str | None) -> str | None:

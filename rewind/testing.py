@@ -59,6 +59,22 @@ class LoggedProcess:
                 self.kill()
 
 
+def descendants(pid: int) -> set[int]:
+    """The processes `pid` started, and theirs (Linux /proc): a `--processes N` worker's N
+    processes, whose pids are their identities in Temporal."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            todo += [c for c in children if c not in found]
+            found.update(children)
+    return found
+
+
 class WorkerProcess(LoggedProcess):
     """`python worker.py --tools ...` in a subprocess, configured by environment only,
     so a test or a benchmark can SIGKILL it like a crashed machine."""

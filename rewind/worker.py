@@ -261,7 +261,7 @@ class WorkerGroup:
         self.supervisor_pid, self.slot, self.processes = supervisor_pid, slot, processes
 
     async def watch_supervisor(self, stop: asyncio.Event) -> None:
-        # Linux kills a process with its supervisor (worker_pool._die_with_parent); this is
+        # Linux kills a process with its supervisor (worker_pool.die_with_parent); this is
         # for the systems without that: a parent gone means this process is reparented.
         while os.getppid() == self.supervisor_pid:
             await asyncio.sleep(1.0)

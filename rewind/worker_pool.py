@@ -49,12 +49,17 @@ def machine_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the supervisor dies (Linux prctl PR_SET_PDEATHSIG)."""
+def die_with_parent(sig: int) -> None:
+    """In a child, before exec (preexec_fn): receive `sig` when the parent dies, even by
+    SIGKILL (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
     import ctypes
 
     with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)
+
+
+def _die_with_supervisor() -> None:
+    die_with_parent(signal.SIGKILL)  # a killed supervisor is a crashed worker: its processes die too
 
 
 class _Process:
@@ -91,7 +96,7 @@ class WorkerPool:
                 "--supervised-by", str(os.getpid()), "--slot", str(slot), "--processes", str(self.n)]
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            preexec_fn=_die_with_supervisor if sys.platform.startswith("linux") else None)
         child = _Process(slot, proc)
         asyncio.get_running_loop().create_task(child.read_announce())
         self.slots[slot] = child
@@ -193,4 +198,4 @@ def supervise(child_argv: list[str], processes: int, health_file: Path, *, annou
     return asyncio.run(WorkerPool(child_argv, processes, health_file, announce_json=announce_json).run())
 
 
-__all__ = ["supervise", "machine_cores", "WorkerPool"]
+__all__ = ["supervise", "machine_cores", "die_with_parent", "WorkerPool"]

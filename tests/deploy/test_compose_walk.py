@@ -26,6 +26,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 import compose_topology as ct
 from deploy_stack import Proc, Processes, Stack
 from rewind.config import Settings
+from rewind.testing import descendants
 
 TASK = "Research these companies: Acme, Globex, Initech"
 COMPANIES = ["Acme", "Globex", "Initech"]
@@ -182,7 +183,7 @@ async def test_compose_topology_survives_a_killed_worker(stack: Stack, processes
                            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED][-1]
         # A worker is `rewind worker`: one process, or (one per CPU by default) a supervisor
         # whose processes poll under their own pids.
-        by_pid = {str(pid): w for w in workers for pid in _process_tree(w.pid)}
+        by_pid = {str(pid): w for w in workers for pid in {w.pid} | descendants(w.pid)}
         holder = by_pid.get(holder_identity.split("@")[0])
         assert holder is not None, f"the run is held by {holder_identity}, none of our workers {list(by_pid)}"
         survivor = next(w for w in workers if w is not holder)
@@ -227,7 +228,7 @@ async def test_compose_topology_survives_a_killed_worker(stack: Stack, processes
         assert names.count("call_llm") == 3 and names.count("run_tool") == 4, names
 
         # Takeover: SIGKILL -> the surviving worker's first workflow task / activity of the run.
-        survivor_pids = {str(pid) for pid in _process_tree(survivor.pid)}
+        survivor_pids = {str(pid) for pid in {survivor.pid} | descendants(survivor.pid)}
         survivor_identities = {_attributes(e).identity for e in events
                                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
                                and _attributes(e).identity.split("@")[0] in survivor_pids}
@@ -315,16 +316,3 @@ async def test_compose_topology_survives_a_killed_worker(stack: Stack, processes
         print("\n===== CLI calls =====\n" + "\n".join(cli.calls))
         raise
 
-
-def _process_tree(pid: int) -> set[int]:
-    """`pid` and the processes it started (Linux /proc), e.g. a worker supervisor's."""
-    found, todo = {pid}, [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            todo += [c for c in children if c not in found]
-            found.update(children)
-    return found
