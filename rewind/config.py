@@ -211,6 +211,9 @@ class Settings:
     # Run workflow code in Temporal's sandbox (the default) or without it: the sandbox
     # costs a worker CPU on every workflow task (docs/performance.md says how much).
     workflow_sandbox: bool = True
+    # How long a starting worker waits for Temporal and its stores while they do not answer
+    # (rewind/startup.py); 0: stop at once. What a person must fix stops it at once anyway.
+    startup_wait_s: float = 60.0
     # Print tracebacks of unexpected errors (the CLI prints one line otherwise).
     debug: bool = False
     # OpenTelemetry traces (rewind/tracing.py): on when an OTLP endpoint is set. The
@@ -311,6 +314,7 @@ class Settings:
             metrics_port=_port("REWIND_METRICS_PORT", read) if read.str("REWIND_METRICS_PORT") else None,
             worker_processes=read.int("REWIND_WORKER_PROCESSES", 0, minimum=1) if read.str("REWIND_WORKER_PROCESSES") else None,
             workflow_sandbox=read.flag("REWIND_WORKFLOW_SANDBOX") if read.str("REWIND_WORKFLOW_SANDBOX") else True,
+            startup_wait_s=read.float("REWIND_STARTUP_WAIT_S", 60.0),
             debug=read.flag("REWIND_DEBUG"),
             tracing=bool(read.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or read.str("OTEL_EXPORTER_OTLP_ENDPOINT"))
             and not read.flag("OTEL_SDK_DISABLED"),

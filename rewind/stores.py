@@ -14,7 +14,7 @@ from typing import Any
 from checkpoint_bridge.stores import ObjectStore, open_object_store, verify_store
 from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
-from workflows.errors import CheckpointError, ConfigError
+from workflows.errors import CheckpointError, ConfigError, StoreUnavailableError, StoreUnreachableError
 
 
 def object_store(settings: Settings, url: str) -> ObjectStore:
@@ -42,8 +42,16 @@ def payload_store(settings: Settings) -> ObjectStore:
     return object_store(settings, settings.payload_url)
 
 
+def _config_error(setting: str, exc: CheckpointError) -> ConfigError:
+    """One line naming the setting; `StoreUnreachableError` when the store did not answer or
+    failed (it may come back by itself), a plain `ConfigError` when a person must fix it."""
+    heals = isinstance(exc, StoreUnavailableError) and not exc.refused
+    return (StoreUnreachableError if heals else ConfigError)(f"{setting}: {exc}")
+
+
 async def check_store(objects: ObjectStore, variable: str, *, probe_writes: bool = False) -> None:
-    """Raise `ConfigError` (one line, naming `variable`) if the store cannot be used."""
+    """Raise `ConfigError` (one line, naming `variable`) if the store cannot be used
+    (`StoreUnreachableError` if it may heal by itself: down, timing out, failing)."""
     hot = getattr(objects, "durable", None)
     if hot is not None:  # a hot tier: the durable store behind it must keep the promises itself
         await check_store(hot, variable, probe_writes=probe_writes)
@@ -52,12 +60,12 @@ async def check_store(objects: ObjectStore, variable: str, *, probe_writes: bool
         try:
             await objects.redis.ping()  # type: ignore[attr-defined]
         except CheckpointError as exc:
-            raise ConfigError(f"REWIND_HOT_STORE={objects.redis.url}: {exc}") from exc  # type: ignore[attr-defined]
+            raise _config_error(f"REWIND_HOT_STORE={objects.redis.url}", exc) from exc  # type: ignore[attr-defined]
         return
     try:
         await verify_store(objects, probe_writes=probe_writes)
     except CheckpointError as exc:
-        raise ConfigError(f"{variable}={objects.url}: {exc}") from exc
+        raise _config_error(f"{variable}={objects.url}", exc) from exc
 
 
 async def check_stores(settings: Settings, *, probe_writes: bool = False) -> None:

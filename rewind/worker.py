@@ -9,7 +9,8 @@ different tool modules can share one main queue.
 
 Before it polls, the worker checks its configuration (the stores answer, a
 second write of one key is refused, the tool modules import) and stops with
-one line naming what is wrong. While it polls, it writes a health file that
+one line naming what is wrong; a Temporal server or a store that does not
+answer yet is waited for, up to REWIND_STARTUP_WAIT_S (rewind/startup.py). While it polls, it writes a health file that
 `rewind health` reads (the container health check). With no OPENAI_API_KEY it
 answers model calls from the scripted offline model, started in this process.
 """
@@ -45,7 +46,7 @@ from activities.mirror import MirrorActivities
 from checkpoint_bridge.branching import Launcher
 from checkpoint_bridge.outputs import OutputStore
 from checkpoint_bridge.store import CheckpointStore
-from rewind import tracing
+from rewind import startup, tracing
 from rewind.client import connect
 from rewind.config import Settings
 from rewind.stores import check_stores, checkpoint_objects, object_store
@@ -276,7 +277,8 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
         sys.path.insert(0, os.getcwd())
     registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
     servers = settings.mcp_servers()
-    await check_stores(settings, probe_writes=True)
+    give_up = startup.deadline(settings.startup_wait_s)
+    await startup.when_up(lambda: check_stores(settings, probe_writes=True), give_up)
     hub = None
     if servers:
         from activities.mcp.tools import McpHub
@@ -287,15 +289,16 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
             registry.add(mcp_tool)
         log.info("MCP servers: %s (stdio servers' stderr in %s/mcp-NAME.log)", "; ".join(hub.describe()), settings.home)
     try:
-        await _serve(settings, registry, hub, announce_json, group)
+        await _serve(settings, registry, hub, announce_json, group, give_up)
     finally:
         if hub is not None:
             await hub.close()
 
 
 async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_json: bool,
-                 group: WorkerGroup | None = None) -> None:
-    client = await connect(settings, metrics_runtime(settings), service="rewind-worker")
+                 group: WorkerGroup | None, give_up: float) -> None:
+    runtime = metrics_runtime(settings)
+    client = await startup.when_up(lambda: connect(settings, runtime, service="rewind-worker"), give_up)
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     endpoint, offline = model_endpoint(settings)

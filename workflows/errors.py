@@ -2,8 +2,9 @@
 
     RewindError                          base of everything Rewind raises on purpose
     ├── ConfigError                      a setting is missing or malformed
-    │   └── TemporalConnectionError      Temporal refuses this client (TLS, certificates, API key) or cannot be reached
-    │       └── TemporalUnreachableError nothing answers at the address
+    │   ├── TemporalConnectionError      Temporal refuses this client (TLS, certificates, API key) or cannot be reached
+    │   │   └── TemporalUnreachableError nothing answers at the address
+    │   └── StoreUnreachableError        a configured store does not answer or fails (may heal by itself)
     ├── UsageError                       an argument no run could work with (empty task, budget < 1 step, unknown tool)
     ├── InvalidIdError                   a run / branch / checkpoint id is unsafe or malformed
     ├── RunNotFoundError                 no workflow (and no checkpoints) for a run id
@@ -62,6 +63,11 @@ class TemporalConnectionError(ConfigError):
 
 class TemporalUnreachableError(TemporalConnectionError):
     """Nothing answers at the Temporal address (refused, no such host, no answer)."""
+
+
+class StoreUnreachableError(ConfigError):
+    """A configured store does not answer, times out or fails (not: refuses this client);
+    the message names the variable. A starting worker waits for it (rewind/startup.py)."""
 
 
 class UsageError(RewindError, ValueError):
@@ -168,6 +174,15 @@ class StoreUnavailableError(CheckpointError):
 
     retryable = True
 
+    def __init__(self, message: str = "", *, refused: bool = False) -> None:
+        super().__init__(message)
+        # True: the store answered and said no in a way only a person fixes (a missing bucket,
+        # refused credentials, a path that is not a folder). False: it did not answer, or
+        # failed (down, timing out, 5xx, throttled), which heals by itself. Activities retry
+        # both (a fixed credential lets a waiting run go on); a starting worker waits out
+        # the second and reports the first at once (rewind/startup.py).
+        self.refused = refused
+
 
 class UnstorableStateError(CheckpointError, TypeError):
     """A LangGraph channel value or pending write that LangGraph's serializer cannot
@@ -180,7 +195,7 @@ class UnsafeStoreError(CheckpointError):
 
 
 __all__ = [
-    "RewindError", "ConfigError", "UsageError", "InvalidIdError", "RunNotFoundError", "StepNotFoundError",
+    "RewindError", "ConfigError", "StoreUnreachableError", "UsageError", "InvalidIdError", "RunNotFoundError", "StepNotFoundError",
     "RunExistsError", "ToolRegistryError", "ToolError", "TranscriptError", "ProjectionError",
     "PayloadIntegrityError", "PayloadEncryptionError", "EncodingDataError", "ScriptError", "DecisionRefusedError",
     "RunActiveError", "ErasureIncompleteError", "LangGraphThreadError",

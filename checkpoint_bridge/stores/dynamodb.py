@@ -267,7 +267,7 @@ class DynamoObjectStore(AwsClientStore):
             if schema != {"pk": "HASH", "sk": "RANGE"}:
                 raise StoreUnavailableError(
                     f"DynamoDB table {self.table!r} at {self._where()} has the key schema {schema}, not Rewind's "
-                    "(pk: HASH, sk: RANGE, both strings); point the store at another table name")
+                    "(pk: HASH, sk: RANGE, both strings); point the store at another table name", refused=True)
             if described["Table"].get("TableStatus") == "ACTIVE":
                 return
         for _ in range(120):  # a new table is ACTIVE within seconds
@@ -290,7 +290,7 @@ class DynamoObjectStore(AwsClientStore):
                 return StoreUnavailableError(
                     f"DynamoDB store {self._where()} refused to {what} ({code}); check the AWS credentials "
                     "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE) and the IAM policy (dynamodb:GetItem, "
-                    "PutItem, DeleteItem, Query, Scan, DescribeTable, CreateTable)")
+                    "PutItem, DeleteItem, Query, Scan, DescribeTable, CreateTable)", refused=True)
             if code in ("ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"):
                 return StoreUnavailableError(f"DynamoDB store {self._where()} throttled the request to {what} "
                                              f"({code}); retry, or raise the table's capacity")
@@ -299,7 +299,7 @@ class DynamoObjectStore(AwsClientStore):
                                          "and retry")
         if isinstance(exc, NoCredentialsError):
             return StoreUnavailableError(f"no AWS credentials found for DynamoDB store {self._where()}; set "
-                                         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)")
+                                         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)", refused=True)
         return StoreUnavailableError(
             f"cannot reach DynamoDB store {self._where()} to {what} ({type(exc).__name__}: {exc}); check that the "
             "service is running and that AWS_ENDPOINT_URL, AWS_REGION and the network are right")

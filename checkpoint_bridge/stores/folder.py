@@ -27,6 +27,10 @@ from workflows.errors import (
 
 from checkpoint_bridge.stores.contract import check_key
 
+# What a person must fix (permissions, a read-only or full disk, a file where a folder
+# should be); anything else (EIO, a network filesystem's timeouts) may pass by itself.
+_NEEDS_A_PERSON = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOSPC, errno.EDQUOT}
+
 __all__ = ["FileObjectStore"]
 
 T = TypeVar("T")
@@ -60,7 +64,8 @@ class FileObjectStore:
     async def check_access(self) -> None:
         """The root is a folder, or can become one (it is created on first write)."""
         if self.root.exists() and not self.root.is_dir():
-            raise StoreUnavailableError(f"store folder {self.root} exists but is not a folder; point the store elsewhere")
+            raise StoreUnavailableError(f"store folder {self.root} exists but is not a folder; point the store elsewhere",
+                                        refused=True)
         # The nearest folder that exists is where the root will be made: a file in its
         # place (a mistyped or unmounted volume) fails every later write.
         above = self.root
@@ -68,7 +73,8 @@ class FileObjectStore:
             above = above.parent
         if not above.is_dir():
             raise StoreUnavailableError(
-                f"file store {self.url} cannot be created: {above} is not a folder; point the store elsewhere"
+                f"file store {self.url} cannot be created: {above} is not a folder; point the store elsewhere",
+                refused=True,
             )
 
     async def get(self, key: str) -> bytes:
@@ -103,7 +109,8 @@ class FileObjectStore:
     def _unavailable(self, op: str, key: str, exc: OSError) -> StoreUnavailableError:
         return StoreUnavailableError(
             f"file store {self.url} could not {op} {key!r} ({exc.strerror or exc}); "
-            "check that the folder exists, is writable and the disk is not full"
+            "check that the folder exists, is writable and the disk is not full",
+            refused=exc.errno in _NEEDS_A_PERSON,
         )
 
     def _path(self, key: str) -> Path:

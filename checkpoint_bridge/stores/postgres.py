@@ -40,6 +40,11 @@ from workflows.errors import (
 from checkpoint_bridge.stores.contract import check_key
 from checkpoint_bridge.stores.keyrange import prefix_upper_bound
 
+# The server answered and said no: a wrong user or password, a database or role that is not
+# there, no right to it. Waiting does not fix those (a server that is down or restarting does).
+_REFUSALS = re.compile(r"authentication failed|no password supplied|does not exist|permission denied|"
+                       r"not permitted to log in|no pg_hba\.conf entry", re.IGNORECASE)
+
 try:
     import psycopg
     from psycopg import sql
@@ -238,7 +243,7 @@ class PostgresObjectStore:
                 if version > SCHEMA_VERSION:
                     raise StoreUnavailableError(
                         f"PostgreSQL store {self.url} has schema version {version}, newer than this Rewind's "
-                        f"{SCHEMA_VERSION}: upgrade Rewind to use it"
+                        f"{SCHEMA_VERSION}: upgrade Rewind to use it", refused=True
                     )
                 for steps in MIGRATIONS[version:]:
                     for statement in steps:
@@ -253,7 +258,8 @@ class PostgresObjectStore:
         if isinstance(exc, PoolTimeout) or first:
             return StoreUnavailableError(
                 f"cannot reach PostgreSQL store {self.url} to {what} ({type(exc).__name__}: {reason}); check that "
-                "the server is running and that the URL's host, port, user, password and database are right"
+                "the server is running and that the URL's host, port, user, password and database are right",
+                refused=bool(_REFUSALS.search(str(exc))),
             )
         return StoreUnavailableError(
             f"PostgreSQL store {self.url} failed to {what} ({type(exc).__name__}: {reason}); check the server and retry"

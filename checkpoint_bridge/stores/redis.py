@@ -37,6 +37,7 @@ try:
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff
+    from redis.exceptions import AuthenticationError, AuthorizationError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import RedisError
     from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -114,7 +115,8 @@ class RedisConnection:
         except (RedisError, OSError, asyncio.TimeoutError) as exc:
             raise StoreUnavailableError(
                 f"Redis at {self.url} failed to {what}: {type(exc).__name__}: {exc}; check that the server runs "
-                "and the URL (host, port, database, password) is right"
+                "and the URL (host, port, database, password) is right",
+                refused=isinstance(exc, (AuthenticationError, AuthorizationError)),
             ) from exc
 
     async def ping(self) -> None:

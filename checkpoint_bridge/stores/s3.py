@@ -181,7 +181,7 @@ class S3ObjectStore(AwsClientStore):
             if _code(exc) in _NOT_FOUND | {"NoSuchBucket"}:
                 raise StoreUnavailableError(
                     f"S3 bucket {self.bucket!r} does not exist at {self._where()}; "
-                    "create it (aws s3 mb / mc mb) or point the store at an existing bucket"
+                    "create it (aws s3 mb / mc mb) or point the store at an existing bucket", refused=True
                 ) from exc
             raise self._map("access", "", exc) from exc
         except _LIBRARY_ERRORS as exc:
@@ -205,13 +205,14 @@ class S3ObjectStore(AwsClientStore):
             if code == "NoSuchBucket":
                 return StoreUnavailableError(
                     f"S3 bucket {self.bucket!r} does not exist at {self._where()}; "
-                    "create it or point REWIND_STORE at an existing bucket"
+                    "create it or point REWIND_STORE at an existing bucket", refused=True
                 )
             if code in _DENIED:
                 what = f"{op} {key!r}" if key else op
                 return StoreUnavailableError(
                     f"S3 store {self._where()} refused to {what} ({code}); check the AWS "
-                    "credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE) and the bucket policy"
+                    "credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE) and the bucket policy",
+                    refused=True,
                 )
             return StoreUnavailableError(
                 f"S3 store {self._where()} failed to {op} {key!r} ({code}: "
@@ -220,7 +221,7 @@ class S3ObjectStore(AwsClientStore):
         if isinstance(exc, NoCredentialsError):
             return StoreUnavailableError(
                 f"no AWS credentials found for S3 store {self._where()}; set AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)", refused=True
             )
         what = f" to {op} {key!r}" if key else ""
         return StoreUnavailableError(

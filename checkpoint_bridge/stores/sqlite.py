@@ -161,7 +161,9 @@ class SqliteObjectStore:
         what = f"{op} {key!r}" if key else op
         return StoreUnavailableError(
             f"SQLite store {self.url} could not {what} ({type(exc).__name__}: {exc}); check that the file's "
-            "folder exists and is writable, the disk is not full and the file is a Rewind SQLite store"
+            "folder exists and is writable, the disk is not full and the file is a Rewind SQLite store",
+            # A busy or locked database passes; a file that cannot be opened or is not a store does not.
+            refused=not any(word in str(exc).lower() for word in ("locked", "busy")),
         )
 
     def _connection(self) -> sqlite3.Connection:

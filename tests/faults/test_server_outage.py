@@ -11,8 +11,10 @@ must reconnect by itself, every run must complete, and every checkpoint
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
+from as_user import empty_dir, rewind, user_env, user_workers
 from fault_helpers import add_script, assert_chain, assert_well_formed, port_free, wait_until
 from helpers import final_transcript, read_events, start_agent
 from checkpoint_bridge.store import open_checkpoint_store
@@ -97,3 +99,31 @@ async def test_server_killed_for_30s_mid_run_then_restarted_on_same_db(
         if worker is not None:
             worker.stop()  # while its server is still up, so it shuts down at once
         server.kill()
+
+
+async def test_a_worker_started_before_temporal_waits_for_it(tmp_path):
+    """A deployment starts the worker before the Temporal server answers (or the server
+    restarts meanwhile): the worker says once that it waits, naming the address and
+    REWIND_STARTUP_WAIT_S, polls as soon as the server answers, and a run completes on it."""
+    port, ui_port = free_port(), free_port()
+    wdir, cli = empty_dir(tmp_path, "worker"), empty_dir(tmp_path, "cli")
+    variables = dict(TEMPORAL_ADDRESS=f"127.0.0.1:{port}", REWIND_TASK_QUEUE="late-server")
+    server = None
+    async with user_workers() as start:
+        worker = start(wdir, user_env(wdir, **variables), "--tool-modules", "examples.research_agent")
+        try:
+            said = await wait_until(lambda: "REWIND_STARTUP_WAIT_S" in worker.stderr() and worker.stderr(),
+                                    "the worker saying that it waits", 60)
+            assert f"cannot reach Temporal at 127.0.0.1:{port}" in said and "waiting up to" in said, said
+            assert worker.process.poll() is None, worker.log()
+            server = await asyncio.to_thread(DevServer.start, tmp_path / "late" / "temporal.db", port=port,
+                                             ui_port=ui_port, headless=True)
+            await worker.wait_ready()
+            assert worker.stderr().count("REWIND_STARTUP_WAIT_S") == 1, worker.stderr()
+            code, out, err = await rewind(cli, user_env(cli, **variables), "start", "--task",
+                                          "Research these companies: Acme", "--run-id", "late-server-1", "--wait", "--json")
+            assert code == 0, err
+            assert json.loads(out)["status"]["state"] == "completed", out
+        finally:
+            if server is not None:
+                server.kill()

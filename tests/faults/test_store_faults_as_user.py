@@ -31,7 +31,7 @@ import boto3
 import pytest
 from aiohttp import web
 from as_user import UserWorker, empty_dir, one_line_error, rewind, rewind_json, user_env, user_workers
-from fault_helpers import S3Proxy
+from fault_helpers import S3Proxy, wait_until
 from temporalio.client import Client
 
 TASK = "Research these companies: Acme, Globex"
@@ -231,3 +231,55 @@ async def test_unreadable_record_fails_the_attempt_before_the_tool_runs(temporal
     # The record is in the payload store (REWIND_PAYLOADS), never in the checkpoint store.
     assert [k for k in keys if k.startswith("live/idempotency/")] == [f"live/idempotency/{record['idempotency_key']}.json"], keys
     assert not [k for k in keys if k.startswith("checkpoints/") and "idempotency" in k], keys
+
+
+# -- 6. a store that is down while a worker starts ---------------------------------------------
+
+
+async def test_a_worker_started_while_the_store_is_down_waits_for_it(temporal_server, moto_endpoint, tmp_path,
+                                                                     proxies, workers):
+    """S3 answers 503 to everything while a worker starts (a deploy during an outage): the
+    worker says once that it waits (naming the store and REWIND_STARTUP_WAIT_S), polls as
+    soon as S3 answers, and a run completes on it. With REWIND_STARTUP_WAIT_S=0 the same
+    start is one line and exit 1, as a store that is down always was."""
+    bucket = new_bucket(moto_endpoint)
+    proxy = await proxies(fail_methods={"GET", "PUT", "HEAD", "DELETE", "POST"}, fail_match="/")
+    variables = research_env(temporal_server, proxy.url, bucket)
+
+    wdir = empty_dir(tmp_path, "impatient")
+    worker = workers(wdir, user_env(wdir, **variables, REWIND_STARTUP_WAIT_S="0"), "--tool-modules",
+                     "examples.research_agent")
+    code = await worker.wait_exit()
+    one_line_error(code, worker.stderr(), f"REWIND_STORE=s3://{bucket}/checkpoints", "503", prefix="rewind:")
+
+    wdir, cli = empty_dir(tmp_path, "worker"), empty_dir(tmp_path, "cli")
+    worker = workers(wdir, user_env(wdir, **variables), "--tool-modules", "examples.research_agent")
+    await wait_until(lambda: "REWIND_STARTUP_WAIT_S" in worker.stderr(), "the worker saying that it waits")
+    said = worker.stderr()
+    assert f"REWIND_STORE=s3://{bucket}/checkpoints" in said and "waiting up to" in said, said
+    assert worker.process.poll() is None, worker.log()
+    await asyncio.sleep(2.0)  # still down: it keeps waiting, says it once, polls nothing
+    assert worker.process.poll() is None, worker.log()
+    assert worker.stderr().count("REWIND_STARTUP_WAIT_S") == 1, worker.stderr()
+    assert not list((wdir / ".rewind").glob("worker-health.*.json"))
+
+    proxy.fail_methods.clear()  # S3 is back
+    await worker.wait_ready()
+    assert "it answers now" in worker.stderr(), worker.stderr()
+    run = f"late-store-{uuid.uuid4().hex[:8]}"
+    code, out, err = await rewind(cli, user_env(cli, **variables), "start", "--task", TASK, "--run-id", run,
+                                  "--wait", "--json")
+    assert code == 0, err
+    assert json.loads(out)["status"]["state"] == "completed", out
+
+
+async def test_a_store_that_refuses_stops_a_starting_worker_at_once(temporal_server, moto_endpoint, tmp_path, workers):
+    """A store that answers 'no' (here: no such bucket) is not waited for, whatever
+    REWIND_STARTUP_WAIT_S says: waiting cannot fix it."""
+    variables = research_env(temporal_server, moto_endpoint, "no-such-bucket-here")
+    wdir = empty_dir(tmp_path, "worker")
+    worker = workers(wdir, user_env(wdir, **variables, REWIND_STARTUP_WAIT_S="600"), "--tool-modules",
+                     "examples.research_agent")
+    code = await worker.wait_exit(timeout_s=60)
+    one_line_error(code, worker.stderr(), "REWIND_STORE=s3://no-such-bucket-here/checkpoints", "does not exist",
+                   prefix="rewind:")

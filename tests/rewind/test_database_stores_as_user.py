@@ -123,8 +123,10 @@ async def test_a_sqlite_store_that_cannot_be_opened_stops_the_worker_with_one_li
 
 async def test_a_postgres_server_that_is_down_stops_the_worker_with_one_line(temporal_server, tmp_path):
     url = f"postgresql://rewind@127.0.0.1:{free_port()}/rewind"
+    # A server that does not answer may be starting: without REWIND_STARTUP_WAIT_S=0 the worker
+    # would wait for it (tests/faults/test_store_faults_as_user.py).
     env = user_env(tmp_path, TEMPORAL_ADDRESS=temporal_server.address, REWIND_TASK_QUEUE=f"sql-{uuid.uuid4().hex[:8]}",
-                   REWIND_STORE=url)
+                   REWIND_STORE=url, REWIND_STARTUP_WAIT_S="0")
     worker = UserWorker(tmp_path / "worker", env, "--tool-modules", "examples.research_agent")
     with worker:
         code = await worker.wait_exit()
@@ -139,7 +141,7 @@ async def test_a_postgres_server_that_is_down_stops_the_worker_with_one_line(tem
 async def test_a_dynamodb_endpoint_that_is_down_stops_the_worker_with_one_line(temporal_server, tmp_path):
     endpoint = f"http://127.0.0.1:{free_port()}"
     env = user_env(tmp_path, TEMPORAL_ADDRESS=temporal_server.address, REWIND_TASK_QUEUE=f"ddb-{uuid.uuid4().hex[:8]}",
-                   REWIND_STORE="dynamodb://rewind-checkpoints", **_aws(endpoint))
+                   REWIND_STORE="dynamodb://rewind-checkpoints", REWIND_STARTUP_WAIT_S="0", **_aws(endpoint))
     worker = UserWorker(tmp_path / "worker", env, "--tool-modules", "examples.research_agent")
     with worker:
         code = await worker.wait_exit()

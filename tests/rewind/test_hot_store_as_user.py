@@ -215,8 +215,9 @@ async def test_redis_down_mid_run_sends_writes_to_the_durable_store(temporal_ser
 
 async def test_redis_down_at_start_and_redis_alone_are_one_line_each(temporal_server, tmp_path, redis_url):
     down = f"redis://127.0.0.1:{free_port()}/0"
+    # REWIND_STARTUP_WAIT_S=0: a Redis that does not answer may be starting, and is waited for otherwise.
     env = user_env(tmp_path, TEMPORAL_ADDRESS=temporal_server.address, REWIND_TASK_QUEUE=f"hot-{uuid.uuid4().hex[:8]}",
-                   REWIND_HOT_STORE=down)
+                   REWIND_HOT_STORE=down, REWIND_STARTUP_WAIT_S="0")
     worker = UserWorker(tmp_path / "worker", env, "--tool-modules", "examples.research_agent")
     with worker:
         code = await worker.wait_exit()

@@ -284,8 +284,10 @@ def auth_moto(tmp_path_factory) -> Any:
 def _broken(kind: str, moto_endpoint: str, auth_moto: tuple[str, str]) -> tuple[dict[str, str], list[str]]:
     """Variables of one misconfiguration, and what its one line must say."""
     if kind == "closed port":
-        return {"REWIND_STORE": "s3://rewind/x", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}, \
-            ["REWIND_STORE=s3://rewind/x", "cannot reach"]
+        # Nothing answering may be a store still starting: a worker waits for it unless told not
+        # to (tests/faults/test_store_faults_as_user.py tests the wait).
+        return {"REWIND_STORE": "s3://rewind/x", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+                "REWIND_STARTUP_WAIT_S": "0"}, ["REWIND_STORE=s3://rewind/x", "cannot reach"]
     if kind == "no bucket":
         return {"REWIND_STORE": "s3://no-such-bucket-here/x", "AWS_ENDPOINT_URL": moto_endpoint}, \
             ["REWIND_STORE=s3://no-such-bucket-here/x", "does not exist"]
