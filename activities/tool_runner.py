@@ -74,6 +74,10 @@ def _validation_message(exc: pydantic.ValidationError) -> str:
 # each still lands in the transcript, a checkpoint and the worker's memory;
 # past this size the call is refused with a clear message.
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+# A read-only output the payload store could not take goes into history instead, up to this
+# size (the worker passes half of REWIND_PAYLOAD_THRESHOLD: above the threshold the result
+# itself would be stored in the same, failing, store).
+DEFAULT_INLINE_FALLBACK_BYTES = 32 * 1024
 
 
 class UnstorableOutputError(ValueError):
@@ -103,8 +107,10 @@ class ToolActivities:
     def __init__(
         self, registry: ToolRegistry, ledger: IdempotencyLedger, redactor: Redactor,
         *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, outputs: OutputStore | None = None,
+        inline_fallback_bytes: int = DEFAULT_INLINE_FALLBACK_BYTES,
     ) -> None:
         self._registry = registry
+        self._inline_fallback = inline_fallback_bytes
         self._ledger = ledger
         self._outputs = outputs  # None: every output stays in history
         self._redact = redactor
@@ -261,18 +267,28 @@ class ToolActivities:
                 return await self._dry_run(registered, request, kwargs, ctx, outcome)
             kind, value = await self._once(ctx, lambda: registered.fn(**kwargs),
                                            raised=f"tool {request.tool_name!r}", raised_type="ToolRaised")
-        if kind == "refused":
-            return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {value}"), error_kind="tool_error")
-        if self._outputs is not None and not registered.spec.side_effects and worth_a_reference(value):
-            # Stored once; history names it (checkpoint_bridge/outputs.py).
-            try:
-                return outcome(output_ref=await self._outputs.put(value))
-            except CheckpointError as exc:
-                raise ApplicationError(
-                    self._redact.redact_text(f"cannot store the output of {request.tool_name} in the payload store: {exc}")[:1000],
-                    type="OutputStoreUnavailable",
-                ) from None
+            if kind == "refused":
+                return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {value}"),
+                               error_kind="tool_error")
+            if self._outputs is not None and not registered.spec.side_effects and worth_a_reference(value):
+                return outcome(**await self._by_reference(request.tool_name, value))
         return outcome(output=value, replayed_from_record=kind == "recorded")
+
+    async def _by_reference(self, tool_name: str, value: Any) -> dict[str, Any]:
+        """The output stored once and named by digest in history (checkpoint_bridge/outputs.py).
+        A completed call is not run again because the store failed: its output goes into
+        history itself when it is small enough (what the call returns is the same; the mirror
+        and the model call resolve a reference to the same content); only a larger output
+        fails the attempt, and the tool runs again (the seeded soak found read-only calls
+        repeated after every S3 hiccup)."""
+        try:
+            return {"output_ref": await self._outputs.put(value)}  # type: ignore[union-attr]
+        except CheckpointError as exc:
+            problem = self._redact.redact_text(f"cannot store the output of {tool_name} in the payload store: {exc}")
+            if len(json.dumps(value, ensure_ascii=False).encode("utf-8")) <= self._inline_fallback:
+                activity.logger.warning("%s; it goes into Temporal's history instead", problem[:500])
+                return {"output": value}
+            raise ApplicationError(problem[:1000], type="OutputStoreUnavailable") from None
 
     async def _dry_run(self, registered: RegisteredTool, request: ToolRequest, kwargs: dict[str, Any],
                        ctx: ToolContext, outcome: Callable[..., ToolOutcome]) -> ToolOutcome:

@@ -161,7 +161,8 @@ def build_worker(
     # Idempotency records live with the run's live data, not in the checkpoint
     # archive (activities/idempotency.py says why).
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
-                           max_output_bytes=settings.max_tool_output_bytes, outputs=outputs)
+                           max_output_bytes=settings.max_tool_output_bytes, outputs=outputs,
+                           inline_fallback_bytes=settings.payload_threshold // 2)
     checkpoints = CheckpointStore(objects)
     mirror = MirrorActivities(checkpoints, redactor, outputs)
     # An experiment forks its branches from a worker, as `rewind fork` does from the CLI.

@@ -64,3 +64,47 @@ async def test_a_large_output_is_stored_once_and_seen_whole(world, client, tmp_p
     code, out, err = await rewind(cli, world.env(cli, REWIND_STORE=f"file://{again}"), "mirror", "pages-1")
     one_line_error(code, err, "tool output", "missing from", "REWIND_PAYLOADS")
     assert not list(again.rglob("*.json"))
+
+
+COUNTED_PAGES = '''
+import os
+
+from activities.tools import tool
+
+
+@tool
+async def page(n: int) -> str:
+    """Read-only: a long page of text; every execution leaves a line in runs.log."""
+    with open(os.path.join(os.environ["PAGES_LOG"]), "a") as log:
+        log.write(f"{n}\\n")
+    return f"PAGE-MARKER-{n} " + ("the quick brown fox jumps over the lazy dog " * 60)
+'''
+
+
+async def test_a_completed_call_is_not_run_again_when_its_output_cannot_be_stored(world, client, tmp_path) -> None:
+    """The payload store refuses the outputs (a file stands where their folder goes): each
+    read-only call still runs once, its output goes into history instead, and the model
+    and the checkpoints see it whole. (Found by the seeded soak: a read-only call ran again
+    after every S3 outage that met its output's write.)"""
+    wdir, cli = world.folder("w"), world.folder("cli")
+    (wdir / "pages.py").write_text(COUNTED_PAGES)
+    (tmp_path / "payloads").mkdir(exist_ok=True)
+    (tmp_path / "payloads" / "outputs").write_text("not a folder")
+    name = "pages-broken-" + world.queue
+    world.model.add_script(name, [{"tool_calls": [{"name": "page", "arguments": {"n": i}}]} for i in range(2)]
+                           + [{"content": "read two pages"}])
+    runs_log = wdir / "runs.log"
+    with UserWorker(wdir, world.env(wdir, PAGES_LOG=str(runs_log)), "--tool-modules", "pages") as worker:
+        await worker.wait_ready()
+        done = await rewind_json(cli, world.env(cli), "start", "--task", "read pages", "--model", f"script:{name}",
+                                 "--run-id", "pages-2", "--wait")
+        assert done["status"]["state"] == "completed", done
+        assert "goes into Temporal's history instead" in worker.log(), worker.log()[-2000:]
+    assert runs_log.read_text().split() == ["0", "1"]  # each call ran once
+    history = b"".join([e.SerializeToString() async for e in client.get_workflow_handle("pages-2").fetch_history_events()])
+    assert b"PAGE-MARKER-1" in history
+    shown = await rewind_json(cli, world.env(cli), "show", "pages-2:main:2")
+    assert [m["content"][:14] for m in shown["messages"] if m["role"] == "tool"] == [f"PAGE-MARKER-{i} " for i in range(2)]
+    sent = [m["content"] for r in world.model.requests() if r["model"] == f"script:{name}"
+            for m in r["messages"] if m.get("role") == "tool"]
+    assert any(s.startswith("PAGE-MARKER-1 ") and s.count("lazy dog") == 60 for s in sent), sent[-1:]
