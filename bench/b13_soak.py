@@ -88,7 +88,8 @@ def soak_section(sec: Section, report: dict, seed: int, returncode: int = 0) -> 
         f"{report['runs_done']} runs, {report['faults']} faults, {violations} violations; the faults cost "
         f"{report['soak_wall_s']} s of wall time against ~{report['undisturbed_estimate_s']} s for the same runs "
         f"undisturbed; {report['retries_by_driver']} driver retries, {report['worker_restarts']} workers that exited on "
-        f"their own started again. Replay: `{report['replay']}`.")
+        f"their own started again; S3 was down {report.get('downtime', {}).get('s3', 0):.0%} and Temporal "
+        f"{report.get('downtime', {}).get('temporal', 0):.0%} of the soak. Replay: `{report['replay']}`.")
     if violations or report["injector_errors"] or returncode != 0:
         sec.table("Violations", ["invariant", "run", "what"],
                   [[v["check"], v["run"], v["what"][:300]] for v in report["violations"]]

@@ -25,6 +25,11 @@ from workflows.wire import STATUS_QUERY
 from bench.soaking.shapes import FORK_STEP, FORK_WHEN, ROLLBACK_STEP, ROLLBACK_WHEN, Shape
 
 RUN_TIMEOUT_S = 600.0
+# Liveness is judged once the faults are over: however long a run took while they went on,
+# it must end within RECOVERY_S of the last one (and never before RUN_TIMEOUT_S of its own).
+# A run that only progresses between outages may take longer than RUN_TIMEOUT_S and still be
+# right; one that is stuck does not recover once they stop.
+RECOVERY_S = 300.0
 
 
 @dataclass
@@ -69,7 +74,8 @@ async def _closed(client: Client, outcome: Outcome, workflow_id: str) -> bool:
 async def _wait_closed(client: Client, outcome: Outcome, workflow_id: str, deadline: float) -> None:
     while not await _closed(client, outcome, workflow_id):
         if time.monotonic() > deadline:
-            outcome.notes.append(f"{workflow_id} still running after {RUN_TIMEOUT_S:.0f}s")
+            outcome.notes.append(f"{workflow_id} still running at the driver's deadline ({RUN_TIMEOUT_S:.0f} s "
+                                 f"after its start, {RECOVERY_S:.0f} s after the last fault)")
             return
         await asyncio.sleep(0.3)
 
@@ -118,9 +124,11 @@ async def _when_stored(client: Client, outcome: Outcome, store: CheckpointStore,
     return False
 
 
-async def drive(client: Client, settings: Settings, store: CheckpointStore, shape: Shape, run_id: str) -> Outcome:
+async def drive(client: Client, settings: Settings, store: CheckpointStore, shape: Shape, run_id: str,
+                faults_end: float = 0.0) -> Outcome:
+    """Run one run of `shape`; `faults_end` (time.monotonic()): when the fault schedule ends."""
     outcome = Outcome(run_id, shape.name, started=time.time())
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    deadline = max(time.monotonic() + RUN_TIMEOUT_S, faults_end + RECOVERY_S)
     main = workflow_id_for(run_id, "main")
 
     async def start() -> None:

@@ -21,6 +21,15 @@ from bench.soaking.stack import Stack
 KINDS = {  # kind -> weight
     "worker_kill": 4, "server_kill": 1, "s3_window": 3, "model_429": 2, "model_500": 2, "model_hang": 1,
 }
+# After an outage a resource stays up for a while before the next one: at least as long as
+# the outage lasted (S3: up at least half of any stretch of the soak), the Temporal server
+# SERVER_RECOVERY_S after it is back (its restart takes a few seconds more than the pause).
+# A fault drawn for a resource still down or recovering is drawn again from the other kinds.
+# Without this, outages queued back to back: the first large soak had S3 down 86-94% of its
+# first 400 s (and half of the workers started then exiting at their store check), so
+# nothing could progress and every run of those minutes missed the driver's deadline.
+SERVER_RECOVERY_S = 10.0
+SERVER_RESTART_S = 3.0  # what a restart adds to the scheduled pause, about
 
 
 @dataclass
@@ -39,20 +48,24 @@ class Fault:
 
 
 def schedule(seed: int, count: int, duration_s: float, *, s3: bool) -> list[Fault]:
+    """`count` faults over `duration_s`, a pure function of the arguments."""
     rng = random.Random(f"soak-faults-{seed}")
     kinds = {k: w for k, w in KINDS.items() if s3 or k != "s3_window"}
-    names, weights = list(kinds), list(kinds.values())
+    moments = sorted(rng.uniform(1.0, duration_s) for _ in range(count))
+    busy_until = {"server_kill": 0.0, "s3_window": 0.0}  # a resource's outage and recovery end
     out = []
-    for _ in range(count):
-        kind = rng.choices(names, weights)[0]
-        at = rng.uniform(1.0, duration_s)
+    for at in moments:
+        free = {k: w for k, w in kinds.items() if busy_until.get(k, 0.0) <= at}
+        kind = rng.choices(list(free), list(free.values()))[0]
         params: dict[str, Any] = {}
         if kind == "worker_kill":
             params = {"victim": rng.randrange(1000), "replace_after_s": round(rng.uniform(0.0, 3.0), 1)}
         elif kind == "server_kill":
             params = {"down_s": round(rng.uniform(1.0, 6.0), 1)}
+            busy_until[kind] = at + params["down_s"] + SERVER_RESTART_S + SERVER_RECOVERY_S
         elif kind == "s3_window":
             params = {"mode": rng.choice(MODES), "seconds": round(rng.uniform(1.0, 8.0), 1)}
+            busy_until[kind] = at + 2 * params["seconds"]
         elif kind == "model_429":
             params = {"count": rng.randint(1, 3), "retry_after": rng.choice([0.5, 1, 2])}
         elif kind == "model_500":
@@ -60,7 +73,17 @@ def schedule(seed: int, count: int, duration_s: float, *, s3: bool) -> list[Faul
         elif kind == "model_hang":
             params = {"hang_s": round(LLM_TIMEOUT_S + rng.uniform(1.0, 3.0), 1)}
         out.append(Fault(round(at, 2), kind, params))
-    return sorted(out, key=lambda f: f.at_s)
+    return out
+
+
+def downtime(faults: list[Fault], origin: float, end: float) -> dict[str, float]:
+    """The share of [origin, end] each resource was down (outages as injected)."""
+    span = max(end - origin, 1e-9)
+    out = {}
+    for kind, name in (("s3_window", "s3"), ("server_kill", "temporal")):
+        down = sum((f.ended or end) - f.started for f in faults if f.kind == kind and f.started is not None)
+        out[name] = round(down / span, 3)
+    return out
 
 
 class Injector:

@@ -30,7 +30,7 @@ from rewind.stores import checkpoint_store
 
 from bench.soaking import invariants as inv
 from bench.soaking.drive import Outcome, drive
-from bench.soaking.faults import Injector, as_json, schedule
+from bench.soaking.faults import Injector, as_json, downtime, schedule
 from bench.soaking.shapes import SHAPES, WEIGHTS
 from bench.soaking.stack import Stack
 
@@ -112,6 +112,7 @@ async def soak(args: argparse.Namespace, root: Path, say: Any) -> dict[str, Any]
             origin = time.time()
             inject = asyncio.create_task(injector.run(origin, stop))
             cutoff = time.monotonic() + args.minutes * 60
+            faults_end = time.monotonic() + window
             run_ids = [f"soak-{k:03d}-{name}-{args.seed}" for k, name in enumerate(plan)]
 
             async def one(k: int, run_id: str, name: str) -> Outcome | None:
@@ -120,13 +121,14 @@ async def soak(args: argparse.Namespace, root: Path, say: Any) -> dict[str, Any]
                 async with limit:
                     if time.monotonic() > cutoff:
                         return None
-                    return await drive(client, settings, store, SHAPES[name], run_id)
+                    return await drive(client, settings, store, SHAPES[name], run_id, faults_end)
             outcomes = await asyncio.gather(*(one(k, r, n) for k, (r, n) in enumerate(zip(run_ids, plan))),
                                             return_exceptions=True)
             stop.set()
             await inject
             await injector.settle()
             soak_wall = time.time() - origin
+            down = downtime(faults, origin, time.time())
             say(f"soak: {len(plan)} runs in {soak_wall:.1f}s, {sum(f.started is not None for f in faults)} faults "
                 f"scheduled and injected; checking")
             report = await check(args, stack, client, store, root, plan, run_ids, outcomes, ref_by, faults, injector,
@@ -134,7 +136,7 @@ async def soak(args: argparse.Namespace, root: Path, say: Any) -> dict[str, Any]
             report.update(seed=args.seed, ref_wall_s=round(ref_wall, 1), soak_wall_s=round(soak_wall, 1),
                           undisturbed_estimate_s=round(sum(ref_by[n].ended - ref_by[n].started for n in plan)
                                                        / args.concurrency, 1),
-                          replay=replay_command(args), folder=str(root))
+                          replay=replay_command(args), folder=str(root), downtime=down)
             return report
     finally:
         await stack.stop()
@@ -213,7 +215,8 @@ def text_report(r: dict[str, Any]) -> str:
            f"{r['faults']} faults ({', '.join(f'{k} {v}' for k, v in r['faults_by_kind'].items())})",
            f"wall: soak {r['soak_wall_s']}s, the same runs undisturbed ~{r['undisturbed_estimate_s']}s "
            f"(references {r['ref_wall_s']}s); workers that exited on their own and were started again: "
-           f"{r['worker_restarts']}", *r["lines"]]
+           f"{r['worker_restarts']}",
+           f"down: S3 {r['downtime']['s3']:.0%}, Temporal {r['downtime']['temporal']:.0%} of the soak", *r["lines"]]
     for v in r["violations"]:
         out += [f"VIOLATION [{v['check']}] seed {r['seed']} run {v['run']}: {v['what']}",
                 "  faults around it:", *(f"    {line}" for line in v["faults_near"] or ["(none)"]),
