@@ -174,7 +174,14 @@ _TOTALS = {"llm_tokens_used": "total_tokens", "prompt_tokens": "prompt_tokens",
 _DERIVED_IDS = ("run_id", "branch_id", "step_index")
 
 
+# Scalars whose equality is their JSON text's (not float: -0.0 == 0.0 spells differently).
+_PLAIN_SCALARS = (str, int, bool, type(None))
+
+
 def _same(a: Any, b: Any) -> bool:
+    """Whether `a` and `b` have the same canonical JSON (what decides a stored object's bytes)."""
+    if type(a) is type(b) and type(a) in _PLAIN_SCALARS:
+        return a == b  # most ledger fields and ids: no JSON needed to compare them
     try:
         return canonical_json(a) == canonical_json(b)
     except (TypeError, ValueError):
