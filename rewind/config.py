@@ -208,9 +208,10 @@ class Settings:
     metrics_port: int | None = None
     # Processes `rewind worker` runs (rewind/worker_pool.py); None: the machine's cores.
     worker_processes: int | None = None
-    # Run workflow code in Temporal's sandbox (the default) or without it: the sandbox
-    # costs a worker CPU on every workflow task (docs/performance.md says how much).
-    workflow_sandbox: bool = True
+    # Run workflow code in Temporal's sandbox, or (the default) without it: the sandbox costs
+    # a worker about a fifth of its CPU per step (docs/performance.md), and the workflow code
+    # is Rewind's own, whose tests run it in the sandbox (tests/conftest.py, the replay tests).
+    workflow_sandbox: bool = False
     # How long a starting worker waits for Temporal and its stores while they do not answer
     # (rewind/startup.py); 0: stop at once. What a person must fix stops it at once anyway.
     startup_wait_s: float = 60.0
@@ -313,7 +314,7 @@ class Settings:
             health_file=Path(p) if (p := read.str("REWIND_HEALTH_FILE")) else None,
             metrics_port=_port("REWIND_METRICS_PORT", read) if read.str("REWIND_METRICS_PORT") else None,
             worker_processes=read.int("REWIND_WORKER_PROCESSES", 0, minimum=1) if read.str("REWIND_WORKER_PROCESSES") else None,
-            workflow_sandbox=read.flag("REWIND_WORKFLOW_SANDBOX") if read.str("REWIND_WORKFLOW_SANDBOX") else True,
+            workflow_sandbox=read.flag("REWIND_WORKFLOW_SANDBOX"),
             startup_wait_s=read.float("REWIND_STARTUP_WAIT_S", 60.0),
             debug=read.flag("REWIND_DEBUG"),
             tracing=bool(read.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or read.str("OTEL_EXPORTER_OTLP_ENDPOINT"))

@@ -171,10 +171,13 @@ def build_worker(
     tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool, tools.check_tool_call]
     options: dict[str, Any] = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     if not settings.workflow_sandbox:
-        # REWIND_WORKFLOW_SANDBOX=0: the workflow code is Rewind's own (users write tools,
-        # which run as activities), and the replay tests run every recorded shape of it
-        # through the sandbox; without it, each workflow task skips the sandbox's
-        # per-payload lookups (docs/performance.md).
+        # The default (REWIND_WORKFLOW_SANDBOX=1 turns the sandbox on): the workflow code is
+        # Rewind's own (users write tools, which run as activities, and declare agents as
+        # data), and the test suite runs it in the sandbox (its in-process workers and the
+        # replay of every recorded shape), so a nondeterministic call in it fails there.
+        # Without it each workflow task skips the sandbox's per-payload context lookups
+        # (exec'd snippets): about a fifth of a worker's CPU per step (docs/performance.md).
+        # Temporal's Go and Java SDKs have no sandbox at all.
         options["workflow_runner"] = UnsandboxedWorkflowRunner()
     main = Worker(
         client,
@@ -317,7 +320,7 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
                 settings.temporal_address, settings.namespace, settings.temporal.describe(), settings.task_queue, ", ".join(registry.names()) or "none",
                 settings.store_url, settings.payload_url,
                 "the scripted offline model" if offline is not None else endpoint.base_url,
-                "" if settings.workflow_sandbox else ", workflow sandbox off (REWIND_WORKFLOW_SANDBOX=0)",
+                ", workflow sandbox on (REWIND_WORKFLOW_SANDBOX=1)" if settings.workflow_sandbox else "",
             )
             if announce_json:  # `rewind worker --json`: one document once the worker polls
                 print(json.dumps({

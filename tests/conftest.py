@@ -179,6 +179,10 @@ def settings(temporal_server: DevServer, tmp_path: Path, payload_url: str) -> Se
         store_url=f"file://{tmp_path / 'store'}",
         home=tmp_path / "home",
         sticky_timeout_s=1.0,
+        # The in-process workers run the workflow code in Temporal's sandbox (workers'
+        # default: off), so a nondeterministic call added to it fails the suite at once;
+        # the workers the as-user tests start run as users run them.
+        workflow_sandbox=True,
     )
 
 

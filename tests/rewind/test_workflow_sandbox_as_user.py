@@ -1,6 +1,6 @@
-"""REWIND_WORKFLOW_SANDBOX=0, as a user sets it: the worker runs Rewind's workflow code
-without Temporal's sandbox (docs/performance.md), and a run, its fork and its
-checkpoints come out the same as on a worker with the sandbox."""
+"""REWIND_WORKFLOW_SANDBOX, as a user sets it: by default the worker runs Rewind's
+workflow code without Temporal's sandbox (docs/performance.md), and a run, its fork and
+its checkpoints come out the same as on a worker with REWIND_WORKFLOW_SANDBOX=1."""
 
 from __future__ import annotations
 
@@ -29,14 +29,15 @@ async def _run_and_fork(cli, env, run_id: str) -> list[list[dict]]:  # type: ign
 async def test_a_worker_without_the_sandbox_runs_the_same_runs(world):
     cli = world.folder("cli")
     sandboxed_queue = f"{world.queue}-sandboxed"
-    with UserWorker(world.folder("w0"), world.env(world.folder("w0"), REWIND_WORKFLOW_SANDBOX="0"),
+    with UserWorker(world.folder("w0"), world.env(world.folder("w0")),
                     "--tool-modules", "examples.research_agent") as off, \
-         UserWorker(world.folder("w1"), world.env(world.folder("w1"), REWIND_TASK_QUEUE=sandboxed_queue),
+         UserWorker(world.folder("w1"), world.env(world.folder("w1"), REWIND_TASK_QUEUE=sandboxed_queue,
+                                                  REWIND_WORKFLOW_SANDBOX="1"),
                     "--tool-modules", "examples.research_agent") as on:
         await off.wait_ready()
         await on.wait_ready()
-        assert "workflow sandbox off (REWIND_WORKFLOW_SANDBOX=0)" in off.stderr(), off.stderr()[-2000:]
-        assert "workflow sandbox off" not in on.stderr()
+        assert "workflow sandbox on (REWIND_WORKFLOW_SANDBOX=1)" in on.stderr(), on.stderr()[-2000:]
+        assert "workflow sandbox" not in off.stderr(), off.stderr()[-2000:]
         without = await _run_and_fork(cli, world.env(cli), "nosandbox-1")
         with_sandbox = await _run_and_fork(cli, world.env(cli, REWIND_TASK_QUEUE=sandboxed_queue), "sandbox-1")
     for branch, a, b in zip(("main", "terse"), without, with_sandbox):
