@@ -146,7 +146,7 @@ def _excused(faults: list[Fault], after: float, before: float) -> bool:
 
 def check_effects(check: Check, run_id: str, lines: list[dict[str, Any]], summaries: list[Any],
                   head_cps: dict[str, AgentCheckpoint], faults: list[Fault]) -> None:
-    mine = [line for line in lines if line["run"] == run_id]
+    mine = [line for line in lines if line.get("run") == run_id]
     # 1. No call ran again after an execution of it ended well, unless a kill came between.
     by_call: dict[tuple, list[dict]] = defaultdict(list)
     for line in mine:
@@ -183,6 +183,32 @@ def check_effects(check: Check, run_id: str, lines: list[dict[str, Any]], summar
             if len(where) > 1:
                 check.fail(run_id, f"branch {branch}: read-only {call} executed by {len(where)} calls of one lineage: "
                                    f"{sorted(where)}")
+
+
+async def mcp_effects(lines: list[dict[str, Any]], store: CheckpointStore,
+                      run_ids: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The MCP server's effects as effect lines of the ledger's own shape: the server knows
+    only the idempotency key its request carried, the checkpoints' tool records say whose
+    call that was (the earliest step that records it). Returns the lines and the keys of
+    effects no checkpoint of these runs records (an effect outside every recorded call)."""
+    where: dict[str, tuple[str, str, int, str | None]] = {}
+    for run_id in run_ids:
+        for s in sorted(await store.list_checkpoints(run_id), key=lambda s: s.step_index):
+            for r in (await store.load(s.checkpoint_id)).tool_call_cache:
+                if r.idempotency_key and r.idempotency_key not in where:
+                    where[r.idempotency_key] = (run_id, s.branch_id, s.step_index, r.tool_call_id)
+    out, unknown = [], []
+    for line in lines:
+        if line.get("kind") != "mcp" or line.get("tool") != "post":
+            continue
+        if line.get("key") not in where:
+            unknown.append(str(line.get("key")))
+            continue
+        run_id, branch, step, call = where[line["key"]]
+        out.append({"kind": "effect", "run": run_id, "branch": branch, "step": step, "call": call, "key": line["key"],
+                    "applied": line["applied"], "effect": "mcp post " + json.dumps(line["args"], sort_keys=True),
+                    "tool": "post", "at": line["at"], "attempt": None})
+    return out, unknown
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -252,5 +278,5 @@ async def check_liveness(check: Check, client: Client, run_ids: list[str], env: 
     await asyncio.gather(*(status(r) for r in run_ids))
 
 
-__all__ = ["Check", "snapshot", "heads", "first_difference", "read_ledger", "check_effects", "check_store",
+__all__ = ["Check", "snapshot", "heads", "first_difference", "read_ledger", "check_effects", "check_store", "mcp_effects",
            "check_liveness", "checkpoint_id", "rewind_cli"]

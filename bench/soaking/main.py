@@ -164,6 +164,13 @@ async def check(args: argparse.Namespace, stack: Stack, client: Any, store: Any,
         for note in outcome.notes:
             outcome_check.fail(run_id, note)
         done.append((run_id, name, outcome))
+    # The MCP server's effects, attributed to their calls by idempotency key.
+    mcp_runs = [r for r, name, _ in done if name == "mcp"] + [o.run_id for o in ref_by.values() if o.shape == "mcp"]
+    mcp_lines, unknown = await inv.mcp_effects(ledger, store, mcp_runs)
+    ledger += mcp_lines
+    for key in unknown:
+        effects.checks += 1
+        effects.fail("(MCP)", f"the MCP server applied an effect (idempotency key {key}) that no checkpoint records")
     for run_id, name, outcome in [*done, *((o.run_id, o.shape, o) for o in ref_by.values())]:
         shape = SHAPES[name]
         code, out, err = await inv.rewind_cli(env, cwd, "status", run_id, "--branch", outcome.heads[0], "--json")

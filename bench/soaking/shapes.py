@@ -51,6 +51,7 @@ class Shape:
         )
 
 
+MCP_SERVER = "soakmcp"  # the soak's MCP server (soak_mcp.py): its tools are soakmcp__find, soakmcp__post
 FORK_STEP, FORK_WHEN = 2, 3  # fork at step 2 once step 3 is stored (main still running)
 ROLLBACK_STEP, ROLLBACK_WHEN = 1, 3  # roll back to step 1 once step 3 is stored
 
@@ -103,9 +104,22 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
         {"content": "synthesis of alpha and beta",
          "by_user": {"Look into alpha": {"content": "alpha report"}, "Look into beta": {"content": "beta report"}}},
     ], ["researcher"]),
+    Shape("mcp", [
+        _turn(_call(f"{MCP_SERVER}__find", term="m1"), _call(f"{MCP_SERVER}__post", channel="ops", text="m1 found")),
+        _turn(_call(f"{MCP_SERVER}__find", term="m1")),  # answered from the run's cache
+        _turn(_call("lookup", term="m-local")),
+        {"content": "mcp done"},
+    ], [f"{MCP_SERVER}__find", f"{MCP_SERVER}__post", "lookup"], action="fork", extra_scripts={"alt": [
+        {"content": "unused"}, {"content": "unused"},
+        # The fork asks for main's post again (an effect of its lineage: reused, not posted again).
+        _turn(_call(f"{MCP_SERVER}__post", channel="ops", text="m1 found"), _call(f"{MCP_SERVER}__find", term="m1")),
+        _turn(_call(f"{MCP_SERVER}__find", term="m-alt")),
+        {"content": "mcp alt done"},
+    ]}),
 ]}
 
-WEIGHTS = {"parallel": 3, "approve": 2, "reject": 1, "budget": 1, "fork": 2, "rollback": 2, "long": 1, "subagents": 2}
+WEIGHTS = {"parallel": 3, "approve": 2, "reject": 1, "budget": 1, "fork": 2, "rollback": 2, "long": 1, "subagents": 2,
+           "mcp": 2}
 
 
 def scripts() -> dict[str, list[dict]]:

@@ -4,7 +4,8 @@
     moto S3 server        a subprocess that keeps its state; reached only through the fault proxy
     fault proxy           s3proxy.FaultProxy (refuse / hang / 500 / 503 windows)
     scripted model        in this process (its faults: 429 with retry-after, 500, a hang)
-    K workers             `python worker.py --tool-modules soak_tools` processes; SIGKILLed and replaced
+    K workers             `python worker.py --tool-modules soak_tools` processes, each holding a session
+                          to the soak's MCP server (soak_mcp.py, stdio); SIGKILLed and replaced
 
 Workers and the `rewind` CLI are configured only through the environment that
 `env()` returns, as a user's would be.
@@ -13,6 +14,7 @@ Workers and the `rewind` CLI are configured only through the environment that
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -50,11 +52,17 @@ class Stack:
         self.homes: dict[int, Path] = {}
         self.ledger = root / "ledger.jsonl"
         self.outbox = root / "outbox"
+        self.mcp_config = root / "mcp.json"
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
         self.db.parent.mkdir(parents=True, exist_ok=True)
+        # The MCP server every worker starts (stdio): its ledger and outbox are the soak's.
+        self.mcp_config.write_text(json.dumps({"mcpServers": {shapes.MCP_SERVER: {
+            "command": sys.executable, "args": [str(HERE / "soak_mcp.py")],
+            "env": {"REWIND_SOAK_LEDGER": str(self.ledger), "REWIND_SOAK_OUTBOX": str(self.outbox),
+                    "PYTHONPATH": str(REPO)}}}}))
         self.server = await asyncio.to_thread(self._start_server)
         self.model.start_in_thread()
         for name, turns in shapes.scripts().items():
@@ -151,6 +159,7 @@ class Stack:
         env = self.env(home=home / ".rewind", PYTHONPATH=f"{HERE}{os.pathsep}{REPO}", REWIND_SOAK_LEDGER=str(self.ledger),
                        REWIND_SOAK_OUTBOX=str(self.outbox), REWIND_SOAK_SEED=str(self.seed),
                        REWIND_SOAK_TOOL_FAULT_RATE=f"{self.tool_fault_rate:g}", REWIND_LOG_LEVEL="WARNING",
+                       REWIND_MCP_CONFIG=str(self.mcp_config),
                        # One process per worker: the soak's --workers are its processes, each killed alone.
                        REWIND_WORKER_PROCESSES="1")
         worker = LoggedProcess([sys.executable, str(REPO / "worker.py"), "--tool-modules", "soak_tools"],
