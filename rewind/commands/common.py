@@ -52,6 +52,14 @@ async def client_for(settings: Settings) -> Any:
     return await connect(settings)
 
 
+async def connection_for(settings: Settings) -> Any:
+    """`client_for` whose SDK Client is built on first use (rewind/temporal_connect.py,
+    `Connection`): for a command that may answer from plain service calls."""
+    from rewind.temporal_connect import open_connection
+
+    return await open_connection(settings)
+
+
 def interactive(args: argparse.Namespace) -> bool:
     """Live progress only for a person watching: a terminal, and not --json."""
     return not args.json and sys.stdout.isatty()
