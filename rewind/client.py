@@ -30,30 +30,23 @@ from checkpoint_bridge.runs import (
 )
 from rewind.config import Settings
 from workflows.summaries import summary_step
-from workflows.contracts import (
-    AgentInput,
-    AgentResult,
-    AgentStatus,
-    ApprovalDecision,
-    ApprovalRecord,
-    Ledger,
-    RunLimits,
-    RunState,
-)
 from workflows.errors import RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
+from workflows.status import AgentResult, AgentStatus, Ledger, RunLimits, RunState
 from workflows.wire import STATUS_QUERY
 
 if TYPE_CHECKING:
     # Imported where they are used: `rewind status` and `pending`, which answer most
     # often, need neither the SDK's Client (rewind/temporal_connect.py, `Connection`), nor
-    # the branching and compensation code, nor the checkpoint store unless they read it.
+    # the branching and compensation code, nor the checkpoint store unless they read it,
+    # nor the workflow contracts but a run's status (workflows/status.py).
     from temporalio.client import Client, WorkflowHandle
 
     from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
     from checkpoint_bridge.compensation import SideEffect
     from checkpoint_bridge.document.schema import AgentCheckpoint
     from checkpoint_bridge.store import CheckpointStore
+    from workflows.contracts import AgentInput, ApprovalRecord
 
 
 async def connect(settings: Settings | None = None, runtime: Any = None, *, service: str = "rewind-cli") -> Client:
@@ -141,6 +134,8 @@ async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str
                   reason: str | None = None, arguments: dict[str, Any] | None = None) -> ApprovalRecord:
     """`rewind approve`: let a waiting call run (with `arguments` instead, if given). `by`
     defaults to the OS user. Raises DecisionRefusedError if the run cannot take it."""
+    from workflows.contracts import ApprovalDecision
+
     decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="approve", by=_decider(by), reason=reason,
                                 arguments=arguments, decided_at=datetime.now(timezone.utc))
     return await decisions.decide(client, run_id, decision, branch=branch)
@@ -149,6 +144,8 @@ async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str
 async def reject(client: Client, run_id: str, tool_call_id: str, *, reason: str, branch: str = "main",
                  by: str | None = None) -> ApprovalRecord:
     """`rewind reject`: the call does not run; the model gets the reason as its result."""
+    from workflows.contracts import ApprovalDecision
+
     decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="reject", by=_decider(by), reason=reason,
                                 decided_at=datetime.now(timezone.utc))
     return await decisions.decide(client, run_id, decision, branch=branch)
@@ -168,6 +165,7 @@ async def agent_input(
     prompt, tools, model and max_steps, as a worker that loaded its declaration says, except
     what is given here. Start it with `start_run`."""
     from checkpoint_bridge.runs import declared_agent
+    from workflows.contracts import AgentInput
 
     spec = await declared_agent(client, settings.task_queue, agent)
     chosen = limits or RunLimits(max_steps=spec.max_steps)
