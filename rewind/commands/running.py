@@ -96,7 +96,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         # status then says how far the mirror is behind and why).
         store_error = None
         try:
-            async with open_checkpoints(settings) as store:
+            async with open_checkpoints(settings, deferred=True) as store:  # read only when the result cannot answer
                 view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue,
                                       query_timeout_s=args.query_timeout)
         except ConfigError as exc:
