@@ -21,10 +21,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
@@ -175,21 +174,45 @@ def data_converter(
 ) -> DataConverter:
     """pydantic converter + external storage of payloads above `threshold` bytes,
     + AES-GCM encryption of every payload when `encryption_keys` are given."""
+    return converter_factory(payload_url, threshold, encryption_keys=encryption_keys,
+                             require_encryption=require_encryption, s3_endpoint_url=s3_endpoint_url,
+                             aws_region=aws_region)()
+
+
+def converter_factory(
+    payload_url: str,
+    threshold: int = DEFAULT_THRESHOLD,
+    *,
+    encryption_keys: str = "",
+    require_encryption: bool = False,
+    s3_endpoint_url: str | None = None,
+    aws_region: str | None = None,
+) -> Callable[[], DataConverter]:
+    """`data_converter`, checked now and built when called: whatever in the settings can be
+    wrong (the payload store's driver, the keys, REWIND_REQUIRE_ENCRYPTION without keys) is
+    its error here, and the call only assembles. The pydantic converter is imported by the
+    call: `rewind pending` with no open run decodes nothing (rewind/temporal_connect.py)."""
     driver = _driver(payload_url, s3_endpoint_url, aws_region)
-    storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
     keys = parse_keys(encryption_keys)
-    if not keys:
-        if require_encryption:
-            raise ConfigError(
-                "REWIND_REQUIRE_ENCRYPTION is set but REWIND_ENCRYPTION_KEYS is empty; "
-                "set kid:<base64 of 32 bytes> (see rewind/encryption.py)"
-            )
-        return dataclasses.replace(pydantic_data_converter, external_storage=storage)
-    return dataclasses.replace(
-        pydantic_data_converter,
-        external_storage=storage,
-        payload_codec=EncryptionCodec(keys, require_encryption=require_encryption),
-        # Failure messages and stack traces move into an encoded (so encrypted)
-        # attribute; history keeps only "Encoded failure".
-        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
-    )
+    if not keys and require_encryption:
+        raise ConfigError(
+            "REWIND_REQUIRE_ENCRYPTION is set but REWIND_ENCRYPTION_KEYS is empty; "
+            "set kid:<base64 of 32 bytes> (see rewind/encryption.py)"
+        )
+
+    def build() -> DataConverter:
+        from temporalio.contrib.pydantic import pydantic_data_converter
+
+        storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
+        if not keys:
+            return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+        return dataclasses.replace(
+            pydantic_data_converter,
+            external_storage=storage,
+            payload_codec=EncryptionCodec(keys, require_encryption=require_encryption),
+            # Failure messages and stack traces move into an encoded (so encrypted)
+            # attribute; history keeps only "Encoded failure".
+            failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        )
+
+    return build

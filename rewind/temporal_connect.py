@@ -23,7 +23,7 @@ import asyncio
 import datetime
 import functools
 import re
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 
@@ -271,13 +271,14 @@ async def connection_error(settings: "Settings", exc: BaseException) -> Temporal
 
 async def open_connection(settings: "Settings", runtime: Any = None, *, service: str = "rewind-cli") -> Connection:
     """The connection `connect` (rewind/client.py) makes, with its Client still to build:
-    the options above, the tracing interceptors, the data converter (rewind/payloads.py), then
-    the service client on Rewind's runtime and the namespace check. A connection that
+    the options above, the tracing interceptors, the data converter (rewind/payloads.py: its
+    settings checked now, itself built on first use), then the service client on Rewind's
+    runtime and the namespace check. A connection that
     fails is one TemporalConnectionError naming the setting to fix."""
     from temporalio.service import ConnectConfig, ServiceClient
 
     from rewind import tracing
-    from rewind.payloads import data_converter
+    from rewind.payloads import converter_factory
     from rewind.temporal_runtime import core_runtime
 
     if not settings.temporal_read:
@@ -285,7 +286,7 @@ async def open_connection(settings: "Settings", runtime: Any = None, *, service:
                            "for a command that only reads the store); read them with Settings.from_env()")
     options = connect_options(settings)
     traced = tracing.interceptors(settings, service=service)
-    converter = data_converter(
+    converter = converter_factory(  # its settings checked now, the converter built on first use
         settings.payload_url, settings.payload_threshold,
         encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
         s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
@@ -311,21 +312,27 @@ class Connection:
     converter and interceptors of the settings. That is all `Client.connect` makes before
     it builds its `Client` from them; here the Client is built on first use, as `client`,
     or when the connection is asked for anything else a Client has (so a Connection goes
-    where a Client goes). A command that reads runs with plain service calls
+    where a Client goes), and the data converter too (`converter`: a function that builds
+    it, its settings already checked). A command that reads runs with plain service calls
     (checkpoint_bridge/runs.py: `rewind status` of a finished run, `rewind pending`) thus
-    never imports `temporalio.client`, most of such a command's time; one that needs more
-    gets the very Client that `Client.connect` would have made, on the same connection."""
+    never imports `temporalio.client`, most of such a command's time, nor the pydantic
+    converter when it decodes nothing; one that needs more gets the very Client that
+    `Client.connect` would have made, on the same connection."""
 
-    def __init__(self, service: ServiceClient, namespace: str, data_converter: DataConverter,
+    def __init__(self, service: ServiceClient, namespace: str, converter: Callable[[], DataConverter],
                  interceptors: Sequence[Any] = ()) -> None:
         self.service = service
         self.namespace = namespace
-        self.data_converter = data_converter
+        self._converter = converter
         self.interceptors = list(interceptors)
 
     @property
     def workflow_service(self) -> WorkflowService:
         return self.service.workflow_service
+
+    @functools.cached_property
+    def data_converter(self) -> DataConverter:
+        return self._converter()
 
     @functools.cached_property
     def client(self) -> Client:
@@ -335,9 +342,9 @@ class Connection:
                       interceptors=self.interceptors)
 
     def __getattr__(self, name: str) -> Any:
-        # Only what the connection itself lacks; never dunders (copy, pickle) nor `client`
-        # itself (an error building it must not recurse here).
-        if name.startswith("__") or name == "client":
+        # Only what the connection itself lacks; never dunders (copy, pickle) nor what it
+        # builds itself (an error building one must not recurse here).
+        if name.startswith("__") or name in ("client", "data_converter", "_converter"):
             raise AttributeError(name)
         return getattr(self.client, name)
 
