@@ -84,7 +84,7 @@ def run(argv: list[str] | None = None) -> int:
     debug = False
     try:
         # A command that only reads the store does not read the Temporal connection
-        # (its profile file's loader would import the whole Temporal client).
+        # (its profile file's loader would import the SDK's service client and its protobufs).
         settings = Settings.from_env(temporal=not getattr(args, "store_only", False))
         debug = settings.debug
         if not debug and args.command not in RUNS_USER_CODE:  # the worker logs them on stderr
