@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
@@ -163,20 +163,11 @@ class _LazyS3Driver(StorageDriver):
         return await (await self._get()).retrieve(context, claims)
 
 
-def data_converter(
-    payload_url: str,
-    threshold: int = DEFAULT_THRESHOLD,
-    *,
-    encryption_keys: str = "",
-    require_encryption: bool = False,
-    s3_endpoint_url: str | None = None,
-    aws_region: str | None = None,
-) -> DataConverter:
+def data_converter(payload_url: str, threshold: int = DEFAULT_THRESHOLD, **options: Any) -> DataConverter:
     """pydantic converter + external storage of payloads above `threshold` bytes,
-    + AES-GCM encryption of every payload when `encryption_keys` are given."""
-    return converter_factory(payload_url, threshold, encryption_keys=encryption_keys,
-                             require_encryption=require_encryption, s3_endpoint_url=s3_endpoint_url,
-                             aws_region=aws_region)()
+    + AES-GCM encryption of every payload when `encryption_keys` are given (the options
+    of `converter_factory`)."""
+    return converter_factory(payload_url, threshold, **options)()
 
 
 def converter_factory(
