@@ -114,5 +114,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     sec.data = data
     sec.notes.append("What a read-only command loads is guarded by tests/rewind/test_cli_imports.py (which packages, "
                      "not how long): no Temporal client for a command that reads only the store, no S3 client for a "
-                     "folder store, no openai outside the worker, no pydantic for --version and --help.")
+                     "folder store, no openai outside the worker, no pydantic for --version and --help; `status` of a "
+                     "finished run and `pending` without an open run use the SDK's service client, not its Client "
+                     "(nor, for `pending`, pydantic).")
     return sec

@@ -12,17 +12,22 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from checkpoint_bridge.runs import branch_workflows, pollers, query_wait_s
-from workflows.contracts import AgentStatus, ApprovalDecision, ApprovalRecord, PendingApproval
+from checkpoint_bridge.runs import branch_workflows, open_runs, pollers, query_wait_s
 from workflows.errors import DecisionRefusedError, RunNotFoundError
 from workflows.ids import validate_id
-from workflows.wire import AGENT_WORKFLOW, DECIDE_UPDATE, STATUS_QUERY
+from workflows.wire import DECIDE_UPDATE, STATUS_QUERY
+
+if TYPE_CHECKING:
+    # Imported where they are used: `rewind pending` with no open run needs neither the
+    # SDK's Client nor the workflow contracts.
+    from temporalio.client import Client
+
+    from workflows.contracts import ApprovalDecision, ApprovalRecord, PendingApproval
 
 # A decision waits at most this long for a worker to take it.
 DECISION_TIMEOUT_S = 30.0
@@ -32,6 +37,10 @@ async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, bra
                  timeout_s: float = DECISION_TIMEOUT_S) -> ApprovalRecord:
     """Deliver `decision` to the run's current workflow; the recorded decision, or DecisionRefusedError.
     A call that waits inside one of the branch's sub-agents is decided there (`branch` names the caller)."""
+    from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+
+    from workflows.contracts import ApprovalRecord
+
     validate_id("run", run_id)
     validate_id("branch", branch)
     branch = await _waiting_in(client, run_id, branch, decision.tool_call_id) or branch
@@ -81,6 +90,8 @@ def _refuse_if_ended(desc: Any, run_id: str, branch: str) -> None:
 
 async def _waiting_in(client: Client, run_id: str, branch: str, call: str, depth: int = 0) -> str | None:
     """The branch where `call` waits: `branch` itself or one of its running sub-agents' (nested); None: neither."""
+    from workflows.contracts import AgentStatus
+
     workflows = await branch_workflows(client, run_id, branch)
     if not workflows or depth > 8:
         return None
@@ -106,11 +117,13 @@ class Pending:
 
 async def pending_approvals(client: Client, *, query_timeout_s: float = 5.0, concurrency: int = 16) -> Pending:
     """Every tool call waiting for a decision, across the open runs."""
-    handles = []
-    queues: set[str] = set()
-    async for info in client.list_workflows(f"WorkflowType = '{AGENT_WORKFLOW}' AND ExecutionStatus = 'Running'"):
-        handles.append((client.get_workflow_handle(info.id, run_id=info.run_id), info.task_queue))
-        queues.add(info.task_queue)
+    runs = await open_runs(client)
+    if not runs:
+        return Pending([], [])
+    from workflows.contracts import AgentStatus
+
+    handles = [(client.get_workflow_handle(workflow_id, run_id=run_id), queue) for workflow_id, run_id, queue in runs]
+    queues = {queue for _, _, queue in runs}
     limit = asyncio.Semaphore(concurrency)
     # A queue with no worker, or only workers of this machine that exited: no long wait.
     wait_s = {queue: query_wait_s(await pollers(client, queue, workflows=True), query_timeout_s) for queue in queues}

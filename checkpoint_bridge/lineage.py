@@ -11,11 +11,14 @@ revisions and fork points. The suffix `.rN` is therefore reserved.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
-from checkpoint_bridge.store import CheckpointStore
 from workflows.errors import InvalidIdError, RunNotFoundError, StepNotFoundError
 from workflows.ids import parse_subagent_branch, validate_id
+
+if TYPE_CHECKING:  # the revision names alone (checkpoint_bridge/runs.py) need no checkpoint models
+    from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
+    from checkpoint_bridge.store import CheckpointStore
 
 # `main.r1`, `main.r2`, ... are the revisions rollbacks made; `main.r0` names the
 # original `main` itself (what a user compares a rolled-back branch against).

@@ -1,33 +1,69 @@
 """The Temporal side of runs and branches: start one, find a branch's workflows,
-ask which workers poll a queue.
+read the result of one that completed, list the open runs, ask which workers
+poll a queue.
 
 Fork and rollback start workflows too, so this sits beside them in the
 bridge and takes what it needs as arguments (the task queue, a redaction
 function) instead of reading settings: the CLI and the client API on the top
 floor pass their settings down.
+
+The reads (`branch_executions`, `completed_result`, `open_runs`, `pollers`)
+are plain calls of the workflow service, the requests the SDK's Client would
+make (with its retries), and need only `client.namespace`,
+`client.workflow_service` and `client.data_converter`: so `rewind status` of a
+finished run and `rewind pending` answer without the SDK's Client, whose
+import is most of such a command's time (rewind/temporal_connect.py,
+`Connection`). This module imports no more of the SDK than its service client
+at the top, and the workflow contracts only where a function uses them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import warnings
 from datetime import timedelta
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import HistoryEventFilterType, WorkflowExecutionStatus
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkflowExecutionRequest,
+    DescribeWorkflowExecutionResponse,
+    GetWorkflowExecutionHistoryRequest,
+    ListWorkflowExecutionsRequest,
+)
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.lineage import is_revision_name, revision_branch, split_revision
-from checkpoint_bridge.visibility import ensure_search_attributes, start_options
-from workflows.contracts import AgentInput, AgentResult, AgentSpec, DescribeToolsRequest, DescribeToolsResponse
 from workflows.errors import RunExistsError, UsageError
 from workflows.ids import echo, validate_id, workflow_id_for
 from workflows.wire import AGENT_WORKFLOW, DESCRIBE_TOOLS_WORKFLOW, tool_task_queue
 
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
 
-async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple[str, WorkflowHandle[Any, AgentResult]]]:
-    """(storage branch, handle) of every workflow that has carried branch `name`, oldest first.
+    from workflows.contracts import AgentInput, AgentResult, AgentSpec, DescribeToolsResponse
+
+
+async def describe(client: Client, workflow_id: str) -> DescribeWorkflowExecutionResponse | None:
+    """DescribeWorkflowExecution of the workflow's latest run, as `handle.describe()` asks it
+    (its `raw_description`); None when Temporal has no such workflow."""
+    try:
+        return await client.workflow_service.describe_workflow_execution(
+            DescribeWorkflowExecutionRequest(namespace=client.namespace,
+                                             execution=WorkflowExecution(workflow_id=workflow_id)),
+            retry=True)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+async def branch_executions(client: Client, run_id: str, name: str) -> list[tuple[str, DescribeWorkflowExecutionResponse]]:
+    """(storage branch, its workflow's description) of every workflow that has carried
+    branch `name`, oldest first.
 
     A rollback continues a branch in a new workflow under the next revision
     (`main`, then `main.r1`, ...), so the last one is the branch's current workflow.
@@ -36,27 +72,79 @@ async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple
     validate_id("branch", name)
     if is_revision_name(name):  # one revision, named exactly (`main.r0` is `main` itself)
         storage = revision_branch(*split_revision(name))
-        handle = client.get_workflow_handle(workflow_id_for(run_id, storage), result_type=AgentResult)
-        try:
-            await handle.describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                return []
-            raise
-        return [(storage, handle)]
-    found = []
+        found = await describe(client, workflow_id_for(run_id, storage))
+        return [] if found is None else [(storage, found)]
+    executions = []
     revision = 0
     while True:
         storage = revision_branch(name, revision)
-        handle = client.get_workflow_handle(workflow_id_for(run_id, storage), result_type=AgentResult)
-        try:
-            await handle.describe()
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                return found
-            raise
-        found.append((storage, handle))
+        found = await describe(client, workflow_id_for(run_id, storage))
+        if found is None:
+            return executions
+        executions.append((storage, found))
         revision += 1
+
+
+async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple[str, WorkflowHandle[Any, AgentResult]]]:
+    """(storage branch, handle) of every workflow that has carried branch `name`, oldest
+    first (see `branch_executions`)."""
+    from workflows.contracts import AgentResult
+
+    return [(storage, client.get_workflow_handle(workflow_id_for(run_id, storage), result_type=AgentResult))
+            for storage, _ in await branch_executions(client, run_id, name)]
+
+
+async def completed_result(client: Client, description: DescribeWorkflowExecutionResponse, result_type: type) -> Any:
+    """`handle.result()` of a workflow whose `description` says it completed: its close
+    event's result, decoded by the client's converter, in one history call. A close event
+    that is not a plain completion (one that started another run since) is the SDK's to
+    follow: then this is `handle.result()` itself."""
+    info = description.workflow_execution_info
+    if info.status != WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+        raise ValueError(f"workflow {info.execution.workflow_id!r} has not completed")
+    history = await client.workflow_service.get_workflow_execution_history(
+        GetWorkflowExecutionHistoryRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=info.execution.workflow_id,
+                                                                    run_id=info.execution.run_id),
+            wait_new_event=True, skip_archival=True,
+            history_event_filter_type=HistoryEventFilterType.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT),
+        retry=True)
+    event = history.history.events[0] if history.history.events else None
+    if event is None or not event.HasField("workflow_execution_completed_event_attributes") \
+            or event.workflow_execution_completed_event_attributes.new_execution_run_id:
+        return await client.get_workflow_handle(info.execution.workflow_id, result_type=result_type).result()
+    completed = event.workflow_execution_completed_event_attributes
+    from temporalio.converter import WorkflowSerializationContext
+
+    # As the SDK's handle decodes it: the converter in the workflow's context, a single value.
+    converter = client.data_converter.with_context(
+        WorkflowSerializationContext(namespace=client.namespace, workflow_id=info.execution.workflow_id))
+    results = await converter.decode_wrapper(completed.result, [result_type])
+    if not results:
+        return None
+    if len(results) > 1:
+        warnings.warn(f"Expected single result, got {len(results)}")
+    return results[0]
+
+
+# The open runs `rewind pending` asks: every running AgentWorkflow (branches and sub-agents too).
+OPEN_RUNS_QUERY = f"WorkflowType = '{AGENT_WORKFLOW}' AND ExecutionStatus = 'Running'"
+
+
+async def open_runs(client: Client, query: str = OPEN_RUNS_QUERY, *, page_size: int = 1000) -> list[tuple[str, str, str]]:
+    """(workflow id, run id, task queue) of each workflow the visibility `query` lists, as
+    `client.list_workflows(query)` pages through them."""
+    found: list[tuple[str, str, str]] = []
+    token = b""
+    while True:
+        page = await client.workflow_service.list_workflow_executions(
+            ListWorkflowExecutionsRequest(namespace=client.namespace, page_size=page_size, next_page_token=token,
+                                          query=query),
+            retry=True)
+        found += [(e.execution.workflow_id, e.execution.run_id, e.task_queue) for e in page.executions]
+        token = page.next_page_token
+        if not token:
+            return found
 
 
 def check_limits(max_steps: int | None = None, max_cost: float | None = None, max_tokens: int | None = None) -> None:
@@ -187,6 +275,8 @@ async def describe_tools(client: Client, task_queue: str, names: list[str], *, w
     through a short DescribeToolsWorkflow: a worker holding each describes it."""
     import uuid
 
+    from workflows.contracts import DescribeToolsRequest, DescribeToolsResponse
+
     if not await pollers(client, task_queue, workflows=True):
         raise UsageError(f"no worker polls task queue {task_queue!r}, so nobody can say what "
                          f"{', '.join(echo(n, 40) for n in names)} is; start a worker with the tool modules that "
@@ -224,6 +314,9 @@ async def start_agent(
     verify_tools: bool = True,
 ) -> WorkflowHandle[Any, AgentResult]:
     """Start one AgentWorkflow (a run, or a branch of one) after checking its input."""
+    from checkpoint_bridge.visibility import ensure_search_attributes, start_options
+    from workflows.contracts import AgentResult
+
     check_input(agent_input)
     if verify_tools:
         await check_tools(client, task_queue, agent_input.tools)

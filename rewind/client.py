@@ -17,37 +17,36 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
-from temporalio.client import Client, WorkflowHandle
 
 from checkpoint_bridge import decisions
-from checkpoint_bridge.runs import branch_workflows, exited_here, pollers, query_wait_s, start_agent
-from checkpoint_bridge.document.schema import AgentCheckpoint
-from checkpoint_bridge.store import CheckpointStore
-from rewind import tracing
-from rewind.config import Settings
-from rewind.payloads import data_converter
-from rewind.temporal_runtime import core_runtime
-from workflows.summaries import summary_step
-from workflows.contracts import (
-    AgentInput,
-    AgentResult,
-    AgentStatus,
-    ApprovalDecision,
-    ApprovalRecord,
-    Ledger,
-    RunLimits,
-    RunState,
+from checkpoint_bridge.runs import (
+    branch_executions,
+    branch_workflows,
+    completed_result,
+    exited_here,
+    pollers,
+    query_wait_s,
+    start_agent,
 )
+from rewind.config import Settings
+from workflows.summaries import summary_step
 from workflows.errors import RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
+from workflows.status import AgentResult, AgentStatus, Ledger, RunLimits, RunState
 from workflows.wire import STATUS_QUERY
 
 if TYPE_CHECKING:
     # Imported where they are used: `rewind status` and `pending`, which answer most
-    # often, need neither the branching nor the compensation code.
+    # often, need neither the SDK's Client (rewind/temporal_connect.py, `Connection`), nor
+    # the branching and compensation code, nor the checkpoint store unless they read it,
+    # nor the workflow contracts but a run's status (workflows/status.py).
+    from temporalio.client import Client, WorkflowHandle
+
     from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
     from checkpoint_bridge.compensation import SideEffect
-
+    from checkpoint_bridge.document.schema import AgentCheckpoint
+    from checkpoint_bridge.store import CheckpointStore
+    from workflows.contracts import AgentInput, ApprovalRecord
 
 
 async def connect(settings: Settings | None = None, runtime: Any = None, *, service: str = "rewind-cli") -> Client:
@@ -58,27 +57,10 @@ async def connect(settings: Settings | None = None, runtime: Any = None, *, serv
     (rewind/tracing.py). A connection that fails, or a namespace that is not there or not
     this client's, is one TemporalConnectionError naming the setting to fix
     (TemporalUnreachableError when nothing answers at the address)."""
-    from rewind.temporal_connect import check_namespace, connect_options, connection_error
+    from rewind.temporal_connect import open_connection
 
-    settings = Settings.from_env() if settings is None else settings
-    if not settings.temporal_read:
-        raise RuntimeError("these settings were read without the Temporal connection (Settings.from_env(temporal=False), "
-                           "for a command that only reads the store); read them with Settings.from_env()")
-    options = connect_options(settings)
-    traced = tracing.interceptors(settings, service=service)
-    converter = data_converter(
-        settings.payload_url, settings.payload_threshold,
-        encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
-        s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
-    )
-    try:
-        # Not the SDK's default runtime: its core would print warnings on stdout (rewind/temporal_runtime.py).
-        client = await Client.connect(**options, data_converter=converter, interceptors=traced,
-                                      runtime=runtime if runtime is not None else core_runtime())
-    except RuntimeError as exc:
-        raise await connection_error(settings, exc) from exc
-    await check_namespace(client, settings)
-    return client
+    return (await open_connection(Settings.from_env() if settings is None else settings, runtime,
+                                  service=service)).client
 
 
 async def start_run(
@@ -152,6 +134,8 @@ async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str
                   reason: str | None = None, arguments: dict[str, Any] | None = None) -> ApprovalRecord:
     """`rewind approve`: let a waiting call run (with `arguments` instead, if given). `by`
     defaults to the OS user. Raises DecisionRefusedError if the run cannot take it."""
+    from workflows.contracts import ApprovalDecision
+
     decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="approve", by=_decider(by), reason=reason,
                                 arguments=arguments, decided_at=datetime.now(timezone.utc))
     return await decisions.decide(client, run_id, decision, branch=branch)
@@ -160,6 +144,8 @@ async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str
 async def reject(client: Client, run_id: str, tool_call_id: str, *, reason: str, branch: str = "main",
                  by: str | None = None) -> ApprovalRecord:
     """`rewind reject`: the call does not run; the model gets the reason as its result."""
+    from workflows.contracts import ApprovalDecision
+
     decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="reject", by=_decider(by), reason=reason,
                                 decided_at=datetime.now(timezone.utc))
     return await decisions.decide(client, run_id, decision, branch=branch)
@@ -179,6 +165,7 @@ async def agent_input(
     prompt, tools, model and max_steps, as a worker that loaded its declaration says, except
     what is given here. Start it with `start_run`."""
     from checkpoint_bridge.runs import declared_agent
+    from workflows.contracts import AgentInput
 
     spec = await declared_agent(client, settings.task_queue, agent)
     chosen = limits or RunLimits(max_steps=spec.max_steps)
@@ -291,22 +278,53 @@ async def run_view(
     a killed worker among a queue's pollers for minutes, and a query sent to it is
     never answered: with a store, `rewind status` of such a run answers from the
     newest checkpoint after a short wait instead of the whole timeout, and says that
-    no worker answers (`no_worker`) with the live step from history."""
+    no worker answers (`no_worker`) with the live step from history.
+
+    `client` may be a Connection (rewind/temporal_connect.py): a run that completed is read with
+    plain service calls, and the SDK's Client is built only for one that has not."""
     if query_timeout_s is None:
         query_timeout_s = STORE_FALLBACK_QUERY_S if store is not None else 5.0
     validate_id("run", run_id)
     validate_id("branch", branch_id)
-    workflows = await branch_workflows(client, run_id, branch_id)
-    if not workflows:
+    executions = await branch_executions(client, run_id, branch_id)
+    if not executions:
         view = await view_from_store(store, run_id, branch_id)
         if view is None:
             raise RunNotFoundError(f"no run {run_id!r} (branch {branch_id!r}) in Temporal; check the id and --branch")
         return view
-    storage_branch, handle = workflows[-1]
-    desc = await handle.describe()
-    workflow_status = _STATUS_NAMES.get(int(desc.raw_description.workflow_execution_info.status), "unknown")
+    storage_branch, desc = executions[-1]
+    workflow_status = _STATUS_NAMES.get(int(desc.workflow_execution_info.status), "unknown")
     view = RunView(run_id=run_id, branch_id=branch_id, workflow_status=workflow_status)
-    queue = desc.raw_description.execution_config.task_queue.name or task_queue
+    if workflow_status == "completed":
+        # Its result says it all: no worker to ask, no task queue to look at, and no SDK
+        # Client to build (a Connection answers from the describe above and one history call).
+        try:
+            result = await completed_result(client, desc, AgentResult)
+            view.status, view.source = result.status, "result"
+        except Exception as exc:  # a result this client cannot decode (another key)
+            view.failure = f"result unavailable: {exc}"
+    else:
+        handle = client.get_workflow_handle(workflow_id_for(run_id, storage_branch), result_type=AgentResult)
+        await _ask_the_run(client, handle, desc, view, task_queue, query_timeout_s)
+    if view.status is None and store is not None:
+        latest = await store.load_latest(run_id, storage_branch)
+        if latest is not None:
+            ended = {"failed": "failed", "canceled": "cancelled"}.get(workflow_status)
+            view.status, view.source = status_from_checkpoint(latest, ended), "checkpoint"  # type: ignore[arg-type]
+    if view.status is not None and workflow_status not in _ENDED_BY_TEMPORAL:
+        view.state = view.status.state
+    else:
+        view.state = {"canceled": "cancelled"}.get(workflow_status, workflow_status)
+    return view
+
+
+async def _ask_the_run(client: Client, handle: WorkflowHandle[Any, AgentResult], desc: Any, view: RunView,
+                       task_queue: str | None, query_timeout_s: float) -> None:
+    """Fill `view` of a run that has not completed (`desc`: its DescribeWorkflowExecution):
+    the live query when a worker answers, its pending calls while it runs (with the step
+    they belong to from history when no worker answers), how it ended otherwise."""
+    workflow_status = view.workflow_status
+    queue = desc.execution_config.task_queue.name or task_queue
     listed = await pollers(client, queue, workflows=True) if queue else set()
     polled = bool(listed)
     exited = sorted(p for p in listed if exited_here(p))
@@ -325,7 +343,7 @@ async def run_view(
             return False
 
     if workflow_status == "running":
-        for pa in desc.raw_description.pending_activities:
+        for pa in desc.pending_activities:
             entry: dict[str, Any] = {"activity": pa.activity_type.name, "attempt": pa.attempt,
                                      "activity_id": pa.activity_id}
             detail = await _heartbeat_detail(client, pa)
@@ -358,12 +376,6 @@ async def run_view(
                     entry["summary"] = summary
                 if step is not None:
                     view.live_step = max(view.live_step or step, step)
-    elif workflow_status == "completed":
-        try:
-            result = await handle.result()
-            view.status, view.source = result.status, "result"
-        except Exception as exc:  # a result this client cannot decode (another key)
-            view.failure = f"result unavailable: {exc}"
     else:
         try:
             await handle.result()
@@ -372,16 +384,6 @@ async def run_view(
             view.failure = str(cause or exc)
         if polled:  # a worker can still answer for a closed run; else the store below
             await query()
-    if view.status is None and store is not None:
-        latest = await store.load_latest(run_id, storage_branch)
-        if latest is not None:
-            ended = {"failed": "failed", "canceled": "cancelled"}.get(workflow_status)
-            view.status, view.source = status_from_checkpoint(latest, ended), "checkpoint"  # type: ignore[arg-type]
-    if view.status is not None and workflow_status not in _ENDED_BY_TEMPORAL:
-        view.state = view.status.state
-    else:
-        view.state = {"canceled": "cancelled"}.get(workflow_status, workflow_status)
-    return view
 
 
 def _nobody_answered(exc: BaseException) -> bool:

@@ -232,7 +232,7 @@ class Settings:
     # in from, and what `rewind dev` hands its worker.
     environ: dict[str, str] = field(default_factory=dict, repr=False)
     # False: read by a command that only reads the store (`rewind tree`, `show`), without the
-    # Temporal connection (the profile file's loader imports the whole Temporal client);
+    # Temporal connection (the profile file's loader imports the SDK's service client);
     # connect() refuses such settings.
     temporal_read: bool = field(default=True, repr=False)
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
@@ -189,7 +188,14 @@ class _LazyS3Driver(StorageDriver):
         return await (await self._get()).retrieve(context, claims)
 
 
-def data_converter(
+def data_converter(payload_url: str, threshold: int = DEFAULT_THRESHOLD, **options: Any) -> DataConverter:
+    """pydantic converter + external storage of payloads above `threshold` bytes,
+    + AES-GCM encryption of every payload when `encryption_keys` are given (the options
+    of `converter_factory`)."""
+    return converter_factory(payload_url, threshold, **options)()
+
+
+def converter_factory(
     payload_url: str,
     threshold: int = DEFAULT_THRESHOLD,
     *,
@@ -197,24 +203,32 @@ def data_converter(
     require_encryption: bool = False,
     s3_endpoint_url: str | None = None,
     aws_region: str | None = None,
-) -> DataConverter:
-    """pydantic converter + external storage of payloads above `threshold` bytes,
-    + AES-GCM encryption of every payload when `encryption_keys` are given."""
+) -> Callable[[], DataConverter]:
+    """`data_converter`, checked now and built when called: whatever in the settings can be
+    wrong (the payload store's driver, the keys, REWIND_REQUIRE_ENCRYPTION without keys) is
+    its error here, and the call only assembles. The pydantic converter is imported by the
+    call: `rewind pending` with no open run decodes nothing (rewind/temporal_connect.py)."""
     driver = _driver(payload_url, s3_endpoint_url, aws_region)
-    storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
     keys = parse_keys(encryption_keys)
-    if not keys:
-        if require_encryption:
-            raise ConfigError(
-                "REWIND_REQUIRE_ENCRYPTION is set but REWIND_ENCRYPTION_KEYS is empty; "
-                "set kid:<base64 of 32 bytes> (see rewind/encryption.py)"
-            )
-        return ReusingDataConverter(payload_converter_class=PydanticPayloadConverter, external_storage=storage)
-    return ReusingDataConverter(
-        payload_converter_class=PydanticPayloadConverter,
-        external_storage=storage,
-        payload_codec=EncryptionCodec(keys, require_encryption=require_encryption),
-        # Failure messages and stack traces move into an encoded (so encrypted)
-        # attribute; history keeps only "Encoded failure".
-        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
-    )
+    if not keys and require_encryption:
+        raise ConfigError(
+            "REWIND_REQUIRE_ENCRYPTION is set but REWIND_ENCRYPTION_KEYS is empty; "
+            "set kid:<base64 of 32 bytes> (see rewind/encryption.py)"
+        )
+
+    def build() -> DataConverter:
+        from temporalio.contrib.pydantic import PydanticPayloadConverter
+
+        storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
+        if not keys:
+            return ReusingDataConverter(payload_converter_class=PydanticPayloadConverter, external_storage=storage)
+        return ReusingDataConverter(
+            payload_converter_class=PydanticPayloadConverter,
+            external_storage=storage,
+            payload_codec=EncryptionCodec(keys, require_encryption=require_encryption),
+            # Failure messages and stack traces move into an encoded (so encrypted)
+            # attribute; history keeps only "Encoded failure".
+            failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+        )
+
+    return build

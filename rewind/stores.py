@@ -9,12 +9,14 @@ polling or a CLI command does anything else.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoint_bridge.stores import ObjectStore, open_object_store, verify_store
-from checkpoint_bridge.store import CheckpointStore
 from rewind.config import Settings
 from workflows.errors import CheckpointError, ConfigError, StoreUnavailableError, StoreUnreachableError
+
+if TYPE_CHECKING:
+    from checkpoint_bridge.store import CheckpointStore
 
 
 def object_store(settings: Settings, url: str) -> ObjectStore:
@@ -34,7 +36,32 @@ def checkpoint_objects(settings: Settings, *, meter: Any = None) -> ObjectStore:
 
 def checkpoint_store(settings: Settings) -> CheckpointStore:
     """The checkpoint store of `REWIND_STORE` (use as `async with`)."""
+    from checkpoint_bridge.store import CheckpointStore
+
     return CheckpointStore(checkpoint_objects(settings))
+
+
+class DeferredCheckpointStore:
+    """The CheckpointStore of `objects`, built when first used (any attribute of a
+    CheckpointStore asked of it; `objects` and `aclose` are its own). `rewind status` of a
+    run whose result answers reads no checkpoint, and importing the store and its models
+    would add some 30 ms to it."""
+
+    def __init__(self, objects: ObjectStore) -> None:
+        self.objects = objects
+        self._store: CheckpointStore | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_store":  # copy, pickle: not the store's
+            raise AttributeError(name)
+        if self._store is None:
+            from checkpoint_bridge.store import CheckpointStore
+
+            self._store = CheckpointStore(self.objects)
+        return getattr(self._store, name)
+
+    async def aclose(self) -> None:
+        await (self._store.aclose() if self._store is not None else self.objects.aclose())
 
 
 def payload_store(settings: Settings) -> ObjectStore:
@@ -81,4 +108,5 @@ async def check_stores(settings: Settings, *, probe_writes: bool = False) -> Non
             await objects.aclose()
 
 
-__all__ = ["object_store", "checkpoint_objects", "checkpoint_store", "payload_store", "check_store", "check_stores"]
+__all__ = ["object_store", "checkpoint_objects", "checkpoint_store", "DeferredCheckpointStore", "payload_store", "check_store",
+           "check_stores"]

@@ -20,7 +20,6 @@ error names the one to fix. Certificate files are read when connecting
 from __future__ import annotations
 
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -30,10 +29,11 @@ from workflows.errors import ConfigError
 if TYPE_CHECKING:
     from temporalio.envconfig import ClientConfigProfile
 
-# The SDK's loader (temporalio.envconfig) imports the whole Temporal client (~0.3 s),
-# and every `rewind` command reads these settings, including those that only read
-# the store: it is imported only when a profile file or a TLS / API key / gRPC
-# metadata setting is there to interpret. Address and namespace alone need no SDK.
+# The SDK's loader (temporalio.envconfig) imports the SDK's service client and all its
+# protobuf modules (the larger part of any command that talks to Temporal), and every
+# `rewind` command reads these settings, including those that only read the store: it
+# is imported only when a profile file or a TLS / API key / gRPC metadata setting is
+# there to interpret. Address and namespace alone need no SDK.
 _PLAIN = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE")
 
 DEFAULT_ADDRESS = "localhost:7233"
@@ -156,6 +156,8 @@ def _one_line(exc: BaseException) -> str:
 def _file_profiles(path: Path) -> tuple[dict[str, ClientConfigProfile], dict[str, Any]]:
     """The profiles of the file as the SDK reads them, and as plain TOML (for the keys the
     SDK's types leave out, such as tls.disable_host_verification)."""
+    import tomllib  # here: only a profile file needs it, and every command reads these settings
+
     from temporalio.envconfig import ClientConfig
 
     try:

@@ -11,14 +11,19 @@ one line naming the setting to change and how: from what the probe
 (rewind/temporal_probe.py) sees at the address, never from the SDK's dump of
 its transport's state. A gRPC status the server answered with (a refused API
 key) is read from the SDK's error itself.
+
+`open_connection(settings)`: what `connect` (rewind/client.py) makes, a
+`Connection`: the SDK's service client with the namespace, data converter and
+interceptors of the settings, and the SDK's `Client` built on them on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 
@@ -27,6 +32,10 @@ from rewind.temporal_probe import probe
 from workflows.errors import ConfigError, TemporalConnectionError, TemporalUnreachableError
 
 if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.converter import DataConverter
+    from temporalio.service import ServiceClient, WorkflowService
+
     from rewind.config import Settings
 
 
@@ -258,4 +267,87 @@ async def connection_error(settings: "Settings", exc: BaseException) -> Temporal
     return await asyncio.to_thread(explain, settings, str(exc))
 
 
-__all__ = ["connect_options", "connection_error", "check_namespace", "explain", "split_address"]
+# -- connecting ------------------------------------------------------------------
+
+async def open_connection(settings: "Settings", runtime: Any = None, *, service: str = "rewind-cli") -> Connection:
+    """The connection `connect` (rewind/client.py) makes, with its Client still to build:
+    the options above, the tracing interceptors, the data converter (rewind/payloads.py: its
+    settings checked now, itself built on first use), then the service client on Rewind's
+    runtime and the namespace check. A connection that
+    fails is one TemporalConnectionError naming the setting to fix."""
+    from temporalio.service import ConnectConfig, ServiceClient
+
+    from rewind import tracing
+    from rewind.payloads import converter_factory
+    from rewind.temporal_runtime import core_runtime
+
+    if not settings.temporal_read:
+        raise RuntimeError("these settings were read without the Temporal connection (Settings.from_env(temporal=False), "
+                           "for a command that only reads the store); read them with Settings.from_env()")
+    options = connect_options(settings)
+    traced = tracing.interceptors(settings, service=service)
+    converter = converter_factory(  # its settings checked now, the converter built on first use
+        settings.payload_url, settings.payload_threshold,
+        encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
+        s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
+    )
+    # What `Client.connect(**options, ...)` does: connect the service client, then build the
+    # Client on it (here: Connection.client) with the namespace, converter and interceptors.
+    namespace = options.pop("namespace", "default")
+    try:
+        # Not the SDK's default runtime: its core would print warnings on stdout (rewind/temporal_runtime.py).
+        service_client = await ServiceClient.connect(
+            ConnectConfig(**options, runtime=runtime if runtime is not None else core_runtime()))
+    except RuntimeError as exc:
+        raise await connection_error(settings, exc) from exc
+    connection = Connection(service_client, namespace, converter, traced)
+    await check_namespace(connection, settings)
+    return connection
+
+
+# -- connected -----------------------------------------------------------------
+
+class Connection:
+    """A connection to Temporal: the SDK's service client, with the namespace, data
+    converter and interceptors of the settings. That is all `Client.connect` makes before
+    it builds its `Client` from them; here the Client is built on first use, as `client`,
+    or when the connection is asked for anything else a Client has (so a Connection goes
+    where a Client goes), and the data converter too (`converter`: a function that builds
+    it, its settings already checked). A command that reads runs with plain service calls
+    (checkpoint_bridge/runs.py: `rewind status` of a finished run, `rewind pending`) thus
+    never imports `temporalio.client`, most of such a command's time, nor the pydantic
+    converter when it decodes nothing; one that needs more gets the very Client that
+    `Client.connect` would have made, on the same connection."""
+
+    def __init__(self, service: ServiceClient, namespace: str, converter: Callable[[], DataConverter],
+                 interceptors: Sequence[Any] = ()) -> None:
+        self.service = service
+        self.namespace = namespace
+        self._converter = converter
+        self.interceptors = list(interceptors)
+
+    @property
+    def workflow_service(self) -> WorkflowService:
+        return self.service.workflow_service
+
+    @functools.cached_property
+    def data_converter(self) -> DataConverter:
+        return self._converter()
+
+    @functools.cached_property
+    def client(self) -> Client:
+        from temporalio.client import Client
+
+        return Client(self.service, namespace=self.namespace, data_converter=self.data_converter,
+                      interceptors=self.interceptors)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only what the connection itself lacks; never dunders (copy, pickle) nor what it
+        # builds itself (an error building one must not recurse here).
+        if name.startswith("__") or name in ("client", "data_converter", "_converter"):
+            raise AttributeError(name)
+        return getattr(self.client, name)
+
+
+__all__ = ["connect_options", "connection_error", "check_namespace", "explain", "split_address", "open_connection",
+           "Connection"]

@@ -12,9 +12,21 @@ import json
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, computed_field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from workflows.defaults import DEFAULT_MODEL
+from workflows.status import (  # re-exported: a run's status is a contract too
+    SUBAGENT_LEDGER_FIELDS,
+    AgentResult,
+    AgentStatus,
+    EffectRef,
+    Ledger,
+    PendingApproval,
+    RunLimits,
+    RunState,
+    SubagentState,
+    ToolRequest,
+)
 from workflows.text import scrub_text
 
 # What a run gets without a system prompt of its own: neutral, whatever its tools.
@@ -34,19 +46,6 @@ DEFAULT_MAX_AGENT_DEPTH = 3
 # effect was not executed).
 SideEffectMode = Literal["run", "reuse", "dry-run"]
 SIDE_EFFECT_MODES: tuple[str, ...] = ("run", "reuse", "dry-run")
-
-RunState = Literal[
-    "running",
-    "completed",
-    "failed",
-    # A budget (steps, cost, tokens) would be exceeded by the next step: the
-    # run is paused, resumable with `rewind continue` (a `raise_limits` signal).
-    "budget_exceeded",
-    # Stopped from outside (e.g. `rewind rollback` of a running branch).
-    "cancelled",
-    # A tool call waits for a person's decision (`rewind approve` / `rewind reject`).
-    "waiting_for_approval",
-]
 
 
 class AgentSpec(BaseModel):
@@ -130,20 +129,6 @@ class ToolSpec(BaseModel):
 
 # -- approvals and effects of the lineage -----------------------------------------
 
-class EffectRef(BaseModel):
-    """Where a side effect was caused: enough to find its record."""
-
-    tool_name: str
-    arguments: dict[str, Any]
-    idempotency_key: str
-    branch_id: str
-    step: int | None = None  # None: a step before the fork point (the checkpoint does not say which)
-    tool_call_id: str | None = None
-    # "ancestor": before the fork point on a parent branch (or this branch's own
-    # earlier line); "discarded": in a step a rollback invalidated.
-    origin: Literal["ancestor", "discarded"] = "ancestor"
-
-
 class LineageEffect(EffectRef):
     """A side effect of the lineage, with the result a repeat is answered with."""
 
@@ -195,79 +180,6 @@ class ToolCheck(BaseModel):
     arguments: dict[str, Any] | None = None
     # The first candidate with the same effect identity, compared on validated values.
     repeat_index: int | None = None
-
-
-class RunLimits(BaseModel):
-    # A budget of nothing would pause before the first step, or (for cost and
-    # tokens, which are checked against the previous step) after one paid step.
-    max_steps: int = Field(default=50, ge=1)
-    max_cost_usd: float | None = Field(default=None, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    # How long a run whose budget ran out waits for `rewind continue` before
-    # it ends (still with state budget_exceeded).
-    budget_pause_s: float = 7 * 24 * 3600.0
-
-
-class Ledger(BaseModel):
-    """Tokens, cost and tool use: of one step, of a branch, of a run."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    cost_usd: float = 0.0
-    model_calls: int = 0
-    unpriced_calls: int = 0
-    tool_calls: int = 0
-    cache_hits: int = 0
-    tool_time_ms: int = 0
-    # Attempts beyond the first (Temporal retries) of model calls and tool calls.
-    # Left out of a checkpoint's ledger while 0 (runs from before they were counted).
-    model_retries: int = 0
-    tool_retries: int = 0
-    # Side-effecting calls answered without running: with the result of an effect the
-    # lineage already caused (reused), or on a dry-run branch. Left out while 0.
-    reused_calls: int = 0
-    dry_run_calls: int = 0
-    # Sub-agent calls, and the part of the fields above their runs spent (already
-    # included there: a parent's totals are its whole tree's). Left out while 0.
-    subagent_calls: int = 0
-    subagent_prompt_tokens: int = 0
-    subagent_completion_tokens: int = 0
-    subagent_total_tokens: int = 0
-    subagent_cost_usd: float = 0.0
-    subagent_model_calls: int = 0
-    subagent_tool_calls: int = 0
-
-    def plus(self, other: "Ledger") -> "Ledger":
-        return Ledger(**{k: getattr(self, k) + getattr(other, k) for k in Ledger.model_fields})
-
-    def minus(self, other: "Ledger") -> "Ledger":
-        return Ledger(**{k: getattr(self, k) - getattr(other, k) for k in Ledger.model_fields})
-
-    def rolled_up(self) -> "Ledger":
-        """What a sub-agent run's totals add to its caller's ledger: every amount,
-        and the same amounts again as the caller's sub-agent part."""
-        return self.model_copy(update={
-            "subagent_calls": self.subagent_calls + 1,
-            "subagent_prompt_tokens": self.prompt_tokens, "subagent_completion_tokens": self.completion_tokens,
-            "subagent_total_tokens": self.total_tokens, "subagent_cost_usd": self.cost_usd,
-            "subagent_model_calls": self.model_calls, "subagent_tool_calls": self.tool_calls,
-        })
-
-    def own(self) -> "Ledger":
-        """This ledger without what sub-agents spent (their runs count it themselves)."""
-        return self.model_copy(update={
-            "prompt_tokens": self.prompt_tokens - self.subagent_prompt_tokens,
-            "completion_tokens": self.completion_tokens - self.subagent_completion_tokens,
-            "total_tokens": self.total_tokens - self.subagent_total_tokens,
-            "cost_usd": self.cost_usd - self.subagent_cost_usd,
-            "model_calls": self.model_calls - self.subagent_model_calls,
-            "tool_calls": self.tool_calls - self.subagent_tool_calls,
-            **{name: Ledger.model_fields[name].default for name in SUBAGENT_LEDGER_FIELDS},
-        })
-
-
-SUBAGENT_LEDGER_FIELDS = tuple(name for name in Ledger.model_fields if name.startswith("subagent_"))
 
 
 class LlmTuning(BaseModel):
@@ -437,29 +349,6 @@ class DescribeToolsResponse(BaseModel):
     missing: list[str] = Field(default_factory=list)
 
 
-class ToolRequest(BaseModel):
-    run_id: str
-    branch_id: str
-    step: int
-    tool_call_id: str
-    tool_name: str
-    arguments: dict[str, Any]
-    idempotency_key: str | None = None
-    # Run the tool's dry_run implementation, not the tool (a dry-run branch): no effect.
-    dry_run: bool = False
-
-
-class PendingApproval(ToolRequest):
-    """A tool call waiting for a decision (what `rewind status` and `rewind pending` show):
-    the call as its tool activity would get it, and when and why it waits."""
-
-    requested_at: datetime
-    deadline: datetime | None = None  # when approval_default is taken
-    on_timeout: Literal["approve", "reject"] = "reject"
-    # Set when the call asks because it repeats an effect of its lineage (on_repeat="ask").
-    repeat_of: EffectRef | None = None
-
-
 class ToolOutcome(BaseModel):
     """Result of one tool call. Errors the model can act on are data, not exceptions."""
 
@@ -507,21 +396,6 @@ class ToolCallLog(BaseModel):
     mcp: McpToolInfo | None = None
 
 
-def _from_ledger(name: str, kind: type) -> Any:
-    """A computed field of AgentStatus that reads one total of its ledger."""
-    return computed_field(property(lambda self: getattr(self.ledger, name)), return_type=kind)  # type: ignore[call-overload]
-
-
-class SubagentState(BaseModel):
-    """One sub-agent call of the step in flight, as its caller's status shows it."""
-
-    tool_call_id: str
-    agent: str
-    branch_id: str
-    state: str  # running, waiting_for_approval, budget_exceeded, completed, failed, ...
-    reason: str | None = None
-
-
 class SubagentNotice(BaseModel):
     """The input of the `subagent_state` signal: a sub-agent run tells its caller
     that it waits (for approval, for a raised budget) or goes on again."""
@@ -529,46 +403,6 @@ class SubagentNotice(BaseModel):
     tool_call_id: str
     state: str
     reason: str | None = None
-
-
-class AgentStatus(BaseModel):
-    run_id: str
-    branch_id: str
-    state: RunState
-    step: int = 0
-    model: str
-    # Totals of this branch, including what it inherited at its fork point.
-    ledger: Ledger = Field(default_factory=Ledger)
-    step_ledger: Ledger = Field(default_factory=Ledger)
-    branch_ledger: Ledger = Field(default_factory=Ledger)  # spent on this branch itself
-    budget_reason: str | None = None
-    limits: RunLimits = Field(default_factory=RunLimits)
-    continued_as_new: int = 0
-    last_error: str | None = None
-    final_answer: str | None = None
-    # Steps whose checkpoint the live mirror has not confirmed yet.
-    mirror_pending: int = 0
-    mirror_error: str | None = None
-    # Tool calls waiting for a decision, in the order they asked.
-    pending_approvals: list[PendingApproval] = Field(default_factory=list)
-    # The sub-agent calls of the current step: which completed and which did not.
-    subagents: list["SubagentState"] = Field(default_factory=list)
-
-    # The totals under the names `rewind status` shows, read from `ledger`
-    # (computed, so never out of step with it; still in every JSON dump).
-    prompt_tokens = _from_ledger("prompt_tokens", int)
-    completion_tokens = _from_ledger("completion_tokens", int)
-    total_tokens = _from_ledger("total_tokens", int)
-    cost_usd = _from_ledger("cost_usd", float)
-    unpriced_calls = _from_ledger("unpriced_calls", int)
-    llm_calls = _from_ledger("model_calls", int)
-    tool_calls_done = _from_ledger("tool_calls", int)
-    tool_cache_hits = _from_ledger("cache_hits", int)
-
-
-class AgentResult(BaseModel):
-    status: AgentStatus
-    final_answer: str | None = None
 
 
 class StepRecord(BaseModel):
@@ -740,7 +574,6 @@ class RedoPlan(BaseModel):
 
 
 AgentInput.model_rebuild()
-AgentStatus.model_rebuild()
 SubagentCall.model_rebuild()
 
 

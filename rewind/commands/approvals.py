@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any, Callable
 
-from rewind.commands.common import client_for, emit, shortened
+from rewind.commands.common import client_for, connection_for, emit, shortened
 from rewind.config import Settings
 from workflows.errors import UsageError
 from workflows.ids import validate_id
@@ -72,9 +72,10 @@ def pending_lines(p: Any) -> list[str]:
 
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
-    from rewind.client import pending_approvals
+    # rewind.client's pending_approvals is this one; importing rewind.client would build its models.
+    from checkpoint_bridge.decisions import pending_approvals
 
-    client = await client_for(settings)
+    client = await connection_for(settings)  # no open run: a list call alone, no SDK Client
     found = await pending_approvals(client)
     if args.json:
         emit({"waiting": [p.model_dump(mode="json") for p in found.waiting], "unanswered": found.unanswered}, True, "")

@@ -34,11 +34,12 @@ def names(text: str | None) -> list[str] | None:
 
 
 @asynccontextmanager
-async def open_checkpoints(settings: Settings) -> AsyncIterator[CheckpointStore]:
-    """The checkpoint store, checked first: a store that cannot work is one line naming REWIND_STORE."""
-    from rewind.stores import check_store, checkpoint_store
+async def open_checkpoints(settings: Settings, *, deferred: bool = False) -> AsyncIterator[CheckpointStore]:
+    """The checkpoint store, checked first: a store that cannot work is one line naming REWIND_STORE.
+    `deferred`: the store itself is built when first used (rewind.stores.DeferredCheckpointStore)."""
+    from rewind.stores import DeferredCheckpointStore, check_store, checkpoint_objects, checkpoint_store
 
-    store = checkpoint_store(settings)
+    store: Any = DeferredCheckpointStore(checkpoint_objects(settings)) if deferred else checkpoint_store(settings)
     try:
         await check_store(store.objects, "REWIND_STORE")
         yield store
@@ -50,6 +51,14 @@ async def client_for(settings: Settings) -> Any:
     from rewind.client import connect
 
     return await connect(settings)
+
+
+async def connection_for(settings: Settings) -> Any:
+    """`client_for` whose SDK Client is built on first use (rewind/temporal_connect.py,
+    `Connection`): for a command that may answer from plain service calls."""
+    from rewind.temporal_connect import open_connection
+
+    return await open_connection(settings)
 
 
 def interactive(args: argparse.Namespace) -> bool:

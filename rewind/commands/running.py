@@ -10,6 +10,7 @@ from rewind.commands.approvals import pending_lines
 from rewind.commands.arguments import SECONDS, STEPS, TOKENS, USD, task_text
 from rewind.commands.common import (
     client_for,
+    connection_for,
     continue_hint,
     emit,
     interactive,
@@ -82,7 +83,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     validate_id("run", args.run)
     validate_id("branch", args.branch)
     try:
-        client = await client_for(settings)
+        client = await connection_for(settings)  # a finished run needs no more than the service client
     except TemporalUnreachableError as unreachable:  # Temporal is down or gone: the checkpoints still answer
         async with open_checkpoints(settings) as store:
             view = await view_from_store(store, args.run, args.branch)
@@ -95,7 +96,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         # status then says how far the mirror is behind and why).
         store_error = None
         try:
-            async with open_checkpoints(settings) as store:
+            async with open_checkpoints(settings, deferred=True) as store:  # read only when the result cannot answer
                 view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue,
                                       query_timeout_s=args.query_timeout)
         except ConfigError as exc:

@@ -213,3 +213,20 @@ async def test_extension_challenge_example_runs_end_to_end(tmp_path):
     assert proc.returncode == 0, text + err.decode()
     assert "branch technical, forked from main:1" in text
     assert "fork point: step 1" in text and "technical angle" in text and "business angle" in text
+
+
+def test_the_command_named_first_parses_alone_as_in_the_whole_command_line():
+    """A command's arguments are parsed by its own parser alone (the others are not built):
+    every command is found that way, and what it parses is what the whole line parses."""
+    from rewind.cli import _build_parser, build_parser
+
+    whole = build_parser()
+    names = next(a for a in whole._subparsers._group_actions).choices  # noqa: SLF001
+    for name in names:
+        assert _build_parser(only=name)[1] == [name]
+    assert _build_parser(only="no-such-command")[1] == []
+    for argv in (["status", "r1"], ["status", "r1", "--branch", "b", "--query-timeout", "2", "--json"],
+                 ["tree", "r1", "--json"], ["show", "r1:main:2"], ["pending"], ["start", "--task", "t", "--max-steps", "3"],
+                 ["fork", "r1", "--step", "1", "--branch", "b"], ["worker", "--processes", "2"]):
+        alone, _ = _build_parser(only=argv[0])
+        assert vars(alone.parse_args(argv)) == vars(whole.parse_args(argv)), argv

@@ -1,10 +1,12 @@
 """The read-only commands load only what they use.
 
-`rewind --version`, `--help`, `tree` and `show` on a folder store run in a
-fresh process as a user's would (the console script's own code, an
-environment built from scratch); the process then lists the top-level
-packages it loaded. No Temporal client for a command that reads only the
-store, no S3 client for a folder store, no openai anywhere but the worker.
+`rewind --version`, `--help`, `tree` and `show` on a folder store, `status` of
+a finished run and `pending` run in a fresh process as a user's would (the
+console script's own code, an environment built from scratch); the process
+then lists the packages and modules it loaded. No Temporal client for a
+command that reads only the store, no S3 client for a folder store, no openai
+anywhere but the worker; `status` of a finished run and `pending` without an
+open run talk to Temporal with its service client alone, not the SDK's Client.
 Which packages, not how long: an import that creeps back in fails here on
 any machine, however fast.
 """
@@ -20,14 +22,22 @@ from datetime import datetime, timezone
 import pytest
 from as_user import user_env
 
+from activities.llm import ModelEndpoint
+from activities.tools import ToolRegistry
 from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.store import open_checkpoint_store
+from rewind.client import connect, run_view, start_run
+from rewind.config import Settings
+from rewind.embedded import DevServer
+from rewind.temporal_connect import open_connection
+from rewind.worker import build_worker
+from workflows.contracts import AgentInput
 from workflows.ids import checkpoint_id
 
 # Runs `rewind ARGS` in this process (as the console script does, but without its
 # os._exit), then prints the top-level packages loaded, one JSON list.
 PROBE = """
-import json, sys
+import json, os, sys
 from rewind.cli import run
 try:
     code = run(sys.argv[1:])
@@ -36,6 +46,8 @@ except SystemExit as exit:  # --version and --help end through argparse
 sys.stdout.flush()
 print("\\n" + json.dumps({"code": code, "packages": sorted({name.split(".")[0] for name in sys.modules}),
                          "modules": sorted(sys.modules)}))
+sys.stdout.flush()
+os._exit(0)  # as the console script ends (rewind.cli.main): the Temporal runtime's threads may not outlive it
 """
 
 CLIENTS = {"temporalio", "grpc", "google"}             # the Temporal client and its protobuf / gRPC
@@ -46,14 +58,25 @@ MODEL = {"openai", "httpx", "tiktoken"}                # the model client (the w
 # The models a checkpoint reader does not need: the workflow's contracts (35 pydantic
 # models) and the diff's; building them costs `tree` and `show` more than their other imports.
 NOT_FOR_READERS = {"workflows.contracts", "checkpoint_bridge.views.diff"}
+# What `status` of a finished run does not need: the SDK's Client (the run's describe and its
+# close event are plain service calls), the contracts but a run's status (workflows/status.py),
+# the checkpoint store and its models (the result answers).
+SDK_CLIENT = "temporalio.client"
+NOT_FOR_STATUS = {"workflows.contracts", "checkpoint_bridge.store", "checkpoint_bridge.document.schema"}
 
 
 def _run_probe(cwd, env, *args: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
     done = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)
-    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    *printed, last = done.stdout.strip().splitlines()
+    doc = json.loads(last)
+    doc["stdout"] = "\n".join(printed).strip()  # the command's own output
     doc["output"] = done.stdout + done.stderr
     return doc
+
+
+def _sdk_client(modules: list[str]) -> list[str]:
+    return [m for m in modules if m == SDK_CLIENT or m.startswith(SDK_CLIENT + ".")]
 
 
 def _loaded(cwd, env, *args: str) -> tuple[int, set[str], str]:  # type: ignore[no-untyped-def]
@@ -159,3 +182,71 @@ def test_commands_that_run_no_user_code_skip_pydantic_plugins(folder_store, tmp_
                           text=True, timeout=120)
     assert "cannot reach Temporal" in done.stderr, done.stdout + done.stderr
     assert marker.exists(), done.stderr
+
+
+@pytest.fixture(scope="module")
+async def finished_run(tmp_path_factory, model_server):  # type: ignore[no-untyped-def]
+    """A dev server of this module's own (no other test's run is open on it) with one run
+    that completed: (its settings, the run id)."""
+    folder = tmp_path_factory.mktemp("finished")
+    server = DevServer.start(folder / "temporal.db", headless=True)
+    try:
+        # Without the workflow sandbox: its validation imports the workflow modules again, which on
+        # Python 3.11 fails now and then when a garbage finalizer imports meanwhile (temporalio
+        # sdk-python #585, "KeyError: <thread id>"); this run only has to complete.
+        settings = Settings(temporal_address=server.address, task_queue="imports", store_url=f"file://{folder / 'store'}",
+                            payload_url=f"file://{folder / 'payloads'}", home=folder / "home", workflow_sandbox=False)
+        client = await connect(settings)
+        endpoint = ModelEndpoint(base_url=model_server.base_url, api_key="test-key")
+        async with build_worker(client, settings, ToolRegistry.from_modules([]), endpoint):
+            handle = await start_run(client, settings, AgentInput(run_id="imports-done", task="count to three"))
+            await handle.result()
+        yield settings, "imports-done"
+    finally:
+        server.stop()
+
+
+def _env_of(settings: Settings, home) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return user_env(home, TEMPORAL_ADDRESS=settings.temporal_address, REWIND_TASK_QUEUE=settings.task_queue,
+                    REWIND_STORE=settings.store_url, REWIND_PAYLOADS=settings.payload_url)
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_status_of_a_finished_run_needs_no_sdk_client_nor_the_checkpoint_store(finished_run, tmp_path, json_output):  # type: ignore[no-untyped-def]
+    settings, run_id = finished_run
+    doc = _run_probe(tmp_path, _env_of(settings, tmp_path), "status", run_id, *(["--json"] if json_output else []))
+    assert doc["code"] == 0, doc["output"]
+    if json_output:
+        view = json.loads(doc["stdout"])
+        assert (view["state"], view["source"], view["failure"]) == ("completed", "result", None), view
+    else:
+        assert doc["stdout"].startswith(f"run {run_id} (branch main): completed"), doc["output"]
+        assert "from the newest checkpoint" not in doc["stdout"] and "failure" not in doc["stdout"], doc["output"]
+    assert not _sdk_client(doc["modules"]), _sdk_client(doc["modules"])
+    assert not NOT_FOR_STATUS & set(doc["modules"]), sorted(NOT_FOR_STATUS & set(doc["modules"]))
+    assert not set(doc["packages"]) & (S3 | MODEL), sorted(set(doc["packages"]) & (S3 | MODEL))
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_pending_without_an_open_run_needs_neither_the_sdk_client_nor_pydantic(finished_run, tmp_path, json_output):  # type: ignore[no-untyped-def]
+    settings, _ = finished_run
+    doc = _run_probe(tmp_path, _env_of(settings, tmp_path), "pending", *(["--json"] if json_output else []))
+    assert doc["code"] == 0, doc["output"]
+    if json_output:
+        assert json.loads(doc["stdout"]) == {"waiting": [], "unanswered": []}
+    else:
+        assert doc["stdout"] == "no tool call is waiting for a decision", doc["output"]
+    assert not _sdk_client(doc["modules"]), _sdk_client(doc["modules"])
+    assert not set(doc["packages"]) & ({"pydantic"} | S3 | MODEL), sorted(set(doc["packages"]) & ({"pydantic"} | S3 | MODEL))
+
+
+async def test_a_connection_answers_as_the_client_does(finished_run):  # type: ignore[no-untyped-def]
+    """run_view over a Connection (plain service calls for a finished run) and over the
+    SDK's Client give the same view; the Connection builds no Client for it."""
+    settings, run_id = finished_run
+    connection = await open_connection(settings)
+    through_service = await run_view(connection, run_id)
+    assert "client" not in vars(connection)  # never built
+    through_client = await run_view(await connect(settings), run_id)
+    assert through_service.model_dump() == through_client.model_dump()
+    assert through_service.source == "result" and through_service.state == "completed"
