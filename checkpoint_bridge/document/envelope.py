@@ -271,8 +271,18 @@ def _expand_record(record: Any) -> Any:
     return out
 
 
+# The first schema version format v2 wrote: every writer since left out what a document
+# implies, by the rules above (unchanged since), in the version current when it wrote.
+FIRST_COMPACT_SCHEMA = 3
+
+
 def _expand_doc(payload: dict[str, Any], records_field: str, key: str) -> dict[str, Any]:
-    if payload.get("schema_version") != CURRENT_SCHEMA_VERSION:
+    version = payload.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < FIRST_COMPACT_SCHEMA:
+        # Older documents were stored whole (imported, or written by tests as they were). A
+        # v3+ one was compacted by whatever Rewind wrote it: put back what it left out, then
+        # the migrations upgrade it (expanding only current documents made every object of
+        # an earlier release unreadable once the schema moved on).
         return payload
     out = dict(payload)
     cid = out.get("checkpoint_id")
