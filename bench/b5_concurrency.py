@@ -18,6 +18,7 @@ import asyncio
 import os
 import time
 from itertools import zip_longest as _zip_longest
+from pathlib import Path
 
 from temporalio.api.enums.v1 import TimeoutType
 
@@ -56,18 +57,21 @@ async def _mirror_lags(settings, run_id: str) -> list[float]:  # type: ignore[no
     return lags
 
 
-async def _batch(suite, runs: int, steps: int, processes: int, sandbox: bool = False) -> dict:  # type: ignore[no-untyped-def,type-arg]
+async def _batch(suite, runs: int, steps: int, processes: int, sandbox: bool = False,  # type: ignore[no-untyped-def]
+                 tree: Path | None = None) -> dict:  # type: ignore[type-arg]
     """One batch of `runs` × `steps` on a fresh dev server and one `rewind worker` of
     `processes` processes (REWIND_WORKER_PROCESSES), without the workflow sandbox (the
-    default) or with it (REWIND_WORKFLOW_SANDBOX=1); its figures."""
-    tag = f"concurrency-p{processes}" + ("-sandbox" if sandbox else "")
+    default) or with it (REWIND_WORKFLOW_SANDBOX=1); `tree`: the worker of another
+    checkout (REWIND_BENCH_BEFORE), with its own defaults. Its figures."""
+    tag = f"concurrency-p{processes}" + ("-sandbox" if sandbox else "") + ("-before" if tree else "")
     server = suite.start_temporal(tag)
     client = await suite.client(server)
     model = suite.model(LATENCY_MS)
     settings = suite.settings(server, tag)
     worker = WorkerProcess(settings, model, suite.tmp / f"{tag}-worker.log",
                            extra_env={"REWIND_WORKER_PROCESSES": str(processes),
-                                      "REWIND_WORKFLOW_SANDBOX": "1" if sandbox else "0"})
+                                      **({} if tree else {"REWIND_WORKFLOW_SANDBOX": "1" if sandbox else "0"})},
+                           **({"repo": tree} if tree else {}))
     try:
         pids = await wait_polling(client, settings.task_queue, worker, processes)
         warm, _ = blob_script(model, 2, TOOL_BYTES)
@@ -122,7 +126,7 @@ async def _batch(suite, runs: int, steps: int, processes: int, sandbox: bool = F
     wall = t1 - t0
     usage = {k: s.summary(t0, t1) for k, s in samplers.items()}
     worker_pct = sum(u["cpu_avg_pct"] or 0 for k, u in usage.items() if k.startswith("worker"))
-    return {"processes": processes, "sandbox": sandbox, "wall": wall, "durations": durations, "lags": lags, "retries": retries,
+    return {"processes": processes, "sandbox": sandbox, "before": tree is not None, "wall": wall, "durations": durations, "lags": lags, "retries": retries,
             "retry_kinds": retry_kinds, "errors": errors, "activities": activities, "wfts": wfts, "usage": usage,
             "profile": profiler.summary(), "profile_skipped": profiler.skipped, "worker_cpu_pct": worker_pct,
             "steps_per_s": runs * steps / wall, "p50": percentile(durations, 50), "p99": percentile(durations, 99),
@@ -138,8 +142,11 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                   f"fresh dev server; the dev server, the worker and this process (client + model server) share "
                   f"the machine's {os.cpu_count()} cores.")
     batches = [await _batch(suite, runs, steps, n) for n in PROCESSES]
-    # Full mode only (CI's time is short): one process with the workflow sandbox.
+    # Full mode only (CI's time is short): one process with the workflow sandbox; and with
+    # REWIND_BENCH_BEFORE, one process of that checkout's worker.
     sandboxed = None if suite.quick else await _batch(suite, runs, steps, 1, sandbox=True)
+    before_tree = os.environ.get("REWIND_BENCH_BEFORE")
+    before = await _batch(suite, runs, steps, 1, tree=Path(before_tree).resolve()) if before_tree else None
     one = batches[0]
     wall, durations, lags, retries, errors = one["wall"], one["durations"], one["lags"], one["retries"], one["errors"]
     retry_kinds, activities, wfts, usage, profile = (one["retry_kinds"], one["activities"], one["wfts"], one["usage"],
@@ -153,9 +160,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 "retry_kinds": retry_kinds,
                 "mirror_errors": errors, "usage": usage, "worker_cpu_ms_per_step": cpu_ms_per_step,
                 "worker_profile": profile, "profile_skipped": one["profile_skipped"],
-                "by_processes": [{k: b[k] for k in ("processes", "sandbox", "wall", "steps_per_s", "p50", "p99",
+                "by_processes": [{k: b[k] for k in ("processes", "sandbox", "before", "wall", "steps_per_s", "p50", "p99",
                                                     "cpu_ms_per_step", "worker_cpu_pct", "retries")}
-                                 for b in [*batches, *([sandboxed] if sandboxed else [])]]}
+                                 for b in [*batches, *([sandboxed] if sandboxed else []), *([before] if before else [])]]}
     ideal = 1000 / LATENCY_MS * runs  # steps/s if every step took exactly the model latency
     sec.table("Throughput and latency", ["figure", "value", "ratio to baseline"], [
         ["steps per second (whole batch)", sps, f"**{sps / ideal:.2f}x** of {ideal:.0f}/s (all {runs} runs at one model latency per step)"],
@@ -175,10 +182,10 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
               ["worker processes", "steps per second", "ratio to 1 process", "step latency p50 (ms)",
                "p50 / model latency", "step latency p99 (ms)", "worker CPU per step (ms, all processes)",
                "worker CPU avg (% of a core, all processes)", "retried attempts"],
-              [[f"{b['processes']}" + (", sandbox on" if b["sandbox"] else ""), b["steps_per_s"],
+              [[f"{b['processes']}" + (", sandbox on" if b["sandbox"] else "") + (", before (REWIND_BENCH_BEFORE)" if b["before"] else ""), b["steps_per_s"],
                 f"**{b['steps_per_s'] / sps:.2f}x**", b["p50"] * 1000,
                 f"**{b['p50'] * 1000 / LATENCY_MS:.2f}x**", b["p99"] * 1000, b["cpu_ms_per_step"], b["worker_cpu_pct"],
-                b["retries"]] for b in [*batches, *([sandboxed] if sandboxed else [])]])
+                b["retries"]] for b in [*batches, *([sandboxed] if sandboxed else []), *([before] if before else [])]])
     sec.table("Resources of the one-process batch, averaged over the batch (CPU % of one core; 100% = one core busy)",
               ["process", "CPU avg %", "CPU peak % (1 s windows)", "RSS peak (MB)", "RSS high-water mark (MB)"],
               [[k, u["cpu_avg_pct"], u["cpu_peak_pct"], u["rss_peak_mb"], u["rss_hwm_mb"]] if not k.startswith("bench")
@@ -211,6 +218,14 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
          f"{many['cpu_ms_per_step']:.1f} ms", f"**{many['cpu_ms_per_step'] / CPU_TARGET_MS:.2f}x** the target",
          f"≤ {CPU_TARGET_MS:.0f} ms", "met" if many["cpu_ms_per_step"] <= CPU_TARGET_MS else "**not met**"],
     ]
+    if before is not None:
+        sec.headline.append(
+            ["5 concurrency", "worker CPU per step, this tree / before (REWIND_BENCH_BEFORE, the same batch)",
+             f"{cpu_ms_per_step:.1f} ms / {before['cpu_ms_per_step']:.1f} ms",
+             f"**{cpu_ms_per_step / before['cpu_ms_per_step']:.2f}x**", "–", "–"])
+        sec.headline.append(
+            ["5 concurrency", "steps per second, this tree / before (REWIND_BENCH_BEFORE, the same batch)",
+             f"{sps:.1f} / {before['steps_per_s']:.1f}", f"**{sps / before['steps_per_s']:.2f}x**", "–", "–"])
     if sandboxed is not None:
         sec.headline.append(
             ["5 concurrency", "worker CPU per step, default (no sandbox) / `REWIND_WORKFLOW_SANDBOX=1`",

@@ -420,12 +420,13 @@ class ProcSampler:
 class WorkerProcess(_SharedWorkerProcess):
     """`python worker.py --tools bench.tools` in a subprocess, configured by environment only."""
 
-    def __init__(self, settings: Settings, model: ScriptedModelServer, log: Path, extra_env: dict[str, str] | None = None):
+    def __init__(self, settings: Settings, model: ScriptedModelServer, log: Path, extra_env: dict[str, str] | None = None,
+                 repo: Path = REPO):
         settings.home.mkdir(parents=True, exist_ok=True)
         super().__init__(
             settings, model.base_url, TOOLS_MODULE, log,
             extra_env={"REWIND_LOG_LEVEL": "WARNING", "REWIND_HOME": str(settings.home), **(extra_env or {})},
-            cwd=settings.home,
+            cwd=settings.home, repo=repo,
         )
 
 

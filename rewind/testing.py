@@ -82,7 +82,9 @@ class WorkerProcess(LoggedProcess):
     def __init__(
         self, settings: Settings, model_base_url: str, tools: str, log: Path, *,
         extra_env: dict[str, str] | None = None, pythonpath: list[Path] | None = None, cwd: Path | None = None,
+        repo: Path = REPO,
     ) -> None:
+        """`repo`: the checkout whose worker runs (a benchmark times an older one beside this)."""
         env = dict(os.environ)
         env.update({
             "TEMPORAL_ADDRESS": settings.temporal_address,
@@ -95,7 +97,7 @@ class WorkerProcess(LoggedProcess):
             "OPENAI_API_KEY": "test-key",
             # One process (its pid is the worker's identity in Temporal), unless extra_env says otherwise.
             "REWIND_WORKER_PROCESSES": "1",
-            "PYTHONPATH": os.pathsep.join([*(str(p) for p in pythonpath or []), str(REPO), env.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([*(str(p) for p in pythonpath or []), str(repo), env.get("PYTHONPATH", "")]),
             **(extra_env or {}),
         })
-        super().__init__([sys.executable, str(REPO / "worker.py"), "--tool-modules", tools], log, env=env, cwd=cwd)
+        super().__init__([sys.executable, str(repo / "worker.py"), "--tool-modules", tools], log, env=env, cwd=cwd)
