@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -37,6 +37,7 @@ from checkpoint_bridge.lineage import (
     resolve_step,
     revision_branch,
     revisions,
+    revisions_among,
     split_revision,
     validate_branch_name,
 )
@@ -47,7 +48,8 @@ from checkpoint_bridge.runs import (
     check_tools,
     start_agent,
 )
-from checkpoint_bridge.document.schema import AgentCheckpoint
+from checkpoint_bridge.document.migrations import validate_document
+from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
 from workflows.canonical import canonical_json
 from workflows.contracts import (
@@ -173,6 +175,35 @@ async def seed_from(
     )
 
 
+async def checkpoint_at(store: CheckpointStore, point: CheckpointSummary) -> AgentCheckpoint:
+    """The checkpoint `point` names (as `resolve_step` found it), to start a branch from.
+
+    Validated from the store's shared document instead of `store.load`, which first copies
+    the whole document so that callers may change it (3-6 ms at 500 steps of 2 KB tool
+    outputs, several times that on a loaded machine) and lists the branch's rollback
+    markers (a request of its own on S3). A fork only reads the checkpoint: it copies the
+    messages it seeds and changes nothing else; the status comes with `point`
+    (resolve_step applied the markers)."""
+    cp = validate_document(await store.document(point.checkpoint_id), point.checkpoint_id)
+    if point.status == "invalidated":
+        cp.status = "invalidated"
+    return usable(cp)
+
+
+async def gather_in_order(*steps: Awaitable[Any]) -> list[Any]:
+    """Run independent checks and reads at once; raise the first failure in the order given,
+    so what a user is told does not depend on which answer came first."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+async def _none() -> None:
+    return None
+
+
 def usable(cp: AgentCheckpoint) -> AgentCheckpoint:
     if cp.status == "invalidated":
         raise CheckpointNotUsableError(
@@ -217,9 +248,16 @@ def _input_for(cp: AgentCheckpoint, source: AgentInput | None) -> AgentInput:
 
 
 async def _branch_taken(client: Client, store: CheckpointStore, run_id: str, name: str) -> bool:
-    if await revisions(store, run_id, name):
+    # The store's branches and Temporal's workflows at once; a stored branch answers alone.
+    stored, started = await asyncio.gather(revisions(store, run_id, name), branch_workflows(client, run_id, name),
+                                           return_exceptions=True)
+    if isinstance(stored, BaseException):
+        raise stored
+    if stored:
         return True
-    return bool(await branch_workflows(client, run_id, name))
+    if isinstance(started, BaseException):
+        raise started
+    return bool(started)
 
 
 async def fork(
@@ -244,14 +282,25 @@ async def fork(
     check_side_effects(side_effects)
     if limits is not None:
         check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
-    point = await resolve_step(store, run_id, from_branch, step)
-    cp = usable(await store.load(point.checkpoint_id))
-    if await _branch_taken(client, store, run_id, branch):
+
+    async def at_point() -> tuple[list[str], AgentCheckpoint, AgentInput | None]:
+        # One listing of the run answers both where the step is and whether the name is taken.
+        stored = await store.stored_steps(run_id)
+        point = await resolve_step(store, run_id, from_branch, step, stored=stored)
+        cp, source = await gather_in_order(
+            checkpoint_at(store, point), source_input(client, workflow_id_for(run_id, point.branch_id)))
+        return revisions_among(list(stored), branch), cp, source
+
+    # Reads only, and independent of each other: at once (one store or Temporal round trip
+    # each, where they used to follow one another); nothing is written or started before
+    # all of them answered, and the first failure in this order is the one raised. Tools
+    # are checked before anything is created, so a refused fork leaves the branch name free.
+    (taken, cp, source), started, _ = await gather_in_order(
+        at_point(), branch_workflows(client, run_id, branch),
+        check_tools(client, launcher.task_queue, tools) if tools else _none(),
+    )
+    if taken or started:
         raise RunExistsError(f"run {run_id!r} already has a branch {branch!r}; choose another --branch")
-    if tools:
-        # Before anything is written or started: the branch name stays free.
-        await check_tools(client, launcher.task_queue, tools)
-    source = await source_input(client, workflow_id_for(run_id, point.branch_id))
     base = _input_for(cp, source)
     if limit_overrides or llm_overrides:
         base = base.model_copy(update={"limits": (limits or base.limits).model_copy(update=limit_overrides or {}),
@@ -376,7 +425,7 @@ async def rollback(
     branch = await current_name(store, run_id, branch)
     line = await lineage(store, run_id, branch)
     point = await resolve_step(store, run_id, branch, step)
-    cp = usable(await store.load(point.checkpoint_id))
+    cp = await checkpoint_at(store, point)
     workflows = await branch_workflows(client, run_id, branch)
     running = bool(workflows) and (await workflows[-1][1].describe()).status == WorkflowExecutionStatus.RUNNING
     if line[-1].step_index <= step and not running:
@@ -455,7 +504,7 @@ async def redo(
     validate_id("branch", from_branch)
     check_side_effects(side_effects)
     point = await resolve_step(store, run_id, from_branch, step)
-    cp = usable(await store.load(point.checkpoint_id))
+    cp = await checkpoint_at(store, point)
     if cp.parent_id is None:
         raise StepNotFoundError(f"step {step} of {from_branch!r} is the run's start: it made no tool calls to redo")
     before = usable(await store.load(cp.parent_id))
