@@ -116,6 +116,12 @@ class LlmActivities:
         self._redact = redactor
         self._client: openai.AsyncOpenAI | None = None
 
+    def open_client(self) -> None:
+        """Build the model client now; the worker does at start. Its TLS context reads the
+        system's CA bundle (30-40 ms on a loaded 2-core machine), which the worker's first
+        model call would otherwise wait for: a fork's first step, or a run's."""
+        self._get_client()
+
     def _get_client(self) -> openai.AsyncOpenAI:
         if self._client is None:
             self._client = openai.AsyncOpenAI(
