@@ -79,6 +79,35 @@ async def test_a_fork_lists_the_run_once(worker, client, settings, model, events
     assert (await result.handle.result()).status.state == "completed"
 
 
+async def _first_task_activities(client, workflow_id: str) -> list[str]:
+    """The activities a workflow scheduled before any of them completed: its first workflow task's."""
+    names = []
+    async for e in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            break
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names.append(e.activity_task_scheduled_event_attributes.activity_type.name)
+    return sorted(names)
+
+
+async def test_a_branch_that_keeps_its_tools_calls_the_model_while_it_describes_them(worker, client, settings, model,
+                                                                                    events_file, store):
+    run = await _research_run(client, settings)
+    kept = await fork(client, settings, store, run, 1, branch="kept", system_prompt=TECH)
+    outcome = await kept.handle.result()
+    assert outcome.status.state == "completed" and "technical" in outcome.final_answer.lower()
+    assert await _tool_activities(client, kept.workflow_id) == ["save_report"]
+    # Seeded with the specs main was described: no round trip before the first model call.
+    assert await _first_task_activities(client, kept.workflow_id) == ["call_llm", "describe_tools"]
+    back = await rollback(client, settings, store, run, 1, branch="kept")
+    assert (await back.continued.handle.result()).status.state == "completed"
+    assert await _first_task_activities(client, back.continued.workflow_id) == ["call_llm", "describe_tools"]
+    # Other tools: described first, as a new run's.
+    lean = await fork(client, settings, store, run, 1, branch="lean", tools=["search_company"])
+    assert (await lean.handle.result()).status.state == "completed"
+    assert await _first_task_activities(client, lean.workflow_id) == ["describe_tools"]
+
+
 async def test_rolling_a_fork_back_to_its_fork_point_keeps_its_system_prompt(worker, client, settings, model, events_file, store):
     run = await _research_run(client, settings)
     forked = await fork(client, settings, store, run, 1, branch="tech", system_prompt=TECH)
