@@ -29,6 +29,7 @@ from activities.context_window import check_pairing, compact_actions, compress_m
 from activities.heartbeat import heartbeating
 from activities.pricing import PriceTable
 from activities.spans import activity_span
+from activities.tokens import preload
 from activities.redaction import NO_REDACTION, Redactor
 from activities.transcript import TranscriptError, TranscriptStore
 from checkpoint_bridge.outputs import OutputStore
@@ -115,6 +116,14 @@ class LlmActivities:
         # Built by the worker with the key in use among its secrets.
         self._redact = redactor
         self._client: openai.AsyncOpenAI | None = None
+
+    def open_client(self) -> None:
+        """Build the model client now, and the default tokenizer in the background; the worker
+        does at start. The client's TLS context reads the system's CA bundle (30-40 ms on a
+        loaded 2-core machine) and the tokenizer takes 0.5-0.6 s to build: the worker's first
+        model call would otherwise wait for both (a fork's first step, or a run's)."""
+        self._get_client()
+        preload()
 
     def _get_client(self) -> openai.AsyncOpenAI:
         if self._client is None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -37,34 +37,38 @@ from checkpoint_bridge.lineage import (
     resolve_step,
     revision_branch,
     revisions,
+    revisions_among,
     split_revision,
     validate_branch_name,
 )
-from checkpoint_bridge.projector import chain_events, first_started_event, log_of
+from checkpoint_bridge.projector import chain_events, first_events, first_started_event, log_of
 from checkpoint_bridge.runs import (
     branch_workflows,
     check_limits,
     check_tools,
     start_agent,
 )
-from checkpoint_bridge.document.schema import AgentCheckpoint
+from checkpoint_bridge.document.migrations import validate_document
+from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.store import CheckpointStore
 from workflows.canonical import canonical_json
 from workflows.contracts import (
     DEFAULT_MODEL,
     AgentInput,
     AgentResult,
+    DescribeToolsResponse,
     Ledger,
     LineageEffect,
     LoopState,
     RedoPlan,
     SIDE_EFFECT_MODES,
     RunLimits,
+    ToolSpec,
 )
 from workflows.errors import CheckpointNotUsableError, RunExistsError, StepNotFoundError, UsageError
 from workflows.ids import parse_subagent_branch, validate_id, workflow_id_for
 from workflows.tool_calls import NOT_EXECUTED, with_system_prompt
-from workflows.wire import RUN_TOOL
+from workflows.wire import DESCRIBE_TOOLS, RUN_TOOL
 
 STOP_TIMEOUT_S = 30.0
 
@@ -173,6 +177,35 @@ async def seed_from(
     )
 
 
+async def checkpoint_at(store: CheckpointStore, point: CheckpointSummary) -> AgentCheckpoint:
+    """The checkpoint `point` names (as `resolve_step` found it), to start a branch from.
+
+    Validated from the store's shared document instead of `store.load`, which first copies
+    the whole document so that callers may change it (3-6 ms at 500 steps of 2 KB tool
+    outputs, several times that on a loaded machine) and lists the branch's rollback
+    markers (a request of its own on S3). A fork only reads the checkpoint: it copies the
+    messages it seeds and changes nothing else; the status comes with `point`
+    (resolve_step applied the markers)."""
+    cp = validate_document(await store.document(point.checkpoint_id), point.checkpoint_id)
+    if point.status == "invalidated":
+        cp.status = "invalidated"
+    return usable(cp)
+
+
+async def gather_in_order(*steps: Awaitable[Any]) -> list[Any]:
+    """Run independent checks and reads at once; raise the first failure in the order given,
+    so what a user is told does not depend on which answer came first."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
+
+
+async def _none() -> None:
+    return None
+
+
 def usable(cp: AgentCheckpoint) -> AgentCheckpoint:
     if cp.status == "invalidated":
         raise CheckpointNotUsableError(
@@ -187,17 +220,61 @@ def usable(cp: AgentCheckpoint) -> AgentCheckpoint:
     return cp
 
 
-async def source_input(client: Client, workflow_id: str) -> AgentInput | None:
-    """The input the branch's workflow was started with (first run of its chain)."""
+@dataclass(frozen=True)
+class Source:
+    """What a branch's workflow was started with and what its tools were, from its history."""
+
+    input: AgentInput | None  # its first run's input; None past Temporal's retention
+    tools: list[ToolSpec] | None = None  # the specs its newest run was described at its start, if found
+
+
+# How many events of the source's newest run are read for its tool specs: its first activity
+# is describe_tools, completed by about the tenth event (twelfth for a branch that described
+# while its first model call ran). One page either way; past it, the branch describes first.
+DESCRIBED_WITHIN = 24
+
+
+async def source_of(client: Client, workflow_id: str, *, tools: bool = True) -> Source:
+    """The input the branch's workflow was started with (first run of its chain) and, with
+    `tools`, the tool specs its newest run was described, read from the same first page."""
     try:
-        started = await first_started_event(client, workflow_id)
+        head = await first_events(client, workflow_id, DESCRIBED_WITHIN if tools else 1)
+        started = head[0]
+        previous = started.workflow_execution_started_event_attributes.continued_execution_run_id
+        if previous:
+            started = await first_started_event(client, workflow_id, previous)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            return None  # past Temporal's retention: rebuild what we can from the checkpoint
+            return Source(None)  # past Temporal's retention: rebuild what we can from the checkpoint
         raise
     attrs = started.workflow_execution_started_event_attributes
     (inp,) = await client.data_converter.decode(attrs.input.payloads, [AgentInput])
-    return inp
+    return Source(inp, await _described(client, head) if tools else None)
+
+
+async def _described(client: Client, events: list[Any]) -> list[ToolSpec] | None:
+    """The specs the run's first describe_tools answered with, if it found every tool (a tool
+    described on its own queue, or an answer past these events: None, the branch describes)."""
+    from temporalio.api.enums.v1 import EventType
+
+    scheduled: int | None = None
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if event.activity_task_scheduled_event_attributes.activity_type.name == DESCRIBE_TOOLS:
+                if scheduled is not None:
+                    return None
+                scheduled = event.event_id
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = event.activity_task_completed_event_attributes
+            if scheduled is not None and attrs.scheduled_event_id == scheduled:
+                (found,) = await client.data_converter.decode(attrs.result.payloads, [DescribeToolsResponse])
+                return None if found.missing else found.tools
+    return None
+
+
+async def source_input(client: Client, workflow_id: str) -> AgentInput | None:
+    """The input the branch's workflow was started with (first run of its chain)."""
+    return (await source_of(client, workflow_id, tools=False)).input
 
 
 def check_side_effects(mode: str) -> None:
@@ -217,9 +294,16 @@ def _input_for(cp: AgentCheckpoint, source: AgentInput | None) -> AgentInput:
 
 
 async def _branch_taken(client: Client, store: CheckpointStore, run_id: str, name: str) -> bool:
-    if await revisions(store, run_id, name):
+    # The store's branches and Temporal's workflows at once; a stored branch answers alone.
+    stored, started = await asyncio.gather(revisions(store, run_id, name), branch_workflows(client, run_id, name),
+                                           return_exceptions=True)
+    if isinstance(stored, BaseException):
+        raise stored
+    if stored:
         return True
-    return bool(await branch_workflows(client, run_id, name))
+    if isinstance(started, BaseException):
+        raise started
+    return bool(started)
 
 
 async def fork(
@@ -244,23 +328,35 @@ async def fork(
     check_side_effects(side_effects)
     if limits is not None:
         check_limits(limits.max_steps, limits.max_cost_usd, limits.max_tokens)
-    point = await resolve_step(store, run_id, from_branch, step)
-    cp = usable(await store.load(point.checkpoint_id))
-    if await _branch_taken(client, store, run_id, branch):
+
+    async def at_point() -> tuple[list[str], AgentCheckpoint, Source]:
+        # One listing of the run answers both where the step is and whether the name is taken.
+        stored = await store.stored_steps(run_id)
+        point = await resolve_step(store, run_id, from_branch, step, stored=stored)
+        cp, source = await gather_in_order(
+            checkpoint_at(store, point), source_of(client, workflow_id_for(run_id, point.branch_id)))
+        return revisions_among(list(stored), branch), cp, source
+
+    # Reads only, and independent of each other: at once (one store or Temporal round trip
+    # each, where they used to follow one another); nothing is written or started before
+    # all of them answered, and the first failure in this order is the one raised. Tools
+    # are checked before anything is created, so a refused fork leaves the branch name free.
+    (taken, cp, source), started, _ = await gather_in_order(
+        at_point(), branch_workflows(client, run_id, branch),
+        check_tools(client, launcher.task_queue, tools) if tools else _none(),
+    )
+    if taken or started:
         raise RunExistsError(f"run {run_id!r} already has a branch {branch!r}; choose another --branch")
-    if tools:
-        # Before anything is written or started: the branch name stays free.
-        await check_tools(client, launcher.task_queue, tools)
-    source = await source_input(client, workflow_id_for(run_id, point.branch_id))
-    base = _input_for(cp, source)
+    base = _input_for(cp, source.input)
     if limit_overrides or llm_overrides:
         base = base.model_copy(update={"limits": (limits or base.limits).model_copy(update=limit_overrides or {}),
                                        "llm": base.llm.model_copy(update=llm_overrides or {})})
         limits = None
     return await _start_from(client, launcher, cp, base, branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
-                             effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp),
-                             subagent_overrides=subagent_overrides, side_effects=side_effects)
+                             effects=lineage_effects_of(cp, source.input) + await subagent_effects(store, cp),
+                             subagent_overrides=subagent_overrides, side_effects=side_effects,
+                             described=source.tools if tools is None else None)
 
 
 async def _start_from(
@@ -269,7 +365,10 @@ async def _start_from(
     variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
     effects: list[LineageEffect] | None = None, adjust: Callable[[LoopState], None] | None = None,
     subagent_overrides: dict[str, dict[str, str]] | None = None, side_effects: str | None = None,
+    described: list[ToolSpec] | None = None,
 ) -> ForkResult:
+    """`described`: the source's tool specs, when the branch keeps its tools: its first model
+    call goes out with them while its workflow describes the tools again (LoopState.tool_specs)."""
     if system_prompt is None:
         # The branch keeps its own system prompt, also when it continues from a
         # checkpoint of the branch it was forked from (a rollback to its fork
@@ -278,6 +377,7 @@ async def _start_from(
         if current is not None and current != base.system_prompt:
             system_prompt = base.system_prompt
     seed = await seed_from(cp, launcher.transcripts, system_prompt, effects)
+    seed.tool_specs = described
     if adjust is not None:
         adjust(seed)
     inp = base.model_copy(update={
@@ -376,7 +476,7 @@ async def rollback(
     branch = await current_name(store, run_id, branch)
     line = await lineage(store, run_id, branch)
     point = await resolve_step(store, run_id, branch, step)
-    cp = usable(await store.load(point.checkpoint_id))
+    cp = await checkpoint_at(store, point)
     workflows = await branch_workflows(client, run_id, branch)
     running = bool(workflows) and (await workflows[-1][1].describe()).status == WorkflowExecutionStatus.RUNNING
     if line[-1].step_index <= step and not running:
@@ -405,7 +505,7 @@ async def rollback(
     for storage in stored:
         await store.invalidate_after(run_id, storage, step, reason)
     next_revision = max([split_revision(b)[1] for b in stored] + [len(workflows) - 1]) + 1
-    source = await source_input(client, workflows[-1][1].id) if workflows else None
+    source = await source_of(client, workflows[-1][1].id) if workflows else Source(None)
     # Compensated first, so the continuation knows which discarded effects still stand:
     # a compensated effect is no longer one of its lineage, and a repeat of it runs again.
     compensations = (await run_compensations(client, launcher.task_queue, run_id, branch, step, effects)
@@ -415,8 +515,10 @@ async def rollback(
                               idempotency_key=e.idempotency_key, branch_id=storage_of.get(e.workflow_id) or branch,
                               step=e.step, origin="discarded")
                 for e in effects if e.idempotency_key not in undone_keys]
-    continued = await _start_from(client, launcher, cp, _input_for(cp, source), branch, revision_branch(branch, next_revision),
-                                  effects=lineage_effects_of(cp, source, standing) + await subagent_effects(store, cp))
+    continued = await _start_from(client, launcher, cp, _input_for(cp, source.input), branch,
+                                  revision_branch(branch, next_revision),
+                                  effects=lineage_effects_of(cp, source.input, standing) + await subagent_effects(store, cp),
+                                  described=source.tools)
     result = RollbackResult(run_id, branch, step, stopped, sorted(invalidated), effects, continued, compensations)
     return result
 
@@ -455,7 +557,7 @@ async def redo(
     validate_id("branch", from_branch)
     check_side_effects(side_effects)
     point = await resolve_step(store, run_id, from_branch, step)
-    cp = usable(await store.load(point.checkpoint_id))
+    cp = await checkpoint_at(store, point)
     if cp.parent_id is None:
         raise StepNotFoundError(f"step {step} of {from_branch!r} is the run's start: it made no tool calls to redo")
     before = usable(await store.load(cp.parent_id))

@@ -24,6 +24,9 @@ if TYPE_CHECKING:  # the revision names alone (checkpoint_bridge/runs.py) need n
 # original `main` itself (what a user compares a rolled-back branch against).
 _REVISION = re.compile(r"^(?P<name>.+)\.r(?P<rev>0|[1-9][0-9]*)$")
 
+# `CheckpointStore.stored_steps`: each branch's stored steps and its rollback cutoff.
+StoredSteps = dict[str, tuple[set[int], int | None]]
+
 
 
 def split_revision(storage_branch: str) -> tuple[str, int]:
@@ -57,12 +60,7 @@ def display_name(storage_branch: str) -> str:
 async def revisions(store: CheckpointStore, run_id: str, name: str) -> list[str]:
     """The stored revisions of a branch, oldest first. A revision's own name
     (`main.r1`, as `rewind fork` and `rewind tree` print it) names just that one."""
-    stored = await store.branches(run_id)
-    if _REVISION.match(name):
-        storage = revision_branch(*split_revision(name))
-        return [storage] if storage in stored else []
-    found = [b for b in stored if split_revision(b)[0] == name]
-    return sorted(found, key=lambda b: split_revision(b)[1])
+    return revisions_among(await store.branches(run_id), name)
 
 
 async def current_name(store: CheckpointStore, run_id: str, name: str) -> str:
@@ -90,11 +88,11 @@ async def lineage(store: CheckpointStore, run_id: str, name: str) -> list[Checkp
 
 def _stored_revisions(summaries: list[CheckpointSummary], name: str) -> list[str]:
     """`revisions`, over a run's listed checkpoints instead of the store."""
-    return _revisions_among(list(dict.fromkeys(s.branch_id for s in summaries)), name)
+    return revisions_among(list(dict.fromkeys(s.branch_id for s in summaries)), name)
 
 
-def _revisions_among(stored: list[str], name: str) -> list[str]:
-    """`revisions`, over a run's stored branch ids."""
+def revisions_among(stored: list[str], name: str) -> list[str]:
+    """`revisions`, over a run's stored branch ids (`store.branches`, or the keys of `store.stored_steps`)."""
     if _REVISION.match(name):
         storage = revision_branch(*split_revision(name))
         return [storage] if storage in stored else []
@@ -129,9 +127,11 @@ def lineage_in(summaries: list[CheckpointSummary], name: str, store_url: str) ->
     return list(reversed(chain))
 
 
-async def resolve_step(store: CheckpointStore, run_id: str, name: str, step: int) -> CheckpointSummary:
-    """The checkpoint of `step` on branch `name` (which may lie on an ancestor branch)."""
-    own = await _own_step(store, run_id, name, step)
+async def resolve_step(store: CheckpointStore, run_id: str, name: str, step: int, *,
+                       stored: StoredSteps | None = None) -> CheckpointSummary:
+    """The checkpoint of `step` on branch `name` (which may lie on an ancestor branch).
+    `stored`: the run's `store.stored_steps`, when the caller listed them already."""
+    own = await _own_step(store, run_id, name, step, stored)
     if own is not None:
         return own
     line = await lineage(store, run_id, name)
@@ -144,15 +144,17 @@ async def resolve_step(store: CheckpointStore, run_id: str, name: str, step: int
     )
 
 
-async def _own_step(store: CheckpointStore, run_id: str, name: str, step: int) -> CheckpointSummary | None:
+async def _own_step(store: CheckpointStore, run_id: str, name: str, step: int,
+                    stored: StoredSteps | None = None) -> CheckpointSummary | None:
     """The common case of `resolve_step` in one listing and one read instead of a read of
     every step: `step` and every step after it to the head are stored on the branch's
     newest live revision itself. None when the step lies elsewhere (on the branch it was
     forked from, on a revision before a rollback) or the run is not stored: the lineage
     walk answers those, with its errors."""
-    stored = await store.stored_steps(run_id)
+    if stored is None:
+        stored = await store.stored_steps(run_id)
     exact = _REVISION.match(name) is not None
-    for storage in reversed(_revisions_among(list(stored), name)):
+    for storage in reversed(revisions_among(list(stored), name)):
         steps, cutoff = stored[storage]
         live = steps if exact or cutoff is None else {s for s in steps if s <= cutoff}
         if not live:

@@ -207,18 +207,26 @@ async def chain_events(client: Client, workflow_id: str) -> list[HistoryEvent]:
     return [e for history in reversed(histories) for e in history]
 
 
-async def first_started_event(client: Client, workflow_id: str) -> HistoryEvent:
-    """The start event of the first run of a workflow's continue-as-new chain, reading
-    one event per run (a long run's whole history is not needed for its start input)."""
-    run_id: str | None = None
-    while True:
-        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-        first = None
-        async for event in handle.fetch_history_events(page_size=1):
-            first = event
+async def first_events(client: Client, workflow_id: str, count: int, run_id: str | None = None) -> list[HistoryEvent]:
+    """The first `count` events of one run of a workflow (its newest run unless `run_id`
+    names one): one page, one request, however long the run."""
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+    events: list[HistoryEvent] = []
+    async for event in handle.fetch_history_events(page_size=count):
+        events.append(event)
+        if len(events) >= count:
             break
-        if first is None:
-            raise ProjectionError(f"workflow {workflow_id} has an empty history")
+    if not events:
+        raise ProjectionError(f"workflow {workflow_id} has an empty history")
+    return events
+
+
+async def first_started_event(client: Client, workflow_id: str, run_id: str | None = None) -> HistoryEvent:
+    """The start event of the first run of a workflow's continue-as-new chain, reading
+    one event per run from `run_id` (default: the newest) back (a long run's whole
+    history is not needed for its start input)."""
+    while True:
+        first = (await first_events(client, workflow_id, 1, run_id))[0]
         previous = first.workflow_execution_started_event_attributes.continued_execution_run_id
         if not previous:
             return first

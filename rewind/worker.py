@@ -158,6 +158,7 @@ def build_worker(
     if mcp is not None:  # activities.mcp.tools.McpHub: sent marks and binary content in the payload store
         mcp.bind(payloads, outputs)
     llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor, outputs)
+    llm.open_client()
     # Idempotency records live with the run's live data, not in the checkpoint
     # archive (activities/idempotency.py says why).
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,

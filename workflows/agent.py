@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         ApprovalRecord,
         AgentStatus,
+        DescribeToolsResponse,
         Ledger,
         LlmRequest,
         LlmResponse,
@@ -65,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         MIRROR_STEP,
         MIRROR_STEPS,
         RAISE_LIMITS_SIGNAL,
+        SEEDED_TOOLS_PATCH,
         STATUS_QUERY,
         SUBAGENT_STATE_SIGNAL,
         TOOL_QUEUES_PATCH,
@@ -207,17 +209,20 @@ class AgentWorkflow:
         self._trace.run_started(inp.run_id, inp.branch_id, inp.model)
         self._sync_status()
         routed = workflow.patched(TOOL_QUEUES_PATCH)
-        described = await (describe_routed(inp.tools, inp.tool_wait_s) if routed else describe_here(inp.tools))
-        if described.missing:
-            how = (f"no worker on task queue {workflow.info().task_queue!r} offered them within {inp.tool_wait_s:g}s"
-                   if routed else "not registered on the worker")
-            await self._fail(
-                f"tools {', '.join(described.missing)}: {how}; start a worker with --tool-modules "
-                "(or REWIND_TOOL_MODULES) naming the modules that define them"
-            )
-        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed, gate=self._gate,
-                               trace=self._trace, budget_left=self._budget_left, on_change=self._subagents_changed)
-        openai_tools = [t.openai_schema() for t in described.tools]
+        describing = describe_routed(inp.tools, inp.tool_wait_s) if routed else describe_here(inp.tools)
+        seeded, self._state.tool_specs = self._state.tool_specs, None  # used once: a continued run describes
+        pending: asyncio.Future[DescribeToolsResponse] | None = None
+        if (seeded is not None and routed and self._state.redo is None and self._budget_exceeded() is None
+                and workflow.patched(SEEDED_TOOLS_PATCH)):
+            # A fork or rollback that keeps its source's tools: its first model call goes out
+            # with the specs the source was described while the tools are described again,
+            # instead of after that round trip. The answer is taken before any tool call (and
+            # before anything else the first step does), so a tool no worker has still fails
+            # the run, naming it; the model saw the source's schemas on this one call.
+            pending = asyncio.ensure_future(describing)
+            openai_tools = [t.openai_schema() for t in seeded]
+        else:
+            openai_tools = await self._use_tools(await describing, routed)
 
         if inp.resume is None:
             self._add_messages(
@@ -245,6 +250,9 @@ class AgentWorkflow:
             self._state.step += 1
             self._trace.step_started(self._state.step)
             response = await self._call_model(inp, openai_tools)
+            if pending is not None:
+                openai_tools = await self._use_tools(await pending, routed)
+                pending = None
             message = response.message
             self._add_messages(message)
             calls = message.get("tool_calls") or []
@@ -261,6 +269,22 @@ class AgentWorkflow:
                 return await self._finish_run()
             if self._should_continue_as_new(inp):
                 await self._continue_as_new(inp)
+
+    async def _use_tools(self, described: DescribeToolsResponse, routed: bool) -> list[dict[str, Any]]:
+        """Run with the tools as the workers described them (fails the run if one is missing);
+        their schemas, as the model calls send them."""
+        inp = self._input
+        assert inp is not None
+        if described.missing:
+            how = (f"no worker on task queue {workflow.info().task_queue!r} offered them within {inp.tool_wait_s:g}s"
+                   if routed else "not registered on the worker")
+            await self._fail(
+                f"tools {', '.join(described.missing)}: {how}; start a worker with --tool-modules "
+                "(or REWIND_TOOL_MODULES) naming the modules that define them"
+            )
+        self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed, gate=self._gate,
+                               trace=self._trace, budget_left=self._budget_left, on_change=self._subagents_changed)
+        return [t.openai_schema() for t in described.tools]
 
     # -- redo -----------------------------------------------------------------
     async def _redo(self, plan: RedoPlan) -> None:

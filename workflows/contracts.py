@@ -556,6 +556,10 @@ class LoopState(BaseModel):
     lineage_effects: list[LineageEffect] = Field(default_factory=list)
     # `rewind redo`: the step to answer again before the loop goes on (seeded by redo).
     redo: "RedoPlan | None" = None
+    # A fork or rollback that keeps its source's tools: the specs the source was described.
+    # The first model call goes out with them while the run describes its tools again
+    # (the answer is what the run uses from then on; a tool no worker has still fails it).
+    tool_specs: list[ToolSpec] | None = None
 
 
 class RedoPlan(BaseModel):

@@ -7,6 +7,7 @@ import gzip
 import json
 import random
 import socket
+import threading
 import time
 import uuid
 import warnings
@@ -110,6 +111,18 @@ def test_missing_or_corrupt_data_says_the_fix(monkeypatch, tmp_path):
         load_encoding("o200k_base")
     with pytest.raises(EncodingDataError, match="not bundled"):
         load_encoding("p50k_base")
+
+
+def test_a_worker_builds_the_encoding_in_the_background(monkeypatch):
+    # 0.5-0.6 s that a new worker's first model call spent before it could count a token.
+    monkeypatch.setattr(tokens, "_loaded", {})
+    thread = tokens.preload("o200k_base")
+    thread.join(30)
+    assert not thread.is_alive() and load_encoding("o200k_base") is tokens._loaded["o200k_base"]
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    tokens.preload("p50k_base").join(5)  # not bundled: the model call that needs it says so
+    assert raised == []
 
 
 def test_message_accounting():

@@ -1,4 +1,4 @@
-"""An ObjectStore wrapper that counts reads, for tests of how many requests a reader makes."""
+"""An ObjectStore wrapper that counts reads and listings, for tests of how many requests a reader makes."""
 
 from __future__ import annotations
 
@@ -15,12 +15,16 @@ class CountingObjects:
 
     def __init__(self, inner: ObjectStore, hold: int = 0) -> None:
         self.inner, self.url, self.hold = inner, inner.url, hold
-        self.gets = self.in_flight = self.most_in_flight = 0
+        self.gets = self.lists = self.in_flight = self.most_in_flight = 0
         self._enough = asyncio.Event()
 
     def reset(self, hold: int = 0) -> None:
-        self.gets = self.most_in_flight = 0
+        self.gets = self.lists = self.most_in_flight = 0
         self.hold, self._enough = hold, asyncio.Event()
+
+    async def list(self, prefix: str) -> list[str]:
+        self.lists += 1
+        return await self.inner.list(prefix)
 
     async def get(self, key: str) -> bytes:
         self.gets += 1

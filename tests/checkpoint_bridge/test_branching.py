@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pytest
+from counting_objects import CountingObjects
 from helpers import read_events, start_agent
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
@@ -14,7 +15,8 @@ from rewind import compensate, fork, rollback
 from workflows.errors import CheckpointNotUsableError
 from checkpoint_bridge.lineage import StepNotFoundError, lineage
 from checkpoint_bridge.projector import chain_events
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
+from checkpoint_bridge.stores import open_object_store
 from rewind.client import branch_workflows
 from workflows.errors import InvalidIdError, RunExistsError, RunNotFoundError
 
@@ -64,6 +66,46 @@ async def test_fork_with_new_system_prompt_reuses_answered_tool_calls(worker, cl
     assert first.messages[0]["content"] == TECH
     assert first.llm_cost_usd > (await store.load(f"{run}:main:1")).llm_cost_usd  # totals carried over
     assert len(list((events_file.parent / "outbox").glob("*.md"))) == 2  # main's report and the fork's
+
+
+async def test_a_fork_lists_the_run_once(worker, client, settings, model, events_file):
+    run = await _research_run(client, settings)
+    counting = CountingObjects(open_object_store(settings.store_url))
+    async with CheckpointStore(counting) as store:  # type: ignore[arg-type]
+        result = await fork(client, settings, store, run, 1, branch="counted")
+        # Where step 1 is, whether the name is taken and the checkpoint's rollback markers:
+        # one listing of the run, read before anything starts (three listings before).
+        assert counting.lists == 1
+    assert (await result.handle.result()).status.state == "completed"
+
+
+async def _first_task_activities(client, workflow_id: str) -> list[str]:
+    """The activities a workflow scheduled before any of them completed: its first workflow task's."""
+    names = []
+    async for e in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            break
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names.append(e.activity_task_scheduled_event_attributes.activity_type.name)
+    return sorted(names)
+
+
+async def test_a_branch_that_keeps_its_tools_calls_the_model_while_it_describes_them(worker, client, settings, model,
+                                                                                    events_file, store):
+    run = await _research_run(client, settings)
+    kept = await fork(client, settings, store, run, 1, branch="kept", system_prompt=TECH)
+    outcome = await kept.handle.result()
+    assert outcome.status.state == "completed" and "technical" in outcome.final_answer.lower()
+    assert await _tool_activities(client, kept.workflow_id) == ["save_report"]
+    # Seeded with the specs main was described: no round trip before the first model call.
+    assert await _first_task_activities(client, kept.workflow_id) == ["call_llm", "describe_tools"]
+    back = await rollback(client, settings, store, run, 1, branch="kept")
+    assert (await back.continued.handle.result()).status.state == "completed"
+    assert await _first_task_activities(client, back.continued.workflow_id) == ["call_llm", "describe_tools"]
+    # Other tools: described first, as a new run's.
+    lean = await fork(client, settings, store, run, 1, branch="lean", tools=["search_company"])
+    assert (await lean.handle.result()).status.state == "completed"
+    assert await _first_task_activities(client, lean.workflow_id) == ["describe_tools"]
 
 
 async def test_rolling_a_fork_back_to_its_fork_point_keeps_its_system_prompt(worker, client, settings, model, events_file, store):

@@ -13,9 +13,10 @@ from checkpoint_factory import make_run, next_step
 from counting_objects import CountingObjects
 from store_backends import Backend
 
+from checkpoint_bridge.branching import checkpoint_at
 from checkpoint_bridge.lineage import lineage, resolve_step
 from checkpoint_bridge.store import CheckpointStore
-from workflows.errors import RunNotFoundError, StepNotFoundError
+from workflows.errors import CheckpointNotUsableError, RunNotFoundError, StepNotFoundError
 
 
 async def _run_with_fork_and_rollback(store: CheckpointStore) -> None:
@@ -61,3 +62,28 @@ async def test_a_step_of_the_branch_itself_costs_one_read(store: CheckpointStore
     reader = CheckpointStore(counting)  # type: ignore[arg-type]
     point = await resolve_step(reader, "run-1", "main", 30)
     assert point.checkpoint_id == "run-1:main:30" and counting.gets == 1, counting.gets
+
+
+async def test_a_branch_starts_from_the_checkpoint_load_gives_without_a_listing(store: CheckpointStore,
+                                                                                 backend: Backend) -> None:
+    """`checkpoint_at` (fork, redo, rollback) validates the store's document in place of
+    `load`'s copy, with the status resolve_step found: the same checkpoint, an
+    invalidated one refused as before, and no listing of the rollback markers."""
+    await _run_with_fork_and_rollback(store)
+    counting = CountingObjects(backend.reopen(store.objects))
+    backend.opened.append(counting.inner)
+    reader = CheckpointStore(counting)  # type: ignore[arg-type]
+    refused = 0
+    for name in ("main", "alt", "main.r0", "main.r1"):
+        for summary in await lineage(store, "run-1", name):
+            point = await resolve_step(reader, "run-1", name, summary.step_index)
+            loaded = await store.load(point.checkpoint_id)
+            counting.reset()
+            if loaded.status == "invalidated":
+                refused += 1
+                with pytest.raises(CheckpointNotUsableError, match="invalidated"):
+                    await checkpoint_at(reader, point)
+            else:
+                assert await checkpoint_at(reader, point) == loaded, (name, summary.step_index)
+            assert counting.lists == 0, (name, summary.step_index)
+    assert refused == 3  # main.r0 names main's steps 7..9 as they were

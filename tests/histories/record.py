@@ -107,6 +107,9 @@ async def main(only: set[str]) -> None:
                 await forked.handle.result()
             if want("forked"):
                 await _save_chain(client, forked.workflow_id, "forked")
+            # The same fork since SEEDED_TOOLS_PATCH: its first model call goes out while it describes its tools.
+            if want("forked-seeded-tools"):
+                await _save_chain(client, forked.workflow_id, "forked-seeded-tools")
 
             model.add_script("bad", [{"tool_calls": [{"name": "lookup", "arguments": "{nope"},
                                                      {"name": "nope", "arguments": {}},

@@ -12,7 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 
 from rewind.client import run_view, start_run
-from workflows.contracts import AgentInput, LlmTuning, RunLimits
+from workflows.contracts import AgentInput, LlmTuning, LoopState, RunLimits, ToolSpec
 from workflows.errors import UsageError
 
 
@@ -202,6 +202,22 @@ async def test_tools_missing_on_worker_fail_the_run(worker, client, settings, mo
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
     assert "not_registered" in str(info.value.cause) and "--tool-modules" in str(info.value.cause)
+
+
+async def test_a_seeded_run_whose_tool_no_worker_has_still_fails_naming_it(worker, client, settings, model, events_file):
+    # A fork or rollback that keeps its tools sends its first model call with the specs its
+    # source was described, while it describes them again; a tool no worker offers any more
+    # still fails the run, naming it, before any tool call runs.
+    seed = LoopState(unsent=[{"role": "system", "content": "s"}, {"role": "user", "content": "x"}],
+                     tool_specs=[ToolSpec(name="lookup"), ToolSpec(name="not_registered")])
+    handle = await start_run(client, settings, AgentInput(run_id=f"t-{uuid.uuid4().hex[:8]}", task="x", resume=seed,
+                             tools=["lookup", "not_registered"], tool_wait_s=1), verify_tools=False)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    assert "not_registered" in str(info.value.cause) and "--tool-modules" in str(info.value.cause)
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name async for e in handle.fetch_history_events()
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert scheduled.count("call_llm") == 1 and "describe_tools" in scheduled and "run_tool" not in scheduled
 
 
 async def test_budgets_stop_the_run_before_the_step_that_would_exceed_them(worker, client, settings, model, events_file):
