@@ -1,7 +1,7 @@
 """The stored form of a step: a hashed envelope around a snapshot or a delta.
 
-    {"format": "rewind.checkpoint/v2", "kind": "snapshot" | "delta",
-     "schema_version": 3, "sha256": <hex of canonical payload>, "payload": {...}}
+    {"format": "rewind.checkpoint/v3", "kind": "snapshot" | "delta",
+     "schema_version": 7, "sha256": <hex of canonical payload>, "payload": {...}}
 
 A snapshot payload is the whole checkpoint document: only the root of a run
 (step 0) is stored whole. Every other step is a delta of its parent (also the
@@ -16,6 +16,12 @@ the root snapshot to the parent: a reader fetches them all at once (one
 round of parallel GETs after the head), and a writer extends its parent's
 chain without reading anything else. So storage is the content once plus a
 little per step, and no step has to be rewritten whole.
+
+Format v3 deltas also carry `blocks_sha256`, a hash chained over the merged
+content of every finished block of steps in the chain, and the last step of
+a block its own block's `block_sha256` (document/packs.py): what a reader
+checks the packs it reads against. Format v2 deltas (without them) are what
+an older Rewind wrote; their chains are continued in format v2.
 
 Format v2 also leaves out what the document itself implies (run, branch and
 step from the checkpoint id; zero ledger fields; a branch ledger equal to the
@@ -46,14 +52,15 @@ from checkpoint_bridge.document.migrations import migrate, parse_json_object
 from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 
 __all__ = [
-    "FORMAT", "FORMAT_V1", "Envelope", "Chain", "encode", "decode", "make_delta", "apply_delta", "is_prefix",
+    "FORMAT", "FORMAT_V2", "FORMAT_V1", "Envelope", "Chain", "encode", "decode", "make_delta", "apply_delta", "is_prefix",
     "chain_after",
 ]
 
-FORMAT = "rewind.checkpoint/v2"
+FORMAT = "rewind.checkpoint/v3"
+FORMAT_V2 = "rewind.checkpoint/v2"
 FORMAT_V1 = "rewind.checkpoint/v1"
 _FORMAT_STEM = "rewind.checkpoint/v"
-_KNOWN_FORMATS = {FORMAT_V1: 1, FORMAT: 2}
+_KNOWN_FORMATS = {FORMAT_V1: 1, FORMAT_V2: 2, FORMAT: 3}
 # Fields that accumulate over a run and are therefore stored as differences.
 _GROWING = ("messages", "agent_variables", "tool_call_cache")
 _V1_DELTA_FIELDS = (
@@ -61,7 +68,9 @@ _V1_DELTA_FIELDS = (
     "new_tool_records", "variables_set", "variables_removed",
 )
 _V2_DELTA_FIELDS = ("base_message_count", "new_messages", "base_tool_count", "new_tool_records", "chain")
-_DELTA_ONLY = (*_V1_DELTA_FIELDS, "chain", "system_prompt")
+_DIGESTS = ("blocks_sha256", "block_sha256")
+_DELTA_ONLY = (*_V1_DELTA_FIELDS, "chain", "system_prompt", *_DIGESTS)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 Kind = Literal["snapshot", "delta"]
 Chain = list[tuple[str, int, int]]
 """[(branch, first step, last step), ...]: the objects from a root snapshot to a parent, in order."""
@@ -72,9 +81,13 @@ class Envelope:
     kind: Kind
     schema_version: int
     payload: dict[str, Any]
-    format_version: int = 2
+    format_version: int = 3
     chain: Chain | None = None
-    """The objects before this one (v2 deltas; [] for a snapshot, None for v1 objects)."""
+    """The objects before this one (v2 and v3 deltas; [] for a snapshot, None for v1 objects)."""
+    blocks_sha256: str | None = None
+    """The digest of the finished blocks in the chain (v3 deltas)."""
+    block_sha256: str | None = None
+    """The sha256 of the merged block this step finishes (v3 deltas that finish one)."""
 
 
 def _sha256(payload: dict[str, Any]) -> str:
@@ -291,23 +304,33 @@ def _expand_doc(payload: dict[str, Any], records_field: str, key: str) -> dict[s
 
 # -- envelopes ---------------------------------------------------------------------
 
-def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None) -> bytes:
-    """The canonical bytes of a v2 envelope (deterministic for equal payloads).
+def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None, blocks_sha256: str | None = None,
+           block_sha256: str | None = None) -> bytes:
+    """The canonical bytes of an envelope (deterministic for equal payloads).
 
     A snapshot payload is a whole document; a delta payload is the document's
     scalar fields plus the delta fields (`make_delta`), and `chain` the objects
-    from the root snapshot to its parent.
+    from the root snapshot to its parent. A delta with `blocks_sha256` (and,
+    finishing a block, `block_sha256`) is format v3; one without continues a
+    chain an older Rewind began, in format v2.
     """
     records_field = _LISTS[kind][1]
     stored = _compact_outputs(kind, payload)
     stored = _compact_doc(stored, records_field)
+    format_ = FORMAT
     if kind == "delta":
         if chain is None:
-            raise ValueError("a v2 delta needs the chain of objects before it")
+            raise ValueError("a delta needs the chain of objects before it")
         stored["chain"] = [[b, lo, hi] for b, lo, hi in chain]
+        if blocks_sha256 is None:
+            format_ = FORMAT_V2
+        else:
+            stored["blocks_sha256"] = blocks_sha256
+            if block_sha256 is not None:
+                stored["block_sha256"] = block_sha256
     try:
         envelope = {
-            "format": FORMAT,
+            "format": format_,
             "kind": kind,
             "schema_version": CURRENT_SCHEMA_VERSION,
             "sha256": _sha256(stored),
@@ -383,27 +406,36 @@ def decode(data: bytes, key: str, *, link: bool = False) -> Envelope:
     if raw.get("sha256") != digest:
         raise _corrupt(key, "does not match its sha256 (the bytes were changed after writing)")
     chain: Chain | None = None
+    digests: dict[str, str] = {}
     if kind == "delta":
         required = _V1_DELTA_FIELDS if version_of_format == 1 else _V2_DELTA_FIELDS
+        if version_of_format >= 3:
+            required = (*required, "blocks_sha256")
         missing = [f for f in ("parent_id", *required) if f not in payload]
         if missing:
             raise _corrupt(key, f"is a delta without {', '.join(missing)}")
-        if version_of_format == 2:
+        if version_of_format >= 2:
             chain = _parse_chain(payload["chain"], key)
-            payload = {k: v for k, v in payload.items() if k != "chain"}
-    elif version_of_format == 2:
+            for name in _DIGESTS if version_of_format >= 3 else ():
+                value = payload.get(name)
+                if value is not None and not (isinstance(value, str) and _HEX64.fullmatch(value)):
+                    raise _corrupt(key, f"has a malformed {name}")
+                if value is not None:
+                    digests[name] = value
+            payload = {k: v for k, v in payload.items() if k != "chain" and k not in _DIGESTS}
+    elif version_of_format >= 2:
         chain = []
     records_field = _LISTS[kind][1]
     payload = _expand_outputs(kind, payload, key)
-    if version_of_format == 2 and link and kind == "delta" and payload.get("schema_version") == CURRENT_SCHEMA_VERSION:
+    if version_of_format >= 2 and link and kind == "delta" and payload.get("schema_version") == CURRENT_SCHEMA_VERSION:
         records = payload.get(records_field)
         if isinstance(records, list):
             payload = {**payload, records_field: [_expand_record(r) for r in records]}
-    elif version_of_format == 2:
+    elif version_of_format >= 2:
         payload = _expand_doc(payload, records_field, key)
         if kind == "snapshot":
             payload.setdefault("agent_variables", {})
-    return Envelope(kind, version, payload, version_of_format, chain)
+    return Envelope(kind, version, payload, version_of_format, chain, **digests)
 
 
 _TAIL = re.compile(rb',"schema_version":[0-9]+,"sha256":"[0-9a-f]{64}"\}\Z')
