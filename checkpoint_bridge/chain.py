@@ -28,7 +28,6 @@ parent.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -56,7 +55,7 @@ from checkpoint_bridge.document.packs import (
     plan_range,
 )
 
-__all__ = ["ChainReader", "HeadInfo", "Merged", "decode_as", "read_many", "chain_ids"]
+__all__ = ["ChainReader", "HeadInfo", "Merged", "decode_as", "read_many", "chain_ids", "first_round"]
 
 log = logging.getLogger("rewind.store")
 
@@ -136,6 +135,12 @@ def child_digest(envelope: Envelope, key: str, cid: str) -> str | None:
     return extend_digest(envelope.blocks_sha256, envelope.block_sha256)
 
 
+def first_round(run_id: str, pieces: Sequence[Piece]) -> list[str]:
+    """What reading a chain's pieces asks for first: the packs of its finished blocks (a block
+    of one step: its object) and the objects of the steps after them."""
+    return [p.key(run_id) if p.first < p.last else step_key(run_id, p.branch_id, p.first) for p in pieces]
+
+
 def chain_ids(run_id: str, chain: Chain) -> list[str]:
     """The checkpoint ids a chain names, root first."""
     ids: list[str] = []
@@ -196,20 +201,37 @@ class ChainReader:
         cached = self.cached(cid)
         if cached is not None:
             return cached
-        key, envelope = await self._head(cid)
-        if envelope.kind == "snapshot":
-            doc = migrate(envelope.payload, key)
-        elif envelope.chain is not None:
-            parent = self._checked_parent(cid, key, envelope)
-            doc = self.cached(parent)
-            if doc is not None:
-                doc = apply_delta(doc, envelope.payload, key)
-            elif envelope.blocks_sha256 is not None:
-                doc = await self._replay_blocks(cid, key, envelope)
+        run_id, branch_id, step = parse_checkpoint_id(cid)
+        # Step N of "main" (a run's own line) is, but for a rare snapshot in the middle, a delta
+        # whose chain is main's steps 0..N-1: those are asked for with the head, in one round,
+        # and used if the head's chain is that. (On other branches the chain's start is unknown.)
+        guess: Chain | None = None
+        if branch_id == "main" and step > 0 and self.cached(checkpoint_id(run_id, "main", step - 1)) is None:
+            guess = [("main", 0, step - 1)]
+        early = None
+        if guess is not None:
+            early = asyncio.ensure_future(read_many(self._objects, first_round(run_id, plan(guess)),
+                                                    max(self._concurrency - 1, 1)))
+        try:
+            key, envelope = await self._head(cid)
+            if envelope.kind == "snapshot":
+                doc = migrate(envelope.payload, key)
+            elif envelope.chain is not None:
+                parent = self._checked_parent(cid, key, envelope)
+                doc = self.cached(parent)
+                if doc is not None:
+                    doc = apply_delta(doc, envelope.payload, key)
+                elif envelope.blocks_sha256 is not None:
+                    first = await early if early is not None and envelope.chain == guess else None
+                    doc = await self._replay_blocks(cid, key, envelope, first)
+                else:
+                    doc = await self._replay(cid, key, envelope)
             else:
-                doc = await self._replay(cid, key, envelope)
-        else:
-            doc, _ = await self._walk_v1(cid, key, envelope)
+                doc, _ = await self._walk_v1(cid, key, envelope)
+        finally:
+            if early is not None:
+                early.cancel()  # a wrong guess: what it has not read yet is not needed
+                await asyncio.gather(early, return_exceptions=True)
         self.remember(cid, doc)
         return doc
 
@@ -257,14 +279,19 @@ class ChainReader:
             )
         return parent
 
-    async def _replay_blocks(self, cid: str, key: str, head: Envelope) -> dict[str, Any]:
+    async def _replay_blocks(
+        self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None = None,
+    ) -> dict[str, Any]:
         """A v3 delta: its chain's finished blocks (from packs) and the steps after them, read
-        at once, checked against the head's digest, replayed."""
+        at once (``first``: that round, read already), checked against the head's digest, replayed."""
         run_id = parse_checkpoint_id(cid)[0]
         assert head.chain is not None
         pieces = plan(head.chain)
         steps = [step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level]
-        blocks, got = await self.merged_blocks(run_id, [p for p in pieces if p.level], extra=steps, chain_of=cid)
+        if first is None:
+            first = await read_many(self._objects, first_round(run_id, pieces), self._concurrency)
+        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
+        got = {k: first[k] for k in steps}
         blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
         replay = Replay()
         for piece in pieces:
@@ -292,7 +319,7 @@ class ChainReader:
         again = [(p.branch_id, lo, hi) for p in pieces if p.level for lo, hi in blocks_in(p)
                  if blocks[(p.branch_id, lo)].from_pack]
         if again:
-            blocks = {**blocks, **(await self.merged_blocks(run_id, [], blocks=again, chain_of=where))[0]}
+            blocks = {**blocks, **await self.merged_blocks(run_id, [], blocks=again, chain_of=where)}
         if _digest(pieces, blocks, start) != end:
             log.warning("the chain of %s records a blocks_sha256 that its step objects do not give; "
                         "read from the step objects", where)
@@ -300,28 +327,25 @@ class ChainReader:
 
     async def merged_blocks(
         self, run_id: str, pieces: Sequence[Piece], *, blocks: Sequence[tuple[str, int, int]] = (),
-        extra: Sequence[str] = (), chain_of: str,
-    ) -> tuple[dict[tuple[str, int], Merged], dict[str, bytes | None]]:
+        chain_of: str, first: dict[str, bytes | None] | None = None,
+    ) -> dict[tuple[str, int], Merged]:
         """The finished blocks of ``pieces`` (levels >= 1) and ``blocks`` ((branch, first, last),
-        read from their step objects), by (branch, first step); and the bytes of the ``extra``
-        keys (None where missing), read in the same first round.
+        read from their step objects), by (branch, first step); ``first``: the first round's
+        objects, read already.
 
         A block comes from its piece's pack; a pack that is missing, damaged or not the
         piece's is replaced by the level below (one more round), a block the pack does not
         hold intact by its step objects. Blocks taken from packs are not checked against the
-        chain here: the caller compares their hashes with the digest the chain records.
-        Blocks merged from step objects are checked as a chain's links are."""
+        chain here: the caller compares their hashes with the digest the chain records
+        (``checked_blocks``). Blocks merged from step objects are checked as a chain's links are."""
         out: dict[tuple[str, int], Merged] = {}
         packs = [p for p in pieces if p.first < p.last]
         from_steps = [(p.branch_id, p.first, p.last) for p in pieces if p.first == p.last] + list(blocks)
-        first_round = list(extra)
-        got_extra: dict[str, bytes | None] = {}
-        while packs or from_steps or first_round:
+        while packs or from_steps:
             step_keys = [step_key(run_id, b, s) for b, lo, hi in from_steps for s in range(lo, hi + 1)]
-            got = await read_many(self._objects, [p.key(run_id) for p in packs] + step_keys + first_round,
-                                  self._concurrency)
-            got_extra.update((k, got[k]) for k in first_round)
-            first_round, next_packs, next_steps = [], [], []
+            keys = [p.key(run_id) for p in packs] + step_keys
+            got = first if first is not None else await read_many(self._objects, keys, self._concurrency)
+            first, next_packs, next_steps = None, [], []
             for piece in packs:
                 data = got[piece.key(run_id)]
                 parts = decode_pack_v2(run_id, piece, data) if data is not None else None
@@ -334,11 +358,11 @@ class ChainReader:
                         next_steps.append((piece.branch_id, piece.first, piece.last))
                     continue
                 for (lo, hi), part in zip(blocks_in(piece), parts):
-                    content = parse_block(part, run_id, piece.branch_id, lo, hi) if part is not None else None
-                    if content is None:
+                    content = parse_block(part[0], run_id, piece.branch_id, lo, hi) if part is not None else None
+                    if content is None or part is None:
                         next_steps.append((piece.branch_id, lo, hi))
                     else:
-                        out[(piece.branch_id, lo)] = Merged(content, hashlib.sha256(part).hexdigest(), part, True)
+                        out[(piece.branch_id, lo)] = Merged(content, part[1], part[0], True)
             for branch_id, lo, hi in from_steps:
                 links = []
                 for step in range(lo, hi + 1):
@@ -351,7 +375,7 @@ class ChainReader:
                 data, sha = content_bytes(content)
                 out[(branch_id, lo)] = Merged(content, sha, data, False)
             packs, from_steps = next_packs, next_steps
-        return out, got_extra
+        return out
 
     async def _replay(self, cid: str, key: str, head: Envelope) -> dict[str, Any]:
         """A v2 delta (a chain an older Rewind began): its whole chain fetched at once,

@@ -230,10 +230,10 @@ def encode_pack_v2(run_id: str, piece: Piece, contents: list[bytes]) -> bytes:
     return _gzip(header, contents)
 
 
-def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[bytes | None] | None:
-    """The merged content of each block of ``piece`` (in ``blocks_in`` order), None for a
-    block whose bytes do not match the hash the pack gives for them; None for a pack that is
-    damaged, of another format (a newer one included) or not this piece's."""
+def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[tuple[bytes, str] | None] | None:
+    """The merged content of each block of ``piece`` (in ``blocks_in`` order) and its sha256,
+    None for a block whose bytes do not match the hash the pack gives for them; None for a
+    pack that is damaged, of another format (a newer one included) or not this piece's."""
     opened = _gunzip(data)
     if opened is None:
         return None
@@ -244,7 +244,7 @@ def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[bytes | None]
             or header.get("branch_id") != piece.branch_id or header.get("first") != piece.first
             or header.get("last") != piece.last or not isinstance(listed, list) or len(listed) != len(expected)):
         return None
-    out: list[bytes | None] = []
+    out: list[tuple[bytes, str] | None] = []
     offset = 0
     for (lo, hi), item in zip(expected, listed):
         if not (isinstance(item, list) and len(item) == 4 and item[0] == lo and item[1] == hi
@@ -252,5 +252,6 @@ def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[bytes | None]
             return None
         content = rest[offset:offset + item[2]]
         offset += item[2]
-        out.append(content if len(content) == item[2] and hashlib.sha256(content).hexdigest() == item[3] else None)
+        sha = hashlib.sha256(content).hexdigest()
+        out.append((content, sha) if len(content) == item[2] and sha == item[3] else None)
     return out if offset == len(rest) else None
