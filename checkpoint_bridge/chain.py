@@ -79,7 +79,8 @@ class Merged:
 
     content: dict[str, Any]
     sha256: str
-    data: bytes
+    data: bytes | memoryview
+    """Its canonical bytes (from a pack: a view of the pack's bytes)."""
     from_pack: bool
 
 

@@ -327,10 +327,10 @@ class CheckpointStore:
             encoded.blocks_sha256, where=cid)
         own = self._merged.get(f"{run_id}:{piece.branch_id}:{own_first}")
         assert own is not None  # merged when this step was encoded, a moment ago
-        for (lo, _hi) in blocks[:-1]:
-            self._merged.put(f"{run_id}:{piece.branch_id}:{lo}", (found[(piece.branch_id, lo)].data,
-                                                                   found[(piece.branch_id, lo)].sha256))
-        return [found[(piece.branch_id, lo)].data for lo, _hi in blocks[:-1]] + [own[0]]
+        contents = [bytes(found[(piece.branch_id, lo)].data) for lo, _hi in blocks[:-1]]
+        for (lo, _hi), data in zip(blocks[:-1], contents):
+            self._merged.put(f"{run_id}:{piece.branch_id}:{lo}", (data, found[(piece.branch_id, lo)].sha256))
+        return [*contents, own[0]]
 
     async def _pack_v1_if_block_done(self, run_id: str, branch_id: str, step: int, own_chain: Chain) -> None:
         """A chain an older Rewind began: after the last step of a block of 32, store the

@@ -129,10 +129,10 @@ def content_bytes(content: dict[str, Any]) -> tuple[bytes, str]:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return type(value) is int and value >= 0
 
 
-def parse_block(data: bytes, run_id: str, branch_id: str, first: int, last: int) -> dict[str, Any] | None:
+def parse_block(data: bytes | memoryview, run_id: str, branch_id: str, first: int, last: int) -> dict[str, Any] | None:
     """Merged content read from a pack, if it is well-formed and this block's; else None."""
     try:
         content = parse_json_object(data, f"block {first}-{last}")
@@ -143,19 +143,19 @@ def parse_block(data: bytes, run_id: str, branch_id: str, first: int, last: int)
     if not (content.get("run_id") == run_id and content.get("branch_id") == branch_id
             and content.get("first") == first and content.get("last") == last
             and isinstance(content.get("snapshot"), bool) and _is_int(content.get("base_message_count"))
-            and _is_int(content.get("base_tool_count")) and isinstance(messages, list) and isinstance(records, list)
-            and isinstance(content.get("agent_variables"), dict) and isinstance(prompts, list)
-            and isinstance(outputs, list)):
+            and _is_int(content.get("base_tool_count")) and type(messages) is list and type(records) is list
+            and type(content.get("agent_variables")) is dict and type(prompts) is list and type(outputs) is list):
         return None
     for item in prompts:
-        if not (isinstance(item, list) and len(item) == 2 and _is_int(item[0]) and item[0] <= len(messages)
-                and isinstance(item[1], str)):
+        if not (type(item) is list and len(item) == 2 and _is_int(item[0]) and item[0] <= len(messages)
+                and type(item[1]) is str):
             return None
+    records_count, messages_count = len(records), len(messages)
     for item in outputs:
-        if not (isinstance(item, list) and len(item) == 3 and _is_int(item[0]) and item[0] < len(records)
-                and isinstance(records[item[0]], dict) and _is_int(item[1]) and item[1] < len(messages)
-                and isinstance(messages[item[1]], dict) and isinstance(messages[item[1]].get("content"), str)
-                and item[2] in ("text", "json")):
+        if not (type(item) is list and len(item) == 3 and type(item[0]) is int and 0 <= item[0] < records_count
+                and type(item[1]) is int and 0 <= item[1] < messages_count and item[2] in ("text", "json")
+                and type(records[item[0]]) is dict and type(messages[item[1]]) is dict
+                and type(messages[item[1]].get("content")) is str):
             return None
     return content
 

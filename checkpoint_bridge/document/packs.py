@@ -91,15 +91,16 @@ def _gzip(header: dict, parts: list[bytes]) -> bytes:
     return gzip.compress(body, compresslevel=6, mtime=0)
 
 
-def _gunzip(data: bytes) -> tuple[dict, bytes] | None:
-    """(header, rest) of a pack; None if it is not gzip'd JSON-headed bytes."""
+def _gunzip(data: bytes) -> tuple[dict, memoryview] | None:
+    """(header, rest) of a pack; None if it is not gzip'd JSON-headed bytes. One call of zlib's
+    (its own check of the CRC), and the rest a view, not a copy: a pack can hold megabytes."""
     try:
-        body = gzip.decompress(data)
-        line, _, rest = body.partition(b"\n")
-        header = json.loads(line)
-    except (OSError, EOFError, zlib.error, ValueError):
+        body = zlib.decompress(data, 16 + zlib.MAX_WBITS)
+        end = body.index(b"\n")
+        header = json.loads(body[:end])
+    except (zlib.error, ValueError):
         return None
-    return (header, rest) if isinstance(header, dict) else None
+    return (header, memoryview(body)[end + 1:]) if isinstance(header, dict) else None
 
 
 def encode_pack(block: Block, first_step: int, objects: list[bytes]) -> bytes:
@@ -127,7 +128,7 @@ def decode_pack(block: Block, data: bytes) -> dict[int, bytes] | None:
         return None
     out, offset = {}, 0
     for step, size in enumerate(sizes, start=first):
-        out[step] = rest[offset:offset + size]
+        out[step] = bytes(rest[offset:offset + size])
         offset += size
     return out
 
@@ -230,7 +231,7 @@ def encode_pack_v2(run_id: str, piece: Piece, contents: list[bytes]) -> bytes:
     return _gzip(header, contents)
 
 
-def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[tuple[bytes, str] | None] | None:
+def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[tuple[memoryview, str] | None] | None:
     """The merged content of each block of ``piece`` (in ``blocks_in`` order) and its sha256,
     None for a block whose bytes do not match the hash the pack gives for them; None for a
     pack that is damaged, of another format (a newer one included) or not this piece's."""
@@ -244,7 +245,7 @@ def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[tuple[bytes, 
             or header.get("branch_id") != piece.branch_id or header.get("first") != piece.first
             or header.get("last") != piece.last or not isinstance(listed, list) or len(listed) != len(expected)):
         return None
-    out: list[tuple[bytes, str] | None] = []
+    out: list[tuple[memoryview, str] | None] = []
     offset = 0
     for (lo, hi), item in zip(expected, listed):
         if not (isinstance(item, list) and len(item) == 4 and item[0] == lo and item[1] == hi

@@ -57,7 +57,7 @@ async def test_each_finished_level_is_packed_once_as_merged_blocks(store: Checkp
     expected = sorted([f"{lo:08d}-{lo + 3:08d}.json.gz" for lo in range(0, 68, 4)]
                       + [f"{lo:08d}-{lo + 15:08d}.json.gz" for lo in range(0, 64, 16)] + ["00000000-00000063.json.gz"])
     assert _packs(raw) == expected
-    parts = [p[0] for p in decode_pack_v2("run-1", Piece("main", 32, 47, 2), raw[PACK_32_47]) or [] if p]
+    parts = [bytes(p[0]) for p in decode_pack_v2("run-1", Piece("main", 32, 47, 2), raw[PACK_32_47]) or [] if p]
     assert len(parts) == 4
     block = json.loads(parts[1])  # steps 36-39, merged: 2 messages and a tool record each
     assert (block["first"], block["last"], block["parent_id"]) == (36, 39, "run-1:main:35")
@@ -153,7 +153,7 @@ async def test_a_well_formed_pack_that_is_not_the_chains_is_read_from_the_steps(
     raw = await store.raw_objects("run-1")
     # Another step's tool output, with the pack's own hashes made to match: only the digest
     # the head records (over every block of its chain) tells.
-    parts = [p[0] for p in decode_pack_v2("run-1", Piece("main", 32, 47, 2), raw[PACK_32_47]) or [] if p]
+    parts = [bytes(p[0]) for p in decode_pack_v2("run-1", Piece("main", 32, 47, 2), raw[PACK_32_47]) or [] if p]
     assert len(parts) == 4
     altered = parts[1].replace(b"part 37", b"part 38")
     assert altered != parts[1]
@@ -180,7 +180,7 @@ async def test_a_fork_that_starts_mid_block_packs_its_own_part(store: Checkpoint
                                        "00000048-00000051.json.gz", "00000052-00000055.json.gz", "00000056-00000059.json.gz",
                                        "00000060-00000063.json.gz", "00000048-00000063.json.gz", "00000000-00000063.json.gz"])
     parts = decode_pack_v2("run-1", Piece("b", 41, 63, 3), raw["runs/run-1/branches/b/packs/00000000-00000063.json.gz"])
-    first = json.loads(parts[0][0]) if parts and parts[0] else {}
+    first = json.loads(bytes(parts[0][0])) if parts and parts[0] else {}
     assert (first["first"], first["parent_id"]) == (41, "run-1:main:40")
     cp, counting = await _load_counting(backend, store, "run-1:b:66")
     assert cp == fork[-1]
