@@ -262,10 +262,7 @@ class CheckpointStore:
     async def _links(self, run_id: str, branch_id: str, first: int, last: int) -> list[tuple[str, Envelope]]:
         """The objects of steps first..last of a branch, decoded as chain links."""
         keys = [step_key(run_id, branch_id, s) for s in range(first, last + 1)]
-        known = {k: self._written.get(k) for k in keys}
-        missing = [k for k, v in known.items() if v is None]
-        if missing:
-            known.update(await read_many(self.objects, missing, self._concurrency))
+        known = await self._written_or_read(keys)
         out = []
         for s, k in zip(range(first, last + 1), keys):
             data = known[k]
@@ -276,6 +273,14 @@ class CheckpointStore:
                 )
             out.append((k, decode_as(checkpoint_id(run_id, branch_id, s), k, data, link=True)))
         return out
+
+    async def _written_or_read(self, keys: list[str]) -> dict[str, bytes | None]:
+        """The bytes of objects: those this store wrote lately as it wrote them, the others read."""
+        known = {k: self._written.get(k) for k in keys}
+        missing = [k for k, v in known.items() if v is None]
+        if missing:
+            known.update(await read_many(self.objects, missing, self._concurrency))
+        return known
 
     def _remember_bytes(self, key: str, data: bytes) -> None:
         if len(data) <= _REMEMBERED_OBJECT_MAX:
@@ -343,10 +348,7 @@ class CheckpointStore:
         if first == step:
             return  # one object: nothing to gain
         keys = [step_key(run_id, branch_id, s) for s in range(first, step + 1)]
-        known = {k: self._written.get(k) for k in keys}
-        missing = [k for k, v in known.items() if v is None]
-        if missing:
-            known.update(await read_many(self.objects, missing, self._concurrency))
+        known = await self._written_or_read(keys)
         objects = [known[k] for k in keys]
         if any(o is None for o in objects) or sum(len(o) for o in objects if o) > MAX_PACK_BYTES:
             return  # a step is missing (mirrored out of order) or the block is huge: read one by one

@@ -31,37 +31,11 @@ from workflows.canonical import canonical_json
 from workflows.errors import CorruptCheckpointError
 from workflows.tool_calls import with_system_prompt
 
-from checkpoint_bridge.document.envelope import Envelope, apply_delta
+from checkpoint_bridge.document.envelope import Envelope, apply_delta, corrupt, output_source
 from checkpoint_bridge.document.migrations import migrate, parse_json_object
 from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 
 __all__ = ["merge_block", "content_bytes", "parse_block", "Replay"]
-
-
-def _corrupt(key: str, problem: str) -> CorruptCheckpointError:
-    return CorruptCheckpointError(
-        f"checkpoint object {key} {problem}; restore it from a backup, or delete the run's "
-        "checkpoints and rebuild them from history with `rewind mirror RUN`"
-    )
-
-
-def _canonical_parsed(text: str) -> str | None:
-    try:
-        return canonical_json(json.loads(text))
-    except ValueError:
-        return None
-
-
-def _output_source(output: Any, content: str) -> str | None:
-    """How a record's output is read back from a message's content, if it can be."""
-    if isinstance(output, str):
-        return "text" if output == content else None
-    if output is None:
-        return None
-    try:
-        return "json" if canonical_json(output) == _canonical_parsed(content) else None
-    except (TypeError, ValueError):
-        return None
 
 
 def merge_block(run_id: str, branch_id: str, first: int, links: list[tuple[str, Envelope]]) -> dict[str, Any]:
@@ -78,26 +52,26 @@ def merge_block(run_id: str, branch_id: str, first: int, links: list[tuple[str, 
         payload = envelope.payload
         if envelope.kind == "snapshot":
             if position:
-                raise _corrupt(key, "is a snapshot inside a block of steps it does not start")
+                raise corrupt(key, "is a snapshot inside a block of steps it does not start")
             doc = migrate(payload, key)
             head = {"snapshot": True, "parent_id": None, "base_message_count": 0, "base_tool_count": 0}
             new_messages, new_records, variables, prompt = (
                 doc["messages"], doc["tool_call_cache"], doc["agent_variables"], None)
         else:
             if envelope.format_version < 2:
-                raise _corrupt(key, "is a format v1 delta inside a chain of format v3 objects")
+                raise corrupt(key, "is a format v1 delta inside a chain of format v3 objects")
             base = (payload["base_message_count"], payload["base_tool_count"])
             if position == 0:
                 head = {"snapshot": False, "parent_id": payload["parent_id"], "base_message_count": base[0],
                         "base_tool_count": base[1]}
             elif payload["parent_id"] != previous or base != (
                     head["base_message_count"] + len(messages), head["base_tool_count"] + len(records)):
-                raise _corrupt(key, f"is not the child of {previous} that its block of steps needs")
+                raise corrupt(key, f"is not the child of {previous} that its block of steps needs")
             new_messages, new_records = payload["new_messages"], payload["new_tool_records"]
             variables, prompt = payload.get("agent_variables", {}), payload.get("system_prompt")
         if not (isinstance(new_messages, list) and isinstance(new_records, list) and isinstance(variables, dict)
                 and (prompt is None or isinstance(prompt, str))):
-            raise _corrupt(key, "has malformed messages, tool records, variables or system prompt")
+            raise corrupt(key, "has malformed messages, tool records, variables or system prompt")
         offset = len(messages)
         messages.extend(new_messages)
         if prompt is not None:
@@ -107,7 +81,7 @@ def merge_block(run_id: str, branch_id: str, first: int, links: list[tuple[str, 
                    and isinstance(m.get("content"), str)}
         for record in new_records:
             where = answers.get(record.get("tool_call_id")) if isinstance(record, dict) else None
-            how = _output_source(record.get("tool_output"), messages[where]["content"]) if where is not None else None
+            how = output_source(record.get("tool_output"), messages[where]["content"]) if where is not None else None
             if how is not None:
                 outputs.append([len(records), where, how])
                 record = {**record, "tool_output": None}
@@ -217,7 +191,7 @@ class Replay:
         if content["snapshot"] == self.started or (self.started and (
                 content["parent_id"] != self.last_id or content["base_message_count"] != len(self.messages)
                 or content["base_tool_count"] != len(self.tools))):
-            raise _corrupt(where, f"does not continue the chain after {self.last_id or 'its start'}")
+            raise corrupt(where, f"does not continue the chain after {self.last_id or 'its start'}")
         new_messages, records = content["messages"], content["tool_records"]
         done = 0
         for count, prompt in content.get("prompts", ()):
@@ -230,7 +204,7 @@ class Replay:
             try:
                 records[record]["tool_output"] = text if how == "text" else json.loads(text)
             except ValueError as exc:
-                raise _corrupt(where, f"has a tool output that is not the JSON it says ({exc})") from None
+                raise corrupt(where, f"has a tool output that is not the JSON it says ({exc})") from None
         self.tools.extend(records)
         self.variables = content["agent_variables"]
         self.last_id = f"{content['run_id']}:{content['branch_id']}:{content['last']}"

@@ -53,7 +53,7 @@ from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 
 __all__ = [
     "FORMAT", "FORMAT_V2", "FORMAT_V1", "Envelope", "Chain", "encode", "decode", "make_delta", "apply_delta", "is_prefix",
-    "chain_after",
+    "chain_after", "corrupt", "output_source",
 ]
 
 FORMAT = "rewind.checkpoint/v3"
@@ -120,13 +120,7 @@ def _compact_outputs(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
     records = []
     for index, record in enumerate(payload.get(records_field) or []):
         content = contents.get(record.get("tool_call_id")) if isinstance(record, dict) else None
-        output = record.get("tool_output") if content is not None else None
-        how = None
-        if content is not None and output is not None:
-            if isinstance(output, str):
-                how = "text" if output == content else None
-            elif canonical_json(output) == _canonical_parsed(content):
-                how = "json"
+        how = output_source(record.get("tool_output"), content) if content is not None else None
         if how is None:
             records.append(record)
             continue
@@ -135,6 +129,16 @@ def _compact_outputs(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
     if not refs:
         return payload
     return {**payload, records_field: records, _OUTPUT_REFS: refs}
+
+
+def output_source(output: Any, content: str) -> str | None:
+    """How a tool record's output is read back from the content of the tool message that
+    answered the call: "text" (the content as is), "json" (parsed), or None (it is not)."""
+    if output is None:
+        return None
+    if isinstance(output, str):
+        return "text" if output == content else None
+    return "json" if canonical_json(output) == _canonical_parsed(content) else None
 
 
 def _canonical_parsed(content: str) -> str | None:
@@ -151,7 +155,7 @@ def _expand_outputs(kind: Kind, payload: dict[str, Any], key: str) -> dict[str, 
     msgs_field, records_field = _LISTS[kind]
     records = payload.get(records_field)
     if not isinstance(refs, dict) or not isinstance(records, list):
-        raise _corrupt(key, f"has a malformed {_OUTPUT_REFS}")
+        raise corrupt(key, f"has a malformed {_OUTPUT_REFS}")
     contents = _tool_contents(payload.get(msgs_field) or [])
     restored = list(records)
     for index, how in refs.items():
@@ -160,7 +164,7 @@ def _expand_outputs(kind: Kind, payload: dict[str, Any], key: str) -> dict[str, 
             content = contents[record["tool_call_id"]]
             restored[int(index)] = {**record, "tool_output": content if how == "text" else json.loads(content)}
         except (ValueError, IndexError, KeyError, TypeError) as exc:
-            raise _corrupt(key, f"has a tool output reference {index!r} that points nowhere ({exc})") from None
+            raise corrupt(key, f"has a tool output reference {index!r} that points nowhere ({exc})") from None
     out = {k: v for k, v in payload.items() if k != _OUTPUT_REFS}
     out[records_field] = restored
     return out
@@ -286,7 +290,7 @@ def _expand_doc(payload: dict[str, Any], records_field: str, key: str) -> dict[s
         try:
             run_id, branch_id, step = parse_checkpoint_id(cid)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001
-            raise _corrupt(key, f"has checkpoint_id {cid!r:.80}, which is not RUN:BRANCH:STEP") from None
+            raise corrupt(key, f"has checkpoint_id {cid!r:.80}, which is not RUN:BRANCH:STEP") from None
         for name, value in zip(_DERIVED_IDS, (run_id, branch_id, step)):
             out.setdefault(name, value)
     for name, value in _DOC_DEFAULTS.items():
@@ -344,7 +348,8 @@ def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None, b
         ) from exc
 
 
-def _corrupt(key: str, problem: str) -> CorruptCheckpointError:
+def corrupt(key: str, problem: str) -> CorruptCheckpointError:
+    """A damaged object: the error names it and how to recover."""
     return CorruptCheckpointError(
         f"checkpoint object {key} {problem}; restore it from a backup, or delete the run's "
         "checkpoints and rebuild them from history with `rewind mirror RUN`"
@@ -359,18 +364,18 @@ def _format_version(value: Any, key: str) -> int:
             f"checkpoint object {key} uses storage format {value!r}, newer than {FORMAT!r}; "
             "upgrade rewind to read it"
         )
-    raise _corrupt(key, f"has format {value!r:.60}, expected {FORMAT!r}")
+    raise corrupt(key, f"has format {value!r:.60}, expected {FORMAT!r}")
 
 
 def _parse_chain(value: Any, key: str) -> Chain:
     if not isinstance(value, list):
-        raise _corrupt(key, "has a malformed chain")
+        raise corrupt(key, "has a malformed chain")
     out: Chain = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
                 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in item[1:])
                 and item[1] <= item[2]):
-            raise _corrupt(key, f"has a malformed chain range {item!r:.80}")
+            raise corrupt(key, f"has a malformed chain range {item!r:.80}")
         out.append((item[0], item[1], item[2]))
     return out
 
@@ -387,7 +392,7 @@ def decode(data: bytes, key: str, *, link: bool = False) -> Envelope:
     version_of_format = _format_version(raw.get("format"), key)
     version = raw.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise _corrupt(key, f"has schema_version {version!r}")
+        raise corrupt(key, f"has schema_version {version!r}")
     if version > CURRENT_SCHEMA_VERSION:
         raise FutureSchemaError(
             f"checkpoint object {key} has schema_version {version}, newer than the "
@@ -395,16 +400,16 @@ def decode(data: bytes, key: str, *, link: bool = False) -> Envelope:
         )
     kind, payload = raw.get("kind"), raw.get("payload")
     if kind not in ("snapshot", "delta"):
-        raise _corrupt(key, f"has kind {kind!r:.60}, expected 'snapshot' or 'delta'")
+        raise corrupt(key, f"has kind {kind!r:.60}, expected 'snapshot' or 'delta'")
     if not isinstance(payload, dict):
-        raise _corrupt(key, "has no payload object")
+        raise corrupt(key, "has no payload object")
     try:
         written = _payload_bytes(data, raw["format"], kind)
         digest = hashlib.sha256(written).hexdigest() if written is not None else _sha256(payload)
     except UnicodeEncodeError:
-        raise _corrupt(key, "holds text that is not valid Unicode (a lone surrogate)") from None
+        raise corrupt(key, "holds text that is not valid Unicode (a lone surrogate)") from None
     if raw.get("sha256") != digest:
-        raise _corrupt(key, "does not match its sha256 (the bytes were changed after writing)")
+        raise corrupt(key, "does not match its sha256 (the bytes were changed after writing)")
     chain: Chain | None = None
     digests: dict[str, str] = {}
     if kind == "delta":
@@ -413,13 +418,13 @@ def decode(data: bytes, key: str, *, link: bool = False) -> Envelope:
             required = (*required, "blocks_sha256")
         missing = [f for f in ("parent_id", *required) if f not in payload]
         if missing:
-            raise _corrupt(key, f"is a delta without {', '.join(missing)}")
+            raise corrupt(key, f"is a delta without {', '.join(missing)}")
         if version_of_format >= 2:
             chain = _parse_chain(payload["chain"], key)
             for name in _DIGESTS if version_of_format >= 3 else ():
                 value = payload.get(name)
                 if value is not None and not (isinstance(value, str) and _HEX64.fullmatch(value)):
-                    raise _corrupt(key, f"has a malformed {name}")
+                    raise corrupt(key, f"has a malformed {name}")
                 if value is not None:
                     digests[name] = value
             payload = {k: v for k, v in payload.items() if k != "chain" and k not in _DIGESTS}
@@ -521,7 +526,7 @@ def chain_after(chain: Chain, branch_id: str, step: int) -> Chain:
 def _list_field(payload: dict[str, Any], name: str, key: str) -> list[Any]:
     value = payload[name]
     if not isinstance(value, list):
-        raise _corrupt(key, f"has a non-list {name}")
+        raise corrupt(key, f"has a non-list {name}")
     return value
 
 
@@ -534,7 +539,7 @@ def apply_delta(parent: dict[str, Any], payload: dict[str, Any], key: str) -> di
     """
     base_msgs, base_tools = parent["messages"], parent["tool_call_cache"]
     if payload["base_message_count"] != len(base_msgs) or payload["base_tool_count"] != len(base_tools):
-        raise _corrupt(
+        raise corrupt(
             key,
             f"expects a parent with {payload['base_message_count']} messages and "
             f"{payload['base_tool_count']} tool records, but parent {payload['parent_id']} has "
@@ -543,19 +548,19 @@ def apply_delta(parent: dict[str, Any], payload: dict[str, Any], key: str) -> di
     if "variables_set" in payload:  # format v1
         variables_set, removed = payload["variables_set"], payload["variables_removed"]
         if not (isinstance(variables_set, dict) and isinstance(removed, list) and all(isinstance(k, str) for k in removed)):
-            raise _corrupt(key, "has malformed variables_set / variables_removed")
+            raise corrupt(key, "has malformed variables_set / variables_removed")
         gone = set(removed)
         variables = {k: v for k, v in parent["agent_variables"].items() if k not in gone}
         variables.update(variables_set)
     else:
         variables = payload.get("agent_variables", {})
         if not isinstance(variables, dict):
-            raise _corrupt(key, "has malformed agent_variables")
+            raise corrupt(key, "has malformed agent_variables")
     messages = base_msgs + _list_field(payload, "new_messages", key)
     prompt = payload.get("system_prompt")
     if prompt is not None:
         if not isinstance(prompt, str):
-            raise _corrupt(key, "has a malformed system_prompt")
+            raise corrupt(key, "has a malformed system_prompt")
         messages = with_system_prompt(messages, prompt)
     doc = {k: v for k, v in payload.items() if k not in _DELTA_ONLY}
     doc.update(

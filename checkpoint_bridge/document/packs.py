@@ -103,6 +103,17 @@ def _gunzip(data: bytes) -> tuple[dict, memoryview] | None:
     return (header, memoryview(body)[end + 1:]) if isinstance(header, dict) else None
 
 
+def _open(data: bytes, format_: str, run_id: str, branch_id: str) -> tuple[dict, memoryview] | None:
+    """(header, rest) of a pack of this format, run and branch; None for any other bytes."""
+    opened = _gunzip(data)
+    if opened is None:
+        return None
+    header = opened[0]
+    if header.get("format") != format_ or header.get("run_id") != run_id or header.get("branch_id") != branch_id:
+        return None
+    return opened
+
+
 def encode_pack(block: Block, first_step: int, objects: list[bytes]) -> bytes:
     """The v1 pack of ``objects`` (steps ``first_step``..``block.last``, in order)."""
     if first_step + len(objects) - 1 != block.last or first_step < block.first:
@@ -115,14 +126,12 @@ def encode_pack(block: Block, first_step: int, objects: list[bytes]) -> bytes:
 def decode_pack(block: Block, data: bytes) -> dict[int, bytes] | None:
     """Step -> object bytes of a v1 pack; None if the pack is damaged or not this block's
     (then the reader falls back to the step objects, which are the record)."""
-    opened = _gunzip(data)
+    opened = _open(data, PACK_FORMAT, block.run_id, block.branch_id)
     if opened is None:
         return None
     header, rest = opened
     sizes, first = header.get("sizes"), header.get("first")
-    if (header.get("format") != PACK_FORMAT or header.get("run_id") != block.run_id
-            or header.get("branch_id") != block.branch_id or header.get("last") != block.last
-            or not isinstance(first, int) or not block.first <= first <= block.last
+    if (header.get("last") != block.last or not isinstance(first, int) or not block.first <= first <= block.last
             or not isinstance(sizes, list) or len(sizes) != block.last - first + 1
             or not all(isinstance(n, int) and n >= 0 for n in sizes) or sum(sizes) != len(rest)):
         return None
@@ -235,15 +244,13 @@ def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[tuple[memoryv
     """The merged content of each block of ``piece`` (in ``blocks_in`` order) and its sha256,
     None for a block whose bytes do not match the hash the pack gives for them; None for a
     pack that is damaged, of another format (a newer one included) or not this piece's."""
-    opened = _gunzip(data)
+    opened = _open(data, PACK_FORMAT_V2, run_id, piece.branch_id)
     if opened is None:
         return None
     header, rest = opened
     listed = header.get("blocks")
     expected = blocks_in(piece)
-    if (header.get("format") != PACK_FORMAT_V2 or header.get("run_id") != run_id
-            or header.get("branch_id") != piece.branch_id or header.get("first") != piece.first
-            or header.get("last") != piece.last or not isinstance(listed, list) or len(listed) != len(expected)):
+    if (header.get("first") != piece.first or header.get("last") != piece.last or not isinstance(listed, list) or len(listed) != len(expected)):
         return None
     out: list[tuple[memoryview, str] | None] = []
     offset = 0

@@ -33,6 +33,16 @@ async def _saved(store: CheckpointStore, steps: int) -> list:
     return run
 
 
+async def _branch(store: CheckpointStore, parent, branch_id: str, last: int) -> list:  # type: ignore[no-untyped-def]
+    """A branch forked from `parent`, stored up to step `last`."""
+    steps = [next_step(parent, branch_id=branch_id)]
+    while steps[-1].step_index < last:
+        steps.append(next_step(steps[-1]))
+    for cp in steps:
+        await store.save(cp)
+    return steps
+
+
 async def _load_counting(backend: Backend, store: CheckpointStore, cid: str, hold: int = 0):  # type: ignore[no-untyped-def]
     counting = CountingObjects(backend.reopen(store.objects), hold=hold, head=True)
     backend.opened.append(counting.inner)
@@ -43,12 +53,6 @@ async def _load_counting(backend: Backend, store: CheckpointStore, cid: str, hol
 def _packs(raw: dict[str, bytes], branch: str = "main") -> list[str]:
     return sorted(k[len(f"runs/run-1/branches/{branch}/packs/"):] for k in raw
                   if k.startswith(f"runs/run-1/branches/{branch}/packs/"))
-
-
-def _repacked(data: bytes, change) -> bytes:  # type: ignore[no-untyped-def]
-    header, _, rest = gzip.decompress(data).partition(b"\n")
-    header, rest = change(json.loads(header), rest)
-    return gzip.compress(json.dumps(header).encode() + b"\n" + rest)
 
 
 async def test_each_finished_level_is_packed_once_as_merged_blocks(store: CheckpointStore) -> None:
@@ -109,25 +113,19 @@ def _flip_a_byte(data: bytes) -> bytes:
     return bytes(damaged)
 
 
-def _wrong_hash(data: bytes) -> bytes:
-    def change(header, rest):  # type: ignore[no-untyped-def]
-        header["blocks"][1][3] = "0" * 64
-        return header, rest
-    return _repacked(data, change)
+def _header_changed(change):  # type: ignore[no-untyped-def]
+    """A damage that edits the pack's header (and keeps its content)."""
+    def damage(data: bytes) -> bytes:
+        header, _, rest = gzip.decompress(data).partition(b"\n")
+        edited = json.loads(header)
+        change(edited)
+        return gzip.compress(json.dumps(edited).encode() + b"\n" + rest)
+    return damage
 
 
-def _other_steps(data: bytes) -> bytes:
-    def change(header, rest):  # type: ignore[no-untyped-def]
-        header["first"], header["last"] = 48, 63
-        return header, rest
-    return _repacked(data, change)
-
-
-def _future_format(data: bytes) -> bytes:
-    def change(header, rest):  # type: ignore[no-untyped-def]
-        header["format"] = "rewind.pack/v3"
-        return header, rest
-    return _repacked(data, change)
+_wrong_hash = _header_changed(lambda h: h["blocks"][1].__setitem__(3, "0" * 64))
+_other_steps = _header_changed(lambda h: h.update(first=48, last=63))
+_future_format = _header_changed(lambda h: h.update(format="rewind.pack/v3"))
 
 
 @pytest.mark.parametrize("damage", [_flip_a_byte, lambda d: d[: len(d) // 2], lambda d: b"not gzip at all", _wrong_hash,
@@ -170,11 +168,7 @@ async def test_a_well_formed_pack_that_is_not_the_chains_is_read_from_the_steps(
 
 async def test_a_fork_that_starts_mid_block_packs_its_own_part(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 70)  # main 0..69
-    fork = [next_step(run[40], branch_id="b")]  # b starts at 41, inside blocks 40-43, 32-47 and 0-63
-    while fork[-1].step_index < 66:
-        fork.append(next_step(fork[-1]))
-    for cp in fork:
-        await store.save(cp)
+    fork = await _branch(store, run[40], "b", 66)  # b starts at 41, inside blocks 40-43, 32-47 and 0-63
     raw = await store.raw_objects("run-1")
     assert _packs(raw, "b") == sorted(["00000040-00000043.json.gz", "00000044-00000047.json.gz", "00000032-00000047.json.gz",
                                        "00000048-00000051.json.gz", "00000052-00000055.json.gz", "00000056-00000059.json.gz",
@@ -191,11 +185,7 @@ async def test_a_fork_that_starts_mid_block_packs_its_own_part(store: Checkpoint
 
 async def test_a_fork_from_the_last_step_of_a_block_has_a_block_of_one_step(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 30)
-    fork = [next_step(run[10], branch_id="b")]  # b starts at 11, the last step of block 8-11
-    while fork[-1].step_index < 17:
-        fork.append(next_step(fork[-1]))
-    for cp in fork:
-        await store.save(cp)
+    fork = await _branch(store, run[10], "b", 17)  # b starts at 11, the last step of block 8-11
     raw = await store.raw_objects("run-1")
     # One step is not packed on its own (its object is as good), but is the first block of 11-15.
     assert _packs(raw, "b") == ["00000000-00000015.json.gz", "00000012-00000015.json.gz"]
@@ -211,11 +201,7 @@ async def test_a_fork_from_the_last_step_of_a_block_has_a_block_of_one_step(stor
 async def test_a_rolled_back_revision_loads_through_its_own_packs(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 40)
     await store.invalidate_after("run-1", "main", 21, "rolled back")
-    revision = [next_step(run[21], branch_id="main.r1")]
-    while revision[-1].step_index < 45:
-        revision.append(next_step(revision[-1]))
-    for cp in revision:
-        await store.save(cp)
+    revision = await _branch(store, run[21], "main.r1", 45)
     cp, counting = await _load_counting(backend, store, "run-1:main.r1:45")
     assert cp == revision[-1]
     # The head; main's packs 0-15, 16-19 and steps 20, 21; main.r1's packs 22-31, 32-35, 36-39,
@@ -224,37 +210,35 @@ async def test_a_rolled_back_revision_loads_through_its_own_packs(store: Checkpo
     assert (await backend.twin(store).load("run-1:main:30")).status == "invalidated"
 
 
+async def _finished_by_another_writer(store: CheckpointStore, backend: Backend, damage=None):  # type: ignore[no-untyped-def]
+    """Steps 0..59 by `store`, 60..63 by another writer (its own process): that one finishes
+    blocks 48-63 and 0-63 and reads the packs below them. Returns what is stored, and what
+    one writer of the whole run stores."""
+    run = make_run(64, result_size=256)
+    for cp in run[:60]:
+        await store.save(cp)
+    if damage is not None:
+        raw = await store.raw_objects("run-1")
+        backend.tamper(store.objects, PACK_32_47, damage(raw[PACK_32_47]))
+    other = backend.twin(store)
+    for cp in run[60:]:
+        await other.save(cp)
+    one_writer = backend.checkpoint_store()
+    for cp in run:
+        await one_writer.save(cp)
+    return await store.raw_objects("run-1"), await one_writer.raw_objects("run-1")
+
+
 async def test_a_writer_that_did_not_merge_the_blocks_reads_them_for_the_next_level(
     store: CheckpointStore, backend: Backend,
 ) -> None:
-    run = make_run(64, result_size=256)
-    for cp in run[:60]:
-        await store.save(cp)
-    # Another writer (its own process) finishes blocks 48-63 and 0-63: it reads the packs
-    # below them and checks them against the digests the steps record.
-    other = backend.twin(store)
-    for cp in run[60:]:
-        await other.save(cp)
-    one_writer = backend.checkpoint_store()
-    for cp in run:
-        await one_writer.save(cp)
-    assert await store.raw_objects("run-1") == await one_writer.raw_objects("run-1")
+    # ... and checks them against the digests the steps record.
+    got, expected = await _finished_by_another_writer(store, backend)
+    assert got == expected
 
 
 async def test_a_writer_does_not_copy_a_damaged_pack_into_the_next_level(store: CheckpointStore, backend: Backend) -> None:
-    run = make_run(64, result_size=256)
-    for cp in run[:60]:
-        await store.save(cp)
-    raw = await store.raw_objects("run-1")
-    backend.tamper(store.objects, PACK_32_47, _flip_a_byte(raw[PACK_32_47]))
-    other = backend.twin(store)
-    for cp in run[60:]:
-        await other.save(cp)
-    one_writer = backend.checkpoint_store()
-    for cp in run:
-        await one_writer.save(cp)
-    expected = await one_writer.raw_objects("run-1")
-    got = await store.raw_objects("run-1")
+    got, expected = await _finished_by_another_writer(store, backend, _flip_a_byte)
     assert got[f"{MAIN}/packs/00000000-00000063.json.gz"] == expected[f"{MAIN}/packs/00000000-00000063.json.gz"]
 
 
