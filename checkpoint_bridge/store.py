@@ -33,7 +33,7 @@ from workflows.canonical import canonical_json
 from workflows.errors import CheckpointExistsError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
-from checkpoint_bridge.chain import ChainReader, HeadInfo, decode_as, first_round, read_many
+from checkpoint_bridge.chain import ChainReader, HeadInfo, decode_as, first_round, gc_paused, read_many
 from checkpoint_bridge.document.blocks import content_bytes, merge_block
 from checkpoint_bridge.document.envelope import (
     Chain,
@@ -404,7 +404,8 @@ class CheckpointStore:
             self._chain.document(checkpoint_id_), self._keys(invalidation_prefix(run_id, branch_id)),
         )
         # A fresh copy: callers may mutate what they get without touching the cache.
-        cp = validate_document(_fresh(doc), checkpoint_id_)
+        with gc_paused():
+            cp = validate_document(_fresh(doc), checkpoint_id_)
         cutoff = _cutoff(markers, branch_id)
         if cutoff is not None and step > cutoff:
             cp.status = "invalidated"
