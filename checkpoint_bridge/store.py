@@ -40,10 +40,12 @@ from checkpoint_bridge.document.envelope import (
     Envelope,
     apply_delta,
     chain_after,
+    compacted,
     decode,
     delta_payload,
     encode,
     make_delta,
+    seal,
 )
 from checkpoint_bridge.document.layout import (
     ParsedKey,
@@ -241,16 +243,15 @@ class CheckpointStore:
         if parent.child_digest is None:
             # A chain an older Rewind began: continued in its format (and its packs).
             return _Encoded(encode("delta", payload, chain=parent.child_chain), own_chain, None, None)
+        stored = compacted("delta", payload, parent.child_chain)
+        draft = seal(stored, parent.child_digest)
         if not ends_block(step):
-            data = encode("delta", payload, chain=parent.child_chain, blocks_sha256=parent.child_digest)
-            return _Encoded(data, own_chain, parent.child_digest, parent.child_digest)
+            return _Encoded(draft, own_chain, parent.child_digest, parent.child_digest)
         # The block's merged content reads the step as a reader will (the digests aside).
-        draft = encode("delta", payload, chain=parent.child_chain, blocks_sha256=parent.child_digest)
         first = max(step - BLOCK_STEPS + 1, own_chain[-1][1])
         links = await self._links(run_id, branch_id, first, step - 1)
         _data, block_sha = self._merge(run_id, branch_id, first, [*links, (key, decode(draft, key, link=True))])
-        data = encode("delta", payload, chain=parent.child_chain, blocks_sha256=parent.child_digest,
-                      block_sha256=block_sha)
+        data = seal(stored, parent.child_digest, block_sha)
         return _Encoded(data, own_chain, extend_digest(parent.child_digest, block_sha), parent.child_digest)
 
     def _merge(self, run_id: str, branch_id: str, first: int, links: list[tuple[str, Envelope]]) -> tuple[bytes, str]:

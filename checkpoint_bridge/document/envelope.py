@@ -53,7 +53,7 @@ from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 
 __all__ = [
     "FORMAT", "FORMAT_V2", "FORMAT_V1", "Envelope", "Chain", "encode", "decode", "make_delta", "apply_delta", "is_prefix",
-    "chain_after", "corrupt", "output_source",
+    "chain_after", "corrupt", "output_source", "Compacted", "compacted", "seal",
 ]
 
 FORMAT = "rewind.checkpoint/v3"
@@ -318,24 +318,43 @@ def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None, b
     finishing a block, `block_sha256`) is format v3; one without continues a
     chain an older Rewind began, in format v2.
     """
+    return seal(compacted(kind, payload, chain), blocks_sha256, block_sha256)
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """A payload as it is stored (``compacted``), before its envelope (``seal``)."""
+
+    kind: Kind
+    stored: dict[str, Any]
+    checkpoint_id: Any
+
+
+def compacted(kind: Kind, payload: dict[str, Any], chain: Chain | None = None) -> Compacted:
+    """The stored form of a payload, without what it implies (the costly half of ``encode``)."""
     records_field = _LISTS[kind][1]
     stored = _compact_outputs(kind, payload)
     stored = _compact_doc(stored, records_field)
-    format_ = FORMAT
     if kind == "delta":
         if chain is None:
             raise ValueError("a delta needs the chain of objects before it")
         stored["chain"] = [[b, lo, hi] for b, lo, hi in chain]
-        if blocks_sha256 is None:
-            format_ = FORMAT_V2
-        else:
-            stored["blocks_sha256"] = blocks_sha256
-            if block_sha256 is not None:
-                stored["block_sha256"] = block_sha256
+    return Compacted(kind, stored, payload.get("checkpoint_id"))
+
+
+def seal(payload: Compacted, blocks_sha256: str | None = None, block_sha256: str | None = None) -> bytes:
+    """The envelope of a compacted payload, with the chain's digests of a v3 delta (see ``encode``)."""
+    stored, format_ = payload.stored, FORMAT
+    if payload.kind == "delta" and blocks_sha256 is None:
+        format_ = FORMAT_V2
+    elif payload.kind == "delta":
+        stored = {**stored, "blocks_sha256": blocks_sha256}
+        if block_sha256 is not None:
+            stored["block_sha256"] = block_sha256
     try:
         envelope = {
             "format": format_,
-            "kind": kind,
+            "kind": payload.kind,
             "schema_version": CURRENT_SCHEMA_VERSION,
             "sha256": _sha256(stored),
             "payload": stored,
@@ -343,7 +362,7 @@ def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None, b
         return canonical_json(envelope).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CheckpointError(
-            f"checkpoint {payload.get('checkpoint_id')} holds text that is not valid Unicode ({exc}); "
+            f"checkpoint {payload.checkpoint_id} holds text that is not valid Unicode ({exc}); "
             "scrub lone surrogates (workflows.text.scrub_surrogates) before storing"
         ) from exc
 
