@@ -218,7 +218,7 @@ class CheckpointStore:
         except CheckpointExistsError as exc:
             await self._same_as_stored(cid, key, encoded.data, exc)
             written, otherwise = False, True  # stored in other bytes (an older format): read what a child needs from them
-        if written:
+        if not otherwise:  # written, or the same bytes were there: what the next block's merge reads
             self._remember_bytes(key, encoded.data)
         info = HeadInfo(*counts, encoded.own_chain, encoded.child_digest) if counts is not None else None
         await self._after_write(cid, encoded, None if otherwise else info, otherwise=otherwise)
