@@ -33,8 +33,20 @@ from workflows.canonical import canonical_json
 from workflows.errors import CheckpointExistsError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
-from checkpoint_bridge.chain import ChainReader, HeadInfo, decode_as, read_many
-from checkpoint_bridge.document.envelope import Chain, apply_delta, chain_after, delta_payload, encode, make_delta
+from checkpoint_bridge.chain import ChainReader, HeadInfo, decode_as, first_round, gc_paused, read_many
+from checkpoint_bridge.document.blocks import content_bytes, merge_block
+from checkpoint_bridge.document.envelope import (
+    Chain,
+    Envelope,
+    apply_delta,
+    chain_after,
+    compacted,
+    decode,
+    delta_payload,
+    encode,
+    make_delta,
+    seal,
+)
 from checkpoint_bridge.document.layout import (
     ParsedKey,
     branch_prefix,
@@ -47,7 +59,22 @@ from checkpoint_bridge.document.layout import (
 from checkpoint_bridge.lru import LRU
 from checkpoint_bridge.document.migrations import migrate, validate_document
 from checkpoint_bridge.stores import ObjectStore, open_object_store
-from checkpoint_bridge.document.packs import MAX_PACK_BYTES, PACK_STEPS, block_of, encode_pack
+from checkpoint_bridge.document.packs import (
+    BLOCK_STEPS,
+    DIGEST_START,
+    MAX_PACK_BYTES,
+    MAX_PACK_V2_BYTES,
+    PACK_STEPS,
+    Piece,
+    block_of,
+    blocks_in,
+    encode_pack,
+    encode_pack_v2,
+    ends_block,
+    extend_digest,
+    packs_ending_at,
+    plan_range,
+)
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary, StepParts, checkpoint_to_dict
 
 __all__ = ["CheckpointStore", "StepFacts", "open_checkpoint_store", "DEFAULT_STORE_URL"]
@@ -64,9 +91,27 @@ class StepFacts:
     fields: dict[str, Any]
     tool_records: list[dict[str, Any]]
     invalidated: bool
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A step's object, as ``CheckpointStore._encoded`` makes it."""
+
+    data: bytes
+    own_chain: Chain
+    """The chain of the step's child: the step's own, with the step."""
+    child_digest: str | None
+    """The digest the step's child records (None: a chain an older Rewind began)."""
+    blocks_sha256: str | None
+    """The digest the step itself records (format v3 deltas)."""
+
+
 # Larger objects are read back when their block is packed: the cache stays small
 # (at most its 4,096 entries times this) with many runs mirrored at once.
 _REMEMBERED_OBJECT_MAX = 16 * 1024
+# The merged blocks kept for the packs of the levels above them: at most this many bytes
+# (a level-5 pack holds 256 blocks); a block no longer kept is read from the level below.
+_MERGED_BUDGET = 32 * 1024 * 1024
 
 
 class CheckpointStore:
@@ -76,8 +121,12 @@ class CheckpointStore:
         self.objects = objects
         self._concurrency = concurrency
         self._chain = ChainReader(objects, cache_size=cache_size, concurrency=concurrency)
-        # The bytes of objects this store wrote lately: what a block's pack copies.
+        # The bytes of objects this store wrote lately: what a block's merged content (or,
+        # for chains an older Rewind began, a v1 pack) is made of.
         self._written: LRU[bytes] = LRU(2 * PACK_STEPS * 64)
+        # The merged content (and sha256) of blocks this store merged or read lately, by
+        # run:branch:first step: what the packs of the levels above them hold.
+        self._merged: LRU[tuple[bytes, str]] = LRU(1 << 20, weigh=lambda v: len(v[0]), budget=_MERGED_BUDGET)
 
     @property
     def url(self) -> str:
@@ -106,42 +155,38 @@ class CheckpointStore:
         # AgentCheckpoint's validator has already checked that the id is run:branch:step.
         key = step_key(cp.run_id, cp.branch_id, cp.step_index)
         doc = checkpoint_to_dict(cp)
-        data, info = await self._encoded(cp, doc)
-        try:
-            await self.objects.put_if_absent(key, data)
-            self._remember_bytes(key, data)
-        except CheckpointExistsError as exc:
-            existing = await self._chain.document(cp.checkpoint_id)
-            if canonical_json(existing) != canonical_json(doc):
-                raise self._conflict(cp.checkpoint_id) from exc
-        self._chain.remember(cp.checkpoint_id, doc)
-        self._chain.remember_head(cp.checkpoint_id, info)
-        await self._pack_if_block_done(cp.run_id, cp.branch_id, cp.step_index, info.child_chain)
-        return key
-
-    async def _encoded(self, cp: AgentCheckpoint, doc: dict[str, Any]) -> tuple[bytes, HeadInfo]:
-        own = (cp.branch_id, cp.step_index, cp.step_index)
+        kind, payload, parent_info = "snapshot", doc, None
         if cp.parent_id is not None:
             try:
                 parent = await self._chain.document(cp.parent_id)
                 parent_info = await self._chain.head_info(cp.parent_id)
             except LookupError:  # CheckpointNotFoundError: mirrored out of order
                 parent = None
-            if parent is not None:
-                payload = make_delta(doc, parent)
-                if payload is not None:
-                    chain = parent_info.child_chain
-                    info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]),
-                                    chain_after(chain, cp.branch_id, cp.step_index))
-                    return encode("delta", payload, chain=chain), info
-        return encode("snapshot", doc), HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), [own])
+            delta = make_delta(doc, parent) if parent is not None else None
+            if delta is not None:
+                kind, payload = "delta", delta
+        step = await self._encoded(cp.run_id, cp.branch_id, cp.step_index, key, kind, payload, parent_info)
+        try:
+            await self.objects.put_if_absent(key, step.data)
+            self._remember_bytes(key, step.data)
+            otherwise = False
+        except CheckpointExistsError as exc:
+            existing = await self._chain.document(cp.checkpoint_id)
+            if canonical_json(existing) != canonical_json(doc):
+                raise self._conflict(cp.checkpoint_id) from exc
+            otherwise = True  # stored in other bytes (an older format): what a child needs is read from them
+        self._chain.remember(cp.checkpoint_id, doc)
+        info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), step.own_chain, step.child_digest)
+        await self._after_write(cp.checkpoint_id, step, None if otherwise else info, otherwise=otherwise)
+        return key
 
     async def save_step(self, parts: StepParts) -> bool:
         """Store one step from what it added (the live mirror and ``rewind mirror``);
         True if written, False if the same checkpoint was already there.
 
         Reads nothing but the parent's object (nothing at all when this store wrote
-        the parent); CheckpointNotFoundError if the parent is not stored yet.
+        the parent; at the end of a block of steps, the block's objects it did not
+        write); CheckpointNotFoundError if the parent is not stored yet.
         """
         cid = parts.scalars["checkpoint_id"]
         run_id, branch_id, step = parse_checkpoint_id(cid)
@@ -154,9 +199,8 @@ class CheckpointStore:
                 from workflows.tool_calls import with_system_prompt
 
                 doc["messages"] = with_system_prompt(doc["messages"], parts.system_prompt)
-            data = encode("snapshot", doc)
-            own_chain: Chain = [(branch_id, step, step)]
-            info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), own_chain)
+            encoded = await self._encoded(run_id, branch_id, step, key, "snapshot", doc, None)
+            counts: tuple[int, int] | None = (len(doc["messages"]), len(doc["tool_call_cache"]))
         else:
             parent = await self._chain.head_info(parent_id)
             payload = delta_payload(
@@ -164,30 +208,139 @@ class CheckpointStore:
                 base_tool_count=parent.tool_count, new_tool_records=parts.new_tool_records,
                 agent_variables=parts.agent_variables, system_prompt=parts.system_prompt,
             )
-            data = encode("delta", payload, chain=parent.child_chain)
-            own_chain = chain_after(parent.child_chain, branch_id, step)
-            info = HeadInfo(parent.message_count + len(parts.new_messages), parent.tool_count + len(parts.new_tool_records),
-                            own_chain)
-            if parts.system_prompt is not None:
-                info = None  # type: ignore[assignment]  # a prompt may add a message: counted from the document
+            encoded = await self._encoded(run_id, branch_id, step, key, "delta", payload, parent)
+            # A new system prompt may add a message: then counted from the document when asked.
+            counts = None if parts.system_prompt is not None else (
+                parent.message_count + len(parts.new_messages), parent.tool_count + len(parts.new_tool_records))
+        otherwise = False
         try:
-            written = await self.objects.put_if_absent(key, data)
+            written = await self.objects.put_if_absent(key, encoded.data)
         except CheckpointExistsError as exc:
-            await self._same_as_stored(cid, key, data, exc)
-            written = False
-        if written:
-            self._remember_bytes(key, data)
-        if info is not None:
-            self._chain.remember_head(cid, info)
-        await self._pack_if_block_done(run_id, branch_id, step, own_chain)
+            await self._same_as_stored(cid, key, encoded.data, exc)
+            written, otherwise = False, True  # stored in other bytes (an older format): read what a child needs from them
+        if not otherwise:  # written, or the same bytes were there: what the next block's merge reads
+            self._remember_bytes(key, encoded.data)
+        info = HeadInfo(*counts, encoded.own_chain, encoded.child_digest) if counts is not None else None
+        await self._after_write(cid, encoded, None if otherwise else info, otherwise=otherwise)
         return written
+
+    async def _encoded(
+        self, run_id: str, branch_id: str, step: int, key: str, kind: str, payload: dict[str, Any],
+        parent: HeadInfo | None,
+    ) -> _Encoded:
+        """The object of a step: a snapshot, or a delta of ``parent``; at the end of a block of
+        steps, with the block's merged content (the block's other objects read if this store
+        did not write them)."""
+        if kind == "snapshot":
+            data = encode("snapshot", payload)
+            own_chain: Chain = [(branch_id, step, step)]
+            if not ends_block(step):
+                return _Encoded(data, own_chain, DIGEST_START, None)
+            merged = self._merge(run_id, branch_id, step, [(key, decode(data, key, link=True))])
+            return _Encoded(data, own_chain, extend_digest(DIGEST_START, merged[1]), None)
+        assert parent is not None
+        own_chain = chain_after(parent.child_chain, branch_id, step)
+        if parent.child_digest is None:
+            # A chain an older Rewind began: continued in its format (and its packs).
+            return _Encoded(encode("delta", payload, chain=parent.child_chain), own_chain, None, None)
+        stored = compacted("delta", payload, parent.child_chain)
+        draft = seal(stored, parent.child_digest)
+        if not ends_block(step):
+            return _Encoded(draft, own_chain, parent.child_digest, parent.child_digest)
+        # The block's merged content reads the step as a reader will (the digests aside).
+        first = max(step - BLOCK_STEPS + 1, own_chain[-1][1])
+        links = await self._links(run_id, branch_id, first, step - 1)
+        _data, block_sha = self._merge(run_id, branch_id, first, [*links, (key, decode(draft, key, link=True))])
+        data = seal(stored, parent.child_digest, block_sha)
+        return _Encoded(data, own_chain, extend_digest(parent.child_digest, block_sha), parent.child_digest)
+
+    def _merge(self, run_id: str, branch_id: str, first: int, links: list[tuple[str, Envelope]]) -> tuple[bytes, str]:
+        """Merge a finished block and keep its content for the packs that hold it."""
+        data, sha = content_bytes(merge_block(run_id, branch_id, first, links))
+        self._merged.put(f"{run_id}:{branch_id}:{first}", (data, sha))
+        return data, sha
+
+    async def _links(self, run_id: str, branch_id: str, first: int, last: int) -> list[tuple[str, Envelope]]:
+        """The objects of steps first..last of a branch, decoded as chain links."""
+        keys = [step_key(run_id, branch_id, s) for s in range(first, last + 1)]
+        known = await self._written_or_read(keys)
+        out = []
+        for s, k in zip(range(first, last + 1), keys):
+            data = known[k]
+            if data is None:
+                raise CorruptCheckpointError(
+                    f"checkpoint object {k} is missing, but a later step of its branch is stored; restore it, "
+                    "or rebuild the run with `rewind mirror RUN`"
+                )
+            out.append((k, decode_as(checkpoint_id(run_id, branch_id, s), k, data, link=True)))
+        return out
+
+    async def _written_or_read(self, keys: list[str]) -> dict[str, bytes | None]:
+        """The bytes of objects: those this store wrote lately as it wrote them, the others read."""
+        known = {k: self._written.get(k) for k in keys}
+        missing = [k for k, v in known.items() if v is None]
+        if missing:
+            known.update(await read_many(self.objects, missing, self._concurrency))
+        return known
 
     def _remember_bytes(self, key: str, data: bytes) -> None:
         if len(data) <= _REMEMBERED_OBJECT_MAX:
             self._written.put(key, data)
 
-    async def _pack_if_block_done(self, run_id: str, branch_id: str, step: int, own_chain: Chain) -> None:
-        """After the last step of a block: store the block's objects as one pack (document/packs.py)."""
+    async def _after_write(self, cid: str, step: _Encoded, info: HeadInfo | None, *, otherwise: bool) -> None:
+        """Remember what a child of ``cid`` needs, and write the packs that end at it (those of the
+        stored object's format when the step was ``otherwise`` stored already)."""
+        run_id, branch_id, index = parse_checkpoint_id(cid)
+        if info is not None:
+            self._chain.remember_head(cid, info)
+        digest = (await self._chain.head_info(cid)).child_digest if otherwise else step.child_digest
+        if digest is None:
+            await self._pack_v1_if_block_done(run_id, branch_id, index, step.own_chain)
+        elif digest == step.child_digest and step.blocks_sha256 is not None:
+            await self._pack_if_blocks_done(run_id, branch_id, index, step)
+
+    async def _pack_if_blocks_done(self, run_id: str, branch_id: str, step: int, encoded: _Encoded) -> None:
+        """After the last step of a level's block: store the level's pack (document/packs.py)."""
+        for piece in packs_ending_at(branch_id, step, encoded.own_chain[-1][1]):
+            contents = await self._block_contents(run_id, piece, encoded)
+            if sum(map(len, contents)) > MAX_PACK_V2_BYTES:
+                continue  # huge tool outputs: readers take the level below
+            try:
+                await self.objects.put_if_absent(piece.key(run_id), encode_pack_v2(run_id, piece, contents))
+            except CheckpointExistsError:
+                pass  # packed already (the same blocks make the same content)
+
+    async def _block_contents(self, run_id: str, piece: Piece, encoded: _Encoded) -> list[bytes]:
+        """The merged content of each block of ``piece``: kept from merging them, or read from
+        the level below (checked against the digests the chain records) or from their steps."""
+        blocks = blocks_in(piece)
+        kept = [self._merged.get(f"{run_id}:{piece.branch_id}:{lo}") for lo, _hi in blocks]
+        if all(k is not None for k in kept):
+            return [k[0] for k in kept]  # type: ignore[index]
+        # All but the last block (this step's own, just merged) from the level below.
+        own_first = blocks[-1][0]
+        lower = plan_range(piece.branch_id, piece.first, own_first - 1, piece.level - 1)
+        first_key = step_key(run_id, piece.branch_id, piece.first)
+        cid = checkpoint_id(run_id, piece.branch_id, piece.last)
+        got = await read_many(self.objects, [*first_round(run_id, lower), first_key], self._concurrency)
+        found = await self._chain.merged_blocks(run_id, lower, chain_of=cid, first=got)
+        data = got[first_key]
+        if data is None:
+            raise self._chain.missing(checkpoint_id(run_id, piece.branch_id, piece.first), first_key, cid)
+        start = decode_as(checkpoint_id(run_id, piece.branch_id, piece.first), first_key, data, link=True)
+        found = await self._chain.checked_blocks(
+            run_id, lower, found, start.blocks_sha256 if start.kind == "delta" else DIGEST_START,
+            encoded.blocks_sha256, where=cid)
+        own = self._merged.get(f"{run_id}:{piece.branch_id}:{own_first}")
+        assert own is not None  # merged when this step was encoded, a moment ago
+        contents = [bytes(found[(piece.branch_id, lo)].data) for lo, _hi in blocks[:-1]]
+        for (lo, _hi), data in zip(blocks[:-1], contents):
+            self._merged.put(f"{run_id}:{piece.branch_id}:{lo}", (data, found[(piece.branch_id, lo)].sha256))
+        return [*contents, own[0]]
+
+    async def _pack_v1_if_block_done(self, run_id: str, branch_id: str, step: int, own_chain: Chain) -> None:
+        """A chain an older Rewind began: after the last step of a block of 32, store the
+        block's objects as one v1 pack (document/packs.py)."""
         block = block_of(run_id, branch_id, step)
         if step != block.last:
             return
@@ -196,10 +349,7 @@ class CheckpointStore:
         if first == step:
             return  # one object: nothing to gain
         keys = [step_key(run_id, branch_id, s) for s in range(first, step + 1)]
-        known = {k: self._written.get(k) for k in keys}
-        missing = [k for k, v in known.items() if v is None]
-        if missing:
-            known.update(await read_many(self.objects, missing, self._concurrency))
+        known = await self._written_or_read(keys)
         objects = [known[k] for k in keys]
         if any(o is None for o in objects) or sum(len(o) for o in objects if o) > MAX_PACK_BYTES:
             return  # a step is missing (mirrored out of order) or the block is huge: read one by one
@@ -255,7 +405,8 @@ class CheckpointStore:
             self._chain.document(checkpoint_id_), self._keys(invalidation_prefix(run_id, branch_id)),
         )
         # A fresh copy: callers may mutate what they get without touching the cache.
-        cp = validate_document(_fresh(doc), checkpoint_id_)
+        with gc_paused():
+            cp = validate_document(_fresh(doc), checkpoint_id_)
         cutoff = _cutoff(markers, branch_id)
         if cutoff is not None and step > cutoff:
             cp.status = "invalidated"
@@ -402,11 +553,19 @@ class CheckpointStore:
 
 
 def _fresh(value: Any) -> Any:
-    """A copy of a JSON tree: new dicts and lists, the same (immutable) strings and numbers."""
-    if isinstance(value, dict):
-        return {k: _fresh(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fresh(v) for v in value]
+    """A copy of a JSON tree: new dicts and lists, the same (immutable) strings and numbers.
+
+    Leaves are not passed through a call of their own (most of a conversation's values
+    are strings): a 2,000-step document copies in a third of the time."""
+    kind = type(value)
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            inner = type(item)
+            out[key] = _fresh(item) if inner is dict or inner is list else item
+        return out
+    if kind is list:
+        return [_fresh(item) if type(item) is dict or type(item) is list else item for item in value]
     return value
 
 

@@ -1,4 +1,4 @@
 """The AgentCheckpoint document: its model (schema.py), its migrations
 (migrations.py), the stored forms of a step (envelope.py: a hashed snapshot
-or delta; packs.py: a finished block of steps in one object), and the keys
-they are stored under (layout.py)."""
+or delta; blocks.py: a finished block of steps, merged; packs.py: finished
+blocks in one object per level), and the keys they are stored under (layout.py)."""

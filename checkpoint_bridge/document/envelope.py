@@ -1,7 +1,7 @@
 """The stored form of a step: a hashed envelope around a snapshot or a delta.
 
-    {"format": "rewind.checkpoint/v2", "kind": "snapshot" | "delta",
-     "schema_version": 3, "sha256": <hex of canonical payload>, "payload": {...}}
+    {"format": "rewind.checkpoint/v3", "kind": "snapshot" | "delta",
+     "schema_version": 7, "sha256": <hex of canonical payload>, "payload": {...}}
 
 A snapshot payload is the whole checkpoint document: only the root of a run
 (step 0) is stored whole. Every other step is a delta of its parent (also the
@@ -16,6 +16,12 @@ the root snapshot to the parent: a reader fetches them all at once (one
 round of parallel GETs after the head), and a writer extends its parent's
 chain without reading anything else. So storage is the content once plus a
 little per step, and no step has to be rewritten whole.
+
+Format v3 deltas also carry `blocks_sha256`, a hash chained over the merged
+content of every finished block of steps in the chain, and the last step of
+a block its own block's `block_sha256` (document/packs.py): what a reader
+checks the packs it reads against. Format v2 deltas (without them) are what
+an older Rewind wrote; their chains are continued in format v2.
 
 Format v2 also leaves out what the document itself implies (run, branch and
 step from the checkpoint id; zero ledger fields; a branch ledger equal to the
@@ -46,14 +52,15 @@ from checkpoint_bridge.document.migrations import migrate, parse_json_object
 from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 
 __all__ = [
-    "FORMAT", "FORMAT_V1", "Envelope", "Chain", "encode", "decode", "make_delta", "apply_delta", "is_prefix",
-    "chain_after",
+    "FORMAT", "FORMAT_V2", "FORMAT_V1", "Envelope", "Chain", "encode", "decode", "make_delta", "apply_delta", "is_prefix",
+    "chain_after", "corrupt", "output_source", "Compacted", "compacted", "seal",
 ]
 
-FORMAT = "rewind.checkpoint/v2"
+FORMAT = "rewind.checkpoint/v3"
+FORMAT_V2 = "rewind.checkpoint/v2"
 FORMAT_V1 = "rewind.checkpoint/v1"
 _FORMAT_STEM = "rewind.checkpoint/v"
-_KNOWN_FORMATS = {FORMAT_V1: 1, FORMAT: 2}
+_KNOWN_FORMATS = {FORMAT_V1: 1, FORMAT_V2: 2, FORMAT: 3}
 # Fields that accumulate over a run and are therefore stored as differences.
 _GROWING = ("messages", "agent_variables", "tool_call_cache")
 _V1_DELTA_FIELDS = (
@@ -61,7 +68,9 @@ _V1_DELTA_FIELDS = (
     "new_tool_records", "variables_set", "variables_removed",
 )
 _V2_DELTA_FIELDS = ("base_message_count", "new_messages", "base_tool_count", "new_tool_records", "chain")
-_DELTA_ONLY = (*_V1_DELTA_FIELDS, "chain", "system_prompt")
+_DIGESTS = ("blocks_sha256", "block_sha256")
+_DELTA_ONLY = (*_V1_DELTA_FIELDS, "chain", "system_prompt", *_DIGESTS)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 Kind = Literal["snapshot", "delta"]
 Chain = list[tuple[str, int, int]]
 """[(branch, first step, last step), ...]: the objects from a root snapshot to a parent, in order."""
@@ -72,9 +81,13 @@ class Envelope:
     kind: Kind
     schema_version: int
     payload: dict[str, Any]
-    format_version: int = 2
+    format_version: int = 3
     chain: Chain | None = None
-    """The objects before this one (v2 deltas; [] for a snapshot, None for v1 objects)."""
+    """The objects before this one (v2 and v3 deltas; [] for a snapshot, None for v1 objects)."""
+    blocks_sha256: str | None = None
+    """The digest of the finished blocks in the chain (v3 deltas)."""
+    block_sha256: str | None = None
+    """The sha256 of the merged block this step finishes (v3 deltas that finish one)."""
 
 
 def _sha256(payload: dict[str, Any]) -> str:
@@ -107,13 +120,7 @@ def _compact_outputs(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
     records = []
     for index, record in enumerate(payload.get(records_field) or []):
         content = contents.get(record.get("tool_call_id")) if isinstance(record, dict) else None
-        output = record.get("tool_output") if content is not None else None
-        how = None
-        if content is not None and output is not None:
-            if isinstance(output, str):
-                how = "text" if output == content else None
-            elif canonical_json(output) == _canonical_parsed(content):
-                how = "json"
+        how = output_source(record.get("tool_output"), content) if content is not None else None
         if how is None:
             records.append(record)
             continue
@@ -122,6 +129,16 @@ def _compact_outputs(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
     if not refs:
         return payload
     return {**payload, records_field: records, _OUTPUT_REFS: refs}
+
+
+def output_source(output: Any, content: str) -> str | None:
+    """How a tool record's output is read back from the content of the tool message that
+    answered the call: "text" (the content as is), "json" (parsed), or None (it is not)."""
+    if output is None:
+        return None
+    if isinstance(output, str):
+        return "text" if output == content else None
+    return "json" if canonical_json(output) == _canonical_parsed(content) else None
 
 
 def _canonical_parsed(content: str) -> str | None:
@@ -138,7 +155,7 @@ def _expand_outputs(kind: Kind, payload: dict[str, Any], key: str) -> dict[str, 
     msgs_field, records_field = _LISTS[kind]
     records = payload.get(records_field)
     if not isinstance(refs, dict) or not isinstance(records, list):
-        raise _corrupt(key, f"has a malformed {_OUTPUT_REFS}")
+        raise corrupt(key, f"has a malformed {_OUTPUT_REFS}")
     contents = _tool_contents(payload.get(msgs_field) or [])
     restored = list(records)
     for index, how in refs.items():
@@ -147,7 +164,7 @@ def _expand_outputs(kind: Kind, payload: dict[str, Any], key: str) -> dict[str, 
             content = contents[record["tool_call_id"]]
             restored[int(index)] = {**record, "tool_output": content if how == "text" else json.loads(content)}
         except (ValueError, IndexError, KeyError, TypeError) as exc:
-            raise _corrupt(key, f"has a tool output reference {index!r} that points nowhere ({exc})") from None
+            raise corrupt(key, f"has a tool output reference {index!r} that points nowhere ({exc})") from None
     out = {k: v for k, v in payload.items() if k != _OUTPUT_REFS}
     out[records_field] = restored
     return out
@@ -290,7 +307,7 @@ def _expand_doc(payload: dict[str, Any], records_field: str, key: str) -> dict[s
         try:
             run_id, branch_id, step = parse_checkpoint_id(cid)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001
-            raise _corrupt(key, f"has checkpoint_id {cid!r:.80}, which is not RUN:BRANCH:STEP") from None
+            raise corrupt(key, f"has checkpoint_id {cid!r:.80}, which is not RUN:BRANCH:STEP") from None
         for name, value in zip(_DERIVED_IDS, (run_id, branch_id, step)):
             out.setdefault(name, value)
     for name, value in _DOC_DEFAULTS.items():
@@ -308,24 +325,53 @@ def _expand_doc(payload: dict[str, Any], records_field: str, key: str) -> dict[s
 
 # -- envelopes ---------------------------------------------------------------------
 
-def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None) -> bytes:
-    """The canonical bytes of a v2 envelope (deterministic for equal payloads).
+def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None, blocks_sha256: str | None = None,
+           block_sha256: str | None = None) -> bytes:
+    """The canonical bytes of an envelope (deterministic for equal payloads).
 
     A snapshot payload is a whole document; a delta payload is the document's
     scalar fields plus the delta fields (`make_delta`), and `chain` the objects
-    from the root snapshot to its parent.
+    from the root snapshot to its parent. A delta with `blocks_sha256` (and,
+    finishing a block, `block_sha256`) is format v3; one without continues a
+    chain an older Rewind began, in format v2.
     """
+    return seal(compacted(kind, payload, chain), blocks_sha256, block_sha256)
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """A payload as it is stored (``compacted``), before its envelope (``seal``)."""
+
+    kind: Kind
+    stored: dict[str, Any]
+    checkpoint_id: Any
+
+
+def compacted(kind: Kind, payload: dict[str, Any], chain: Chain | None = None) -> Compacted:
+    """The stored form of a payload, without what it implies (the costly half of ``encode``)."""
     records_field = _LISTS[kind][1]
     stored = _compact_outputs(kind, payload)
     stored = _compact_doc(stored, records_field)
     if kind == "delta":
         if chain is None:
-            raise ValueError("a v2 delta needs the chain of objects before it")
+            raise ValueError("a delta needs the chain of objects before it")
         stored["chain"] = [[b, lo, hi] for b, lo, hi in chain]
+    return Compacted(kind, stored, payload.get("checkpoint_id"))
+
+
+def seal(payload: Compacted, blocks_sha256: str | None = None, block_sha256: str | None = None) -> bytes:
+    """The envelope of a compacted payload, with the chain's digests of a v3 delta (see ``encode``)."""
+    stored, format_ = payload.stored, FORMAT
+    if payload.kind == "delta" and blocks_sha256 is None:
+        format_ = FORMAT_V2
+    elif payload.kind == "delta":
+        stored = {**stored, "blocks_sha256": blocks_sha256}
+        if block_sha256 is not None:
+            stored["block_sha256"] = block_sha256
     try:
         envelope = {
-            "format": FORMAT,
-            "kind": kind,
+            "format": format_,
+            "kind": payload.kind,
             "schema_version": CURRENT_SCHEMA_VERSION,
             "sha256": _sha256(stored),
             "payload": stored,
@@ -333,12 +379,13 @@ def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None) -
         return canonical_json(envelope).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CheckpointError(
-            f"checkpoint {payload.get('checkpoint_id')} holds text that is not valid Unicode ({exc}); "
+            f"checkpoint {payload.checkpoint_id} holds text that is not valid Unicode ({exc}); "
             "scrub lone surrogates (workflows.text.scrub_surrogates) before storing"
         ) from exc
 
 
-def _corrupt(key: str, problem: str) -> CorruptCheckpointError:
+def corrupt(key: str, problem: str) -> CorruptCheckpointError:
+    """A damaged object: the error names it and how to recover."""
     return CorruptCheckpointError(
         f"checkpoint object {key} {problem}; restore it from a backup, or delete the run's "
         "checkpoints and rebuild them from history with `rewind mirror RUN`"
@@ -353,18 +400,18 @@ def _format_version(value: Any, key: str) -> int:
             f"checkpoint object {key} uses storage format {value!r}, newer than {FORMAT!r}; "
             "upgrade rewind to read it"
         )
-    raise _corrupt(key, f"has format {value!r:.60}, expected {FORMAT!r}")
+    raise corrupt(key, f"has format {value!r:.60}, expected {FORMAT!r}")
 
 
 def _parse_chain(value: Any, key: str) -> Chain:
     if not isinstance(value, list):
-        raise _corrupt(key, "has a malformed chain")
+        raise corrupt(key, "has a malformed chain")
     out: Chain = []
     for item in value:
         if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)
                 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in item[1:])
                 and item[1] <= item[2]):
-            raise _corrupt(key, f"has a malformed chain range {item!r:.80}")
+            raise corrupt(key, f"has a malformed chain range {item!r:.80}")
         out.append((item[0], item[1], item[2]))
     return out
 
@@ -381,7 +428,7 @@ def decode(data: bytes, key: str, *, link: bool = False) -> Envelope:
     version_of_format = _format_version(raw.get("format"), key)
     version = raw.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise _corrupt(key, f"has schema_version {version!r}")
+        raise corrupt(key, f"has schema_version {version!r}")
     if version > CURRENT_SCHEMA_VERSION:
         raise FutureSchemaError(
             f"checkpoint object {key} has schema_version {version}, newer than the "
@@ -389,38 +436,47 @@ def decode(data: bytes, key: str, *, link: bool = False) -> Envelope:
         )
     kind, payload = raw.get("kind"), raw.get("payload")
     if kind not in ("snapshot", "delta"):
-        raise _corrupt(key, f"has kind {kind!r:.60}, expected 'snapshot' or 'delta'")
+        raise corrupt(key, f"has kind {kind!r:.60}, expected 'snapshot' or 'delta'")
     if not isinstance(payload, dict):
-        raise _corrupt(key, "has no payload object")
+        raise corrupt(key, "has no payload object")
     try:
         written = _payload_bytes(data, raw["format"], kind)
         digest = hashlib.sha256(written).hexdigest() if written is not None else _sha256(payload)
     except UnicodeEncodeError:
-        raise _corrupt(key, "holds text that is not valid Unicode (a lone surrogate)") from None
+        raise corrupt(key, "holds text that is not valid Unicode (a lone surrogate)") from None
     if raw.get("sha256") != digest:
-        raise _corrupt(key, "does not match its sha256 (the bytes were changed after writing)")
+        raise corrupt(key, "does not match its sha256 (the bytes were changed after writing)")
     chain: Chain | None = None
+    digests: dict[str, str] = {}
     if kind == "delta":
         required = _V1_DELTA_FIELDS if version_of_format == 1 else _V2_DELTA_FIELDS
+        if version_of_format >= 3:
+            required = (*required, "blocks_sha256")
         missing = [f for f in ("parent_id", *required) if f not in payload]
         if missing:
-            raise _corrupt(key, f"is a delta without {', '.join(missing)}")
-        if version_of_format == 2:
+            raise corrupt(key, f"is a delta without {', '.join(missing)}")
+        if version_of_format >= 2:
             chain = _parse_chain(payload["chain"], key)
-            payload = {k: v for k, v in payload.items() if k != "chain"}
-    elif version_of_format == 2:
+            for name in _DIGESTS if version_of_format >= 3 else ():
+                value = payload.get(name)
+                if value is not None and not (isinstance(value, str) and _HEX64.fullmatch(value)):
+                    raise corrupt(key, f"has a malformed {name}")
+                if value is not None:
+                    digests[name] = value
+            payload = {k: v for k, v in payload.items() if k != "chain" and k not in _DIGESTS}
+    elif version_of_format >= 2:
         chain = []
     records_field = _LISTS[kind][1]
     payload = _expand_outputs(kind, payload, key)
-    if version_of_format == 2 and link and kind == "delta" and payload.get("schema_version") == CURRENT_SCHEMA_VERSION:
+    if version_of_format >= 2 and link and kind == "delta" and payload.get("schema_version") == CURRENT_SCHEMA_VERSION:
         records = payload.get(records_field)
         if isinstance(records, list):
             payload = {**payload, records_field: [_expand_record(r) for r in records]}
-    elif version_of_format == 2:
+    elif version_of_format >= 2:
         payload = _expand_doc(payload, records_field, key)
         if kind == "snapshot":
             payload.setdefault("agent_variables", {})
-    return Envelope(kind, version, payload, version_of_format, chain)
+    return Envelope(kind, version, payload, version_of_format, chain, **digests)
 
 
 _TAIL = re.compile(rb',"schema_version":[0-9]+,"sha256":"[0-9a-f]{64}"\}\Z')
@@ -506,7 +562,7 @@ def chain_after(chain: Chain, branch_id: str, step: int) -> Chain:
 def _list_field(payload: dict[str, Any], name: str, key: str) -> list[Any]:
     value = payload[name]
     if not isinstance(value, list):
-        raise _corrupt(key, f"has a non-list {name}")
+        raise corrupt(key, f"has a non-list {name}")
     return value
 
 
@@ -519,7 +575,7 @@ def apply_delta(parent: dict[str, Any], payload: dict[str, Any], key: str) -> di
     """
     base_msgs, base_tools = parent["messages"], parent["tool_call_cache"]
     if payload["base_message_count"] != len(base_msgs) or payload["base_tool_count"] != len(base_tools):
-        raise _corrupt(
+        raise corrupt(
             key,
             f"expects a parent with {payload['base_message_count']} messages and "
             f"{payload['base_tool_count']} tool records, but parent {payload['parent_id']} has "
@@ -528,19 +584,19 @@ def apply_delta(parent: dict[str, Any], payload: dict[str, Any], key: str) -> di
     if "variables_set" in payload:  # format v1
         variables_set, removed = payload["variables_set"], payload["variables_removed"]
         if not (isinstance(variables_set, dict) and isinstance(removed, list) and all(isinstance(k, str) for k in removed)):
-            raise _corrupt(key, "has malformed variables_set / variables_removed")
+            raise corrupt(key, "has malformed variables_set / variables_removed")
         gone = set(removed)
         variables = {k: v for k, v in parent["agent_variables"].items() if k not in gone}
         variables.update(variables_set)
     else:
         variables = payload.get("agent_variables", {})
         if not isinstance(variables, dict):
-            raise _corrupt(key, "has malformed agent_variables")
+            raise corrupt(key, "has malformed agent_variables")
     messages = base_msgs + _list_field(payload, "new_messages", key)
     prompt = payload.get("system_prompt")
     if prompt is not None:
         if not isinstance(prompt, str):
-            raise _corrupt(key, "has a malformed system_prompt")
+            raise corrupt(key, "has a malformed system_prompt")
         messages = with_system_prompt(messages, prompt)
     doc = {k: v for k, v in payload.items() if k not in _DELTA_ONLY}
     doc.update(

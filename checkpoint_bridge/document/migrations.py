@@ -129,10 +129,10 @@ def _refuse_constant(token: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
-def parse_json_object(raw: bytes | str, name: str) -> dict[str, Any]:
+def parse_json_object(raw: bytes | memoryview | str, name: str) -> dict[str, Any]:
     """Parse strict JSON (no NaN/Infinity, no object hooks) that must be an object."""
     try:
-        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+        text = raw if isinstance(raw, str) else str(raw, "utf-8")
         if text.startswith("\ufeff"):
             raise ValueError("Unexpected UTF-8 BOM (decode using utf-8-sig)")
         value = _DECODER.decode(text)

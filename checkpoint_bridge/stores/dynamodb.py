@@ -27,10 +27,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aioboto3
-from botocore.config import Config
 from botocore.exceptions import ClientError, NoCredentialsError
 
 from workflows.errors import (
@@ -43,9 +41,12 @@ from workflows.errors import (
 )
 
 from checkpoint_bridge.stores.aws import LIBRARY_ERRORS as _LIBRARY_ERRORS
-from checkpoint_bridge.stores.aws import AwsClientStore
+from checkpoint_bridge.stores.aws import AwsClientStore, client_config
 from checkpoint_bridge.stores.aws import error_code as _code
 from checkpoint_bridge.stores.contract import check_key
+
+if TYPE_CHECKING:
+    import aioboto3
 
 __all__ = ["DynamoObjectStore"]
 
@@ -70,7 +71,7 @@ class DynamoObjectStore(AwsClientStore):
         self.table = table
         self.prefix = self._setup(prefix, endpoint_url, region_name, session)
         self.url = f"dynamodb://{table}/{self.prefix}" if self.prefix else f"dynamodb://{table}"
-        self._config = Config(retries={"mode": "standard", "total_max_attempts": max_attempts},
+        self._config = client_config(retries={"mode": "standard", "total_max_attempts": max_attempts},
                               connect_timeout=connect_timeout, read_timeout=read_timeout, max_pool_connections=32)
         self._table_ready = False
 

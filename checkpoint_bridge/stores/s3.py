@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aioboto3
-from botocore.config import Config
 from botocore.exceptions import ClientError, NoCredentialsError
 
 from workflows.errors import (
@@ -26,9 +24,12 @@ from workflows.errors import (
 )
 
 from checkpoint_bridge.stores.aws import LIBRARY_ERRORS as _LIBRARY_ERRORS
-from checkpoint_bridge.stores.aws import AwsClientStore
+from checkpoint_bridge.stores.aws import AwsClientStore, client_config
 from checkpoint_bridge.stores.aws import error_code as _code
 from checkpoint_bridge.stores.contract import check_key
+
+if TYPE_CHECKING:
+    import aioboto3
 
 __all__ = ["S3ObjectStore"]
 
@@ -61,7 +62,7 @@ class S3ObjectStore(AwsClientStore):
         self.bucket = bucket
         self.prefix = self._setup(prefix, endpoint_url, region_name, session)
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self._config = Config(
+        self._config = client_config(
             # botocore's "max_attempts" key counts retries; "total_max_attempts" counts tries.
             retries={"mode": "standard", "total_max_attempts": max_attempts},
             connect_timeout=connect_timeout,

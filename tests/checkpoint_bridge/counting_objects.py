@@ -9,18 +9,19 @@ from checkpoint_bridge.stores import ObjectStore
 
 class CountingObjects:
     """An ObjectStore wrapper that counts GETs and how many were in flight at once
-    (a real backend underneath). With `hold`, each GET after the first (the head)
-    waits until that many are in flight (or a few seconds pass): a reader that
-    needs one GET's answer before it asks the next could never get there."""
+    (a real backend underneath). With `hold`, each GET after the first (the head;
+    with `head`, the first too) waits until that many are in flight (or a few
+    seconds pass): a reader that needs one GET's answer before it asks the next
+    could never get there."""
 
-    def __init__(self, inner: ObjectStore, hold: int = 0) -> None:
-        self.inner, self.url, self.hold = inner, inner.url, hold
+    def __init__(self, inner: ObjectStore, hold: int = 0, head: bool = False) -> None:
+        self.inner, self.url, self.hold, self.head = inner, inner.url, hold, head
         self.gets = self.lists = self.in_flight = self.most_in_flight = 0
         self._enough = asyncio.Event()
 
-    def reset(self, hold: int = 0) -> None:
+    def reset(self, hold: int = 0, head: bool = False) -> None:
         self.gets = self.lists = self.most_in_flight = 0
-        self.hold, self._enough = hold, asyncio.Event()
+        self.hold, self.head, self._enough = hold, head, asyncio.Event()
 
     async def list(self, prefix: str) -> list[str]:
         self.lists += 1
@@ -33,7 +34,7 @@ class CountingObjects:
         try:
             if self.in_flight >= self.hold:
                 self._enough.set()
-            if self.hold and self.gets > 1:
+            if self.hold and (self.gets > 1 or self.head):
                 try:
                     await asyncio.wait_for(self._enough.wait(), 5)
                 except TimeoutError:

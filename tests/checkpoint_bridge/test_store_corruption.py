@@ -37,9 +37,21 @@ async def test_a_flipped_byte_fails_the_hash_check(step: int, store: CheckpointS
 
 async def test_a_damaged_parent_fails_its_children(store: CheckpointStore, backend: Backend) -> None:
     await _saved(store)
-    backend.tamper(store.objects, STEP.format(2), b"\x00garbage")
-    with pytest.raises(CorruptCheckpointError, match=STEP.format(2)):
+    backend.tamper(store.objects, STEP.format(4), b"\x00garbage")  # after the chain's last finished block (0-3)
+    with pytest.raises(CorruptCheckpointError, match=STEP.format(4)):
         await backend.twin(store).load("run-1:main:5")
+
+
+async def test_a_damaged_step_inside_a_packed_block(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store)
+    backend.tamper(store.objects, STEP.format(2), b"\x00garbage")
+    # Later steps read the finished block 0-3 from its pack, which the chain's digest vouches for.
+    assert await backend.twin(store).load("run-1:main:5") == run[5]
+    with pytest.raises(CorruptCheckpointError, match=STEP.format(2)):
+        await backend.twin(store).load("run-1:main:2")  # the step itself is its own object
+    await store.objects.delete_prefix("runs/run-1/branches/main/packs/")
+    with pytest.raises(CorruptCheckpointError, match=STEP.format(2)):
+        await backend.twin(store).load("run-1:main:5")  # without the pack, the block is read from its steps
 
 
 @pytest.mark.parametrize(
@@ -62,14 +74,19 @@ async def test_a_document_copied_from_another_step_is_detected(store: Checkpoint
         await backend.twin(store).load("run-1:main:4")
 
 
-async def test_a_delta_whose_parent_is_missing(store: CheckpointStore, backend: Backend) -> None:
+@pytest.mark.parametrize("packs", [True, False], ids=["packs", "no-packs"])
+async def test_a_delta_whose_parent_is_missing(packs: bool, store: CheckpointStore, backend: Backend) -> None:
     await _saved(store)
+    # With packs the missing object is the one after the finished block 0-3; without, one inside it.
+    gone, child = (4, 5) if packs else (2, 3)
     partial = backend.checkpoint_store()
     for key, data in (await store.raw_objects("run-1")).items():
-        if key != STEP.format(2):
+        if key != STEP.format(gone) and (packs or "/packs/" not in key):
             await partial.objects.put_if_absent(key, data)
-    with pytest.raises(CorruptCheckpointError, match=r"delta of run-1:main:2, whose object .*00000002.json is missing"):
-        await partial.load("run-1:main:4")
+    with pytest.raises(CorruptCheckpointError,
+                       match=rf"{child:08d}.json \(run-1:main:{child}\) is stored as a delta of run-1:main:{gone}, "
+                             rf"whose object .*{gone:08d}.json is missing"):
+        await partial.load("run-1:main:5")
 
 
 async def test_a_valid_hash_over_an_invalid_document(store: CheckpointStore, backend: Backend) -> None:
@@ -85,7 +102,7 @@ async def test_objects_from_a_newer_rewind_ask_for_an_upgrade(store: CheckpointS
     doc = json.loads(run[0].model_dump_json())
     newer_payload = envelope.encode("snapshot", doc | {"schema_version": CURRENT_SCHEMA_VERSION + 1})
     newer_envelope = json.loads(envelope.encode("snapshot", doc)) | {"schema_version": 9}
-    newer_format = json.loads(envelope.encode("snapshot", doc)) | {"format": "rewind.checkpoint/v3"}
+    newer_format = json.loads(envelope.encode("snapshot", doc)) | {"format": "rewind.checkpoint/v4"}
     for data in (newer_payload, json.dumps(newer_envelope).encode(), json.dumps(newer_format).encode()):
         backend.tamper(store.objects, STEP.format(0), data)
         with pytest.raises(FutureSchemaError, match=r"00000000.*upgrade rewind"):

@@ -1,24 +1,29 @@
-"""Packs: finished blocks of steps copied into one object, so a deep checkpoint
-loads in few requests; the step objects stay the record.
+"""Packs: a chain's finished blocks of steps, merged, in levels of 4, 16, 64, 256
+and 1,024 steps, so a deep checkpoint loads in one round of few requests (two
+off "main"); the step objects stay the record.
 
-A reader that finds a pack missing, damaged, foreign or holding an altered
-object loads the same checkpoint from the step objects, and listings never
-show packs.
+Whatever a reader takes from a pack must add up to the digest its head records:
+a pack that is missing, damaged, of a newer format, another block's, or
+well-formed but wrong loads the same checkpoint from the level below or from
+the step objects, never a partial one. Listings never show packs.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 
+import pytest
 from checkpoint_factory import make_run, next_step
+from counting_objects import CountingObjects
 from store_backends import Backend
-from test_store_linear_storage import CountingObjects
 
-from checkpoint_bridge.document.packs import PACK_STEPS, block_of, decode_pack
+from checkpoint_bridge.document.packs import PACK_FORMAT_V2, Piece, blocks_in, decode_pack_v2
 from checkpoint_bridge.store import CheckpointStore
 
-PACK = "runs/run-1/branches/main/packs/00000032-00000063.json.gz"
+MAIN = "runs/run-1/branches/main"
+PACK_32_47 = f"{MAIN}/packs/00000032-00000047.json.gz"  # level 2: blocks 32-35 .. 44-47
 
 
 async def _saved(store: CheckpointStore, steps: int) -> list:
@@ -28,86 +33,213 @@ async def _saved(store: CheckpointStore, steps: int) -> list:
     return run
 
 
-async def _load_counting(backend: Backend, store: CheckpointStore, cid: str):  # type: ignore[no-untyped-def]
-    counting = CountingObjects(backend.reopen(store.objects))
+async def _branch(store: CheckpointStore, parent, branch_id: str, last: int) -> list:  # type: ignore[no-untyped-def]
+    """A branch forked from `parent`, stored up to step `last`."""
+    steps = [next_step(parent, branch_id=branch_id)]
+    while steps[-1].step_index < last:
+        steps.append(next_step(steps[-1]))
+    for cp in steps:
+        await store.save(cp)
+    return steps
+
+
+async def _load_counting(backend: Backend, store: CheckpointStore, cid: str, hold: int = 0):  # type: ignore[no-untyped-def]
+    counting = CountingObjects(backend.reopen(store.objects), hold=hold, head=True)
     backend.opened.append(counting.inner)
     cp = await CheckpointStore(counting, concurrency=256).load(cid)  # type: ignore[arg-type]
-    return cp, counting.gets
+    return cp, counting
 
 
-async def test_each_finished_block_is_packed_once_with_the_exact_bytes_of_its_steps(store: CheckpointStore) -> None:
-    await _saved(store, 100)  # steps 0..99: blocks 0-31, 32-63, 64-95 are finished
+def _packs(raw: dict[str, bytes], branch: str = "main") -> list[str]:
+    return sorted(k[len(f"runs/run-1/branches/{branch}/packs/"):] for k in raw
+                  if k.startswith(f"runs/run-1/branches/{branch}/packs/"))
+
+
+async def test_each_finished_level_is_packed_once_as_merged_blocks(store: CheckpointStore) -> None:
+    await _saved(store, 70)  # steps 0..69
     raw = await store.raw_objects("run-1")
-    packs = sorted(k for k in raw if "/packs/" in k)
-    assert packs == [f"runs/run-1/branches/main/packs/{lo:08d}-{lo + PACK_STEPS - 1:08d}.json.gz" for lo in (0, 32, 64)]
-    objects = decode_pack(block_of("run-1", "main", 40), raw[PACK])
-    assert objects is not None and sorted(objects) == list(range(32, 64))
-    assert all(objects[s] == raw[f"runs/run-1/branches/main/steps/{s:08d}.json"] for s in objects)
-    header = json.loads(gzip.decompress(raw[PACK]).split(b"\n", 1)[0])
-    assert header["format"] == "rewind.pack/v1" and header["first"] == 32 and header["last"] == 63
+    expected = sorted([f"{lo:08d}-{lo + 3:08d}.json.gz" for lo in range(0, 68, 4)]
+                      + [f"{lo:08d}-{lo + 15:08d}.json.gz" for lo in range(0, 64, 16)] + ["00000000-00000063.json.gz"])
+    assert _packs(raw) == expected
+    parts = [bytes(p[0]) for p in decode_pack_v2("run-1", Piece("main", 32, 47, 2), raw[PACK_32_47]) or [] if p]
+    assert len(parts) == 4
+    block = json.loads(parts[1])  # steps 36-39, merged: 2 messages and a tool record each
+    assert (block["first"], block["last"], block["parent_id"]) == (36, 39, "run-1:main:35")
+    assert len(block["messages"]) == 8 and len(block["tool_records"]) == 4
+    # A tool output that is the tool message's content is stored once, in the message.
+    assert all(r["tool_output"] is None for r in block["tool_records"]) and len(block["outputs"]) == 4
+    header = json.loads(gzip.decompress(raw[PACK_32_47]).split(b"\n", 1)[0])
+    assert header["format"] == PACK_FORMAT_V2 and [b[:2] for b in header["blocks"]] == [[32, 35], [36, 39], [40, 43], [44, 47]]
+    # Each step records the digest of the blocks before it; the last of a block its block's hash too.
+    step_39 = json.loads(raw[f"{MAIN}/steps/00000039.json"])
+    assert step_39["format"] == "rewind.checkpoint/v3"
+    assert step_39["payload"]["block_sha256"] == hashlib.sha256(parts[1]).hexdigest()
+    assert "block_sha256" not in json.loads(raw[f"{MAIN}/steps/00000038.json"])["payload"]
     # Listings and the tree see steps only.
-    assert [s.step_index for s in await store.list_checkpoints("run-1")] == list(range(100))
+    assert [s.step_index for s in await store.list_checkpoints("run-1")] == list(range(70))
 
 
-async def test_a_deep_checkpoint_reads_packs_and_the_steps_after_the_last_block(store: CheckpointStore, backend: Backend) -> None:
+async def test_a_deep_checkpoint_loads_in_one_round_of_few_requests(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 100)
-    cp, gets = await _load_counting(backend, store, "run-1:main:99")
+    cp, counting = await _load_counting(backend, store, "run-1:main:99", hold=7)
     assert cp == run[99]
-    assert gets == 1 + 3 + 3  # the head, three packs, steps 96..98
+    # All at once: the head, packs 0-63, 64-79, 80-95, steps 96, 97, 98.
+    assert counting.gets == 1 + 6 and counting.most_in_flight == 7
 
 
-async def test_a_missing_pack_costs_one_more_round_and_the_same_checkpoint(store: CheckpointStore, backend: Backend) -> None:
+async def test_a_missing_pack_is_read_from_the_level_below(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 100)
-    await store.objects.delete_prefix(PACK)
-    cp, gets = await _load_counting(backend, store, "run-1:main:99")
+    await store.objects.delete_prefix(f"{MAIN}/packs/00000000-00000063.json.gz")
+    cp, counting = await _load_counting(backend, store, "run-1:main:99")
     assert cp == run[99]
-    assert gets == 1 + 3 + 3 + 32  # ... and the block's 32 steps one by one
+    assert counting.gets == 1 + 6 + 4  # ... and one more round: the 4 packs of 16 steps it held
+    await store.objects.delete_prefix(PACK_32_47)
+    cp, counting = await _load_counting(backend, store, "run-1:main:99")
+    assert cp == run[99] and counting.gets == 1 + 6 + 4 + 4  # ... and the 4 packs of 4 steps of 32-47
 
 
-async def test_a_damaged_or_foreign_pack_is_ignored(store: CheckpointStore, backend: Backend) -> None:
-    run = await _saved(store, 100)
+async def test_a_missing_pack_of_one_block_is_read_from_its_steps(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 70)
+    cp, counting = await _load_counting(backend, store, "run-1:main:69")
+    assert cp == run[69] and counting.gets == 1 + 2 + 1  # the head; packs 0-63, 64-67; step 68
+    await store.objects.delete_prefix(f"{MAIN}/packs/00000064-00000067.json.gz")
+    cp, counting = await _load_counting(backend, store, "run-1:main:69")
+    assert cp == run[69] and counting.gets == 1 + 2 + 1 + 4  # ... and then steps 64..67
+
+
+def _flip_a_byte(data: bytes) -> bytes:
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2] ^= 0x10
+    return bytes(damaged)
+
+
+def _header_changed(change):  # type: ignore[no-untyped-def]
+    """A damage that edits the pack's header (and keeps its content)."""
+    def damage(data: bytes) -> bytes:
+        header, _, rest = gzip.decompress(data).partition(b"\n")
+        edited = json.loads(header)
+        change(edited)
+        return gzip.compress(json.dumps(edited).encode() + b"\n" + rest)
+    return damage
+
+
+_wrong_hash = _header_changed(lambda h: h["blocks"][1].__setitem__(3, "0" * 64))
+_other_steps = _header_changed(lambda h: h.update(first=48, last=63))
+_future_format = _header_changed(lambda h: h.update(format="rewind.pack/v3"))
+
+
+@pytest.mark.parametrize("damage", [_flip_a_byte, lambda d: d[: len(d) // 2], lambda d: b"not gzip at all", _wrong_hash,
+                                    _other_steps, _future_format],
+                         ids=["flipped-byte", "truncated", "not-gzip", "wrong-hash", "other-steps", "future-format"])
+async def test_a_damaged_pack_loads_the_same_checkpoint_from_the_level_below(
+    damage, store: CheckpointStore, backend: Backend,  # type: ignore[no-untyped-def]
+) -> None:
+    run = await _saved(store, 50)
     raw = await store.raw_objects("run-1")
-    other = "runs/run-1/branches/main/packs/00000064-00000095.json.gz"
-    for bad in (b"not gzip at all", gzip.compress(b"{}\n"), raw[other], raw[PACK][: len(raw[PACK]) // 2]):
-        backend.tamper(store.objects, PACK, bad)
-        cp, gets = await _load_counting(backend, store, "run-1:main:99")
-        assert cp == run[99] and gets == 1 + 3 + 3 + 32, bad[:20]
+    backend.tamper(store.objects, PACK_32_47, damage(raw[PACK_32_47]))
+    cp, counting = await _load_counting(backend, store, "run-1:main:49")
+    assert cp == run[49]
+    # The head; packs 0-15, 16-31, 32-47 and step 48; then the damaged pack's 4 packs of 4 steps
+    # (or, for the block whose bytes do not match their hash, its 4 steps).
+    assert counting.gets == 1 + 3 + 1 + 4
 
 
-async def test_an_altered_object_inside_a_pack_is_caught_by_its_hash_and_read_from_its_step(
+async def test_a_well_formed_pack_that_is_not_the_chains_is_read_from_the_steps(
     store: CheckpointStore, backend: Backend,
 ) -> None:
-    run = await _saved(store, 100)
+    run = await _saved(store, 50)
     raw = await store.raw_objects("run-1")
-    header, _, rest = gzip.decompress(raw[PACK]).partition(b"\n")
-    sizes = json.loads(header)["sizes"]
-    start = sum(sizes[:8])  # the object of step 40
-    target = rest[start:start + sizes[8]]
-    altered = target.replace(b'"tool_call_id":"call_main_40"', b'"tool_call_id":"call_main_4X"')
-    assert altered != target and len(altered) == len(target)
-    backend.tamper(store.objects, PACK, gzip.compress(header + b"\n" + rest[:start] + altered + rest[start + len(target):]))
-    cp, gets = await _load_counting(backend, store, "run-1:main:99")
-    assert cp == run[99]
-    assert gets == 1 + 3 + 3 + 1  # ... and step 40's own object
+    # Another step's tool output, with the pack's own hashes made to match: only the digest
+    # the head records (over every block of its chain) tells.
+    parts = [bytes(p[0]) for p in decode_pack_v2("run-1", Piece("main", 32, 47, 2), raw[PACK_32_47]) or [] if p]
+    assert len(parts) == 4
+    altered = parts[1].replace(b"part 37", b"part 38")
+    assert altered != parts[1]
+    contents = [parts[0], altered, parts[2], parts[3]]
+    header = {"format": PACK_FORMAT_V2, "run_id": "run-1", "branch_id": "main", "first": 32, "last": 47,
+              "blocks": [[lo, hi, len(c), hashlib.sha256(c).hexdigest()]
+                         for (lo, hi), c in zip(blocks_in(Piece("main", 32, 47, 2)), contents)]}
+    backend.tamper(store.objects, PACK_32_47, gzip.compress(json.dumps(header).encode() + b"\n" + b"".join(contents)))
+    cp, counting = await _load_counting(backend, store, "run-1:main:49")
+    assert cp == run[49]
+    # Every block taken from a pack is then read from its steps: 0-47, one more round.
+    assert counting.gets == 1 + 4 + 48
 
 
-async def test_a_fork_packs_its_own_part_of_a_block_and_loads_through_its_parents_packs(
-    store: CheckpointStore, backend: Backend,
-) -> None:
-    run = await _saved(store, 70)  # main 0..69: blocks 0-31, 32-63 packed
-    fork = [next_step(run[40], branch_id="b")]  # b starts at 41, inside block 32-63
-    while fork[-1].step_index < 66:
-        fork.append(next_step(fork[-1]))
-    for cp in fork:
-        await store.save(cp)
+async def test_a_fork_that_starts_mid_block_packs_its_own_part(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 70)  # main 0..69
+    fork = await _branch(store, run[40], "b", 66)  # b starts at 41, inside blocks 40-43, 32-47 and 0-63
     raw = await store.raw_objects("run-1")
-    objects = decode_pack(block_of("run-1", "b", 63), raw["runs/run-1/branches/b/packs/00000032-00000063.json.gz"])
-    assert objects is not None and sorted(objects) == list(range(41, 64))
-    cp, gets = await _load_counting(backend, store, "run-1:b:66")
+    assert _packs(raw, "b") == sorted(["00000040-00000043.json.gz", "00000044-00000047.json.gz", "00000032-00000047.json.gz",
+                                       "00000048-00000051.json.gz", "00000052-00000055.json.gz", "00000056-00000059.json.gz",
+                                       "00000060-00000063.json.gz", "00000048-00000063.json.gz", "00000000-00000063.json.gz"])
+    parts = decode_pack_v2("run-1", Piece("b", 41, 63, 3), raw["runs/run-1/branches/b/packs/00000000-00000063.json.gz"])
+    first = json.loads(bytes(parts[0][0])) if parts and parts[0] else {}
+    assert (first["first"], first["parent_id"]) == (41, "run-1:main:40")
+    cp, counting = await _load_counting(backend, store, "run-1:b:66")
     assert cp == fork[-1]
-    # The head; main's pack 0-31, then steps 32..40 one by one (the chain ends at 40 on main, so the
-    # reader does not count on a pack of 32-63 there); b's own pack (41..63) and steps 64, 65.
-    assert gets == 1 + 1 + 9 + 1 + 2
+    # The head; main's packs 0-15, 16-31, 32-35, 36-39 and step 40 (the chain leaves main
+    # inside block 40-43); b's pack 41-63 and steps 64, 65.
+    assert counting.gets == 1 + 4 + 1 + 1 + 2
+
+
+async def test_a_fork_from_the_last_step_of_a_block_has_a_block_of_one_step(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 30)
+    fork = await _branch(store, run[10], "b", 17)  # b starts at 11, the last step of block 8-11
+    raw = await store.raw_objects("run-1")
+    # One step is not packed on its own (its object is as good), but is the first block of 11-15.
+    assert _packs(raw, "b") == ["00000000-00000015.json.gz", "00000012-00000015.json.gz"]
+    cp, counting = await _load_counting(backend, store, "run-1:b:14")
+    assert cp == fork[3]
+    # The head; main's packs 0-3, 4-7, steps 8, 9, 10; b's step 11 (a finished block), steps 12, 13.
+    assert counting.gets == 1 + 2 + 3 + 1 + 2
+    cp, counting = await _load_counting(backend, store, "run-1:b:17")
+    assert cp == fork[-1]
+    assert counting.gets == 1 + 2 + 3 + 1 + 1  # ... b's pack 11-15 and step 16
+
+
+async def test_a_rolled_back_revision_loads_through_its_own_packs(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 40)
+    await store.invalidate_after("run-1", "main", 21, "rolled back")
+    revision = await _branch(store, run[21], "main.r1", 45)
+    cp, counting = await _load_counting(backend, store, "run-1:main.r1:45")
+    assert cp == revision[-1]
+    # The head; main's packs 0-15, 16-19 and steps 20, 21; main.r1's packs 22-31, 32-35, 36-39,
+    # 40-43 and step 44.
+    assert counting.gets == 1 + 2 + 2 + 4 + 1
+    assert (await backend.twin(store).load("run-1:main:30")).status == "invalidated"
+
+
+async def _finished_by_another_writer(store: CheckpointStore, backend: Backend, damage=None):  # type: ignore[no-untyped-def]
+    """Steps 0..59 by `store`, 60..63 by another writer (its own process): that one finishes
+    blocks 48-63 and 0-63 and reads the packs below them. Returns what is stored, and what
+    one writer of the whole run stores."""
+    run = make_run(64, result_size=256)
+    for cp in run[:60]:
+        await store.save(cp)
+    if damage is not None:
+        raw = await store.raw_objects("run-1")
+        backend.tamper(store.objects, PACK_32_47, damage(raw[PACK_32_47]))
+    other = backend.twin(store)
+    for cp in run[60:]:
+        await other.save(cp)
+    one_writer = backend.checkpoint_store()
+    for cp in run:
+        await one_writer.save(cp)
+    return await store.raw_objects("run-1"), await one_writer.raw_objects("run-1")
+
+
+async def test_a_writer_that_did_not_merge_the_blocks_reads_them_for_the_next_level(
+    store: CheckpointStore, backend: Backend,
+) -> None:
+    # ... and checks them against the digests the steps record.
+    got, expected = await _finished_by_another_writer(store, backend)
+    assert got == expected
+
+
+async def test_a_writer_does_not_copy_a_damaged_pack_into_the_next_level(store: CheckpointStore, backend: Backend) -> None:
+    got, expected = await _finished_by_another_writer(store, backend, _flip_a_byte)
+    assert got[f"{MAIN}/packs/00000000-00000063.json.gz"] == expected[f"{MAIN}/packs/00000000-00000063.json.gz"]
 
 
 async def test_saving_a_run_again_writes_nothing_new(store: CheckpointStore, backend: Backend) -> None:
