@@ -29,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 
 from pathlib import Path
 
-from bench.common import REPO, Section, log, median, moto_process, save_figure
+from bench.common import REPO, Section, before_name, log, median, moto_process, save_figure
 from bench.tools import blob_text
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, SqliteObjectStore
 from checkpoint_bridge.document.packs import plan
@@ -373,7 +373,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                  f"**{load_ratio:.1f}x**", f"≤ {LOAD_TARGET:.0f}x", "met" if load_ratio <= LOAD_TARGET else "**not met**"])
             if ld["before_cold_new_process_s"]:
                 sec.headline.append(
-                    ["7 store scaling", f"the same, {BEFORE}'s code and store, {r['label']}",
+                    ["7 store scaling", f"the same, {before_name(BEFORE)}'s code and store, {r['label']}",
                      f"{ld['before_cold_new_process_s'] * 1000:.0f} ms / {ld['plain_new_process_s'] * 1000:.0f} ms",
                      f"**{ld['before_cold_new_process_s'] / ld['plain_new_process_s']:.1f}x**", "–", "–"])
         packs, n_packs = r["pack_bytes"], r["packs"]
@@ -399,7 +399,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     if BEFORE:
         for r in (r for r in results if r["before"]):
             sec.verdicts.append(
-                f"{r['label']}, against {BEFORE} (the code before, in the same run): cold load / plain GET "
+                f"{r['label']}, against {before_name(BEFORE)}, the code before, in the same run: cold load / plain GET "
                 + ", ".join(f"at step {ld['depth']:,} {ld['cold_new_process_s'] / ld['plain_new_process_s']:.1f}x "
                             f"(before {ld['before_cold_new_process_s'] / ld['plain_new_process_s']:.1f}x)" for ld in compared
                             for ld in [next(x for x in r["loads"] if x["depth"] == ld["depth"])])

@@ -447,6 +447,16 @@ async def wait_polling(client, queue: str, worker: WorkerProcess, processes: int
                        f"see {worker.log_path}")
 
 
+def before_name(tree: str) -> str:
+    """How a report names the other checkout (REWIND_BENCH_BEFORE): its commit, not its path on this machine."""
+    try:
+        sha = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "the checkout in REWIND_BENCH_BEFORE"
+    return f"commit {sha} (REWIND_BENCH_BEFORE)"
+
+
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
