@@ -18,6 +18,7 @@ import logging
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from activities.redaction import Redactor
 from checkpoint_bridge.mirror import mirror_run
 from checkpoint_bridge.outputs import OutputStore
@@ -56,7 +57,8 @@ class MirrorActivities:
     @activity.defn(name=MIRROR_STEP)
     async def mirror_step(self, record: StepRecord) -> MirrorAck:
         """One step (runs from before batches: one activity per step)."""
-        await self._save(record)
+        async with heartbeating(f"checkpoint of step {record.step_index}"):
+            await self._save(record)
         return MirrorAck(checkpoint_id=checkpoint_id(record.run_id, record.branch_id, record.step_index), written=True)
 
     @activity.defn(name=MIRROR_STEPS)
@@ -64,10 +66,13 @@ class MirrorActivities:
         """The steps that piled up since the run's last mirror, in order. A retry after
         a partial write finds the written ones there (a no-op) and goes on."""
         acks = []
-        for record in batch.records:
-            await self._save(record)
-            acks.append(MirrorAck(checkpoint_id=checkpoint_id(record.run_id, record.branch_id, record.step_index),
-                                  written=True))
+        # Beats while it writes (the workflow sets a heartbeat timeout): a worker
+        # killed mid-write hands the batch to another one within seconds.
+        async with heartbeating("checkpoint of step " + ", ".join(str(r.step_index) for r in batch.records)[:150]):
+            for record in batch.records:
+                await self._save(record)
+                acks.append(MirrorAck(checkpoint_id=checkpoint_id(record.run_id, record.branch_id,
+                                                                  record.step_index), written=True))
         return acks
 
     async def _save(self, record: StepRecord) -> None:

@@ -89,6 +89,10 @@ def _agent_info(inp: AgentInput) -> dict[str, Any] | None:
 # Records per mirror activity at most: a backlog (the store was down, a fast
 # run recorded many steps at once) is written in bounded pieces.
 MIRROR_BATCH_MAX = 50
+# A mirror write's heartbeat timeout. Its beats come from the worker's event
+# loop, which a large block merge can hold for a second or so: 10 s is well
+# clear of that, and a dead worker's write is retried elsewhere soon after.
+MIRROR_HEARTBEAT_S = 10.0
 
 
 @workflow.defn(name=AGENT_WORKFLOW)
@@ -538,6 +542,10 @@ class AgentWorkflow:
                 arg,
                 summary=mirror_summary([r.step_index for r in records]),
                 start_to_close_timeout=timedelta(seconds=60),
+                # The activity beats while it writes: a worker killed in a write is
+                # noticed after this, not after the 60 s above (which, longer than a
+                # run's wait for its last checkpoints, could end the run unmirrored).
+                heartbeat_timeout=timedelta(seconds=MIRROR_HEARTBEAT_S),
                 # A store that is down is retried for as long as it takes; the
                 # agent loop does not wait for it. `rewind status` shows the lag
                 # and the last store error from the pending activity.

@@ -248,8 +248,11 @@ class AgentInput(BaseModel):
     # fails naming the missing ones (no worker polls that tool's queue).
     tool_wait_s: float = 300.0
     # How long a finished run waits for its last checkpoints to be mirrored;
-    # past it the run completes anyway and `rewind mirror` catches up.
-    mirror_drain_s: float = 60.0
+    # past it the run completes anyway (status.mirror_error says so) and
+    # `rewind mirror` catches up. Long enough for a store outage or a few
+    # killed workers: a run that completes is on record, not only in history
+    # (60 s ended runs of the seeded soak with their last steps unstored).
+    mirror_drain_s: float = 600.0
     # Continue-as-new once history passes this many bytes (or when Temporal
     # suggests it), well before Temporal's 50 MB limit.
     history_limit_bytes: int = 4 * 1024 * 1024
