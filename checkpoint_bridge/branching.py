@@ -479,10 +479,20 @@ async def rollback(
     cp = await checkpoint_at(store, point)
     workflows = await branch_workflows(client, run_id, branch)
     running = bool(workflows) and (await workflows[-1][1].describe()).status == WorkflowExecutionStatus.RUNNING
+    resuming = False
     if line[-1].step_index <= step and not running:
-        raise CheckpointNotUsableError(
-            f"nothing to roll back: step {step} is the head of branch {branch!r}; fork it instead to try something else"
-        )
+        # A rollback to this step that stopped the branch and wrote its markers, then
+        # failed before its continuation started (Temporal restarting, the process
+        # killed): the branch's last workflow has this step's marker and no workflow
+        # came after it. Its retry finishes it, from the line as it was before.
+        marked = workflows and (await store.stored_steps(run_id)).get(workflows[-1][0], (set(), None))[1] == step
+        if not marked:
+            raise CheckpointNotUsableError(
+                f"nothing to roll back: step {step} is the head of branch {branch!r}; fork it instead to try "
+                "something else"
+            )
+        resuming = True
+        line = await lineage(store, run_id, branch, ignoring_rollback_to=step)
     reason = f"rolled back to step {step} by rewind rollback"
     stopped = None
     if running and await _stop(workflows[-1][1], reason):
@@ -499,7 +509,8 @@ async def rollback(
         or (running and e.workflow_id == workflows[-1][1].id and e.step > head.step_index)
     ]
     stored = await revisions(store, run_id, branch)
-    live_after = {s.checkpoint_id for s in await store.list_checkpoints(run_id)
+    live_after = {s.checkpoint_id for s in await store.list_checkpoints(
+                      run_id, ignoring_rollback_to=step if resuming else None)
                   if s.branch_id in stored and s.step_index > step and s.status != "invalidated"}
     invalidated = sorted(live_after)
     for storage in stored:

@@ -78,9 +78,11 @@ async def current_name(store: CheckpointStore, run_id: str, name: str) -> str:
     return base
 
 
-async def lineage(store: CheckpointStore, run_id: str, name: str) -> list[CheckpointSummary]:
-    """The branch's live checkpoints from step 0 to its head, following parents."""
-    summaries = await store.list_checkpoints(run_id)
+async def lineage(store: CheckpointStore, run_id: str, name: str, *,
+                  ignoring_rollback_to: int | None = None) -> list[CheckpointSummary]:
+    """The branch's live checkpoints from step 0 to its head, following parents
+    (`ignoring_rollback_to`: as `CheckpointStore.list_checkpoints`)."""
+    summaries = await store.list_checkpoints(run_id, ignoring_rollback_to=ignoring_rollback_to)
     if not summaries:
         raise RunNotFoundError(f"no checkpoints for run {run_id!r} in {store.url}; check the id or REWIND_STORE")
     return lineage_in(summaries, name, store.url)

@@ -430,9 +430,14 @@ class CheckpointStore:
         step = await self._head_step(run_id, branch_id)
         return None if step is None else await self.load(checkpoint_id(run_id, branch_id, step))
 
-    async def list_checkpoints(self, run_id: str) -> list[CheckpointSummary]:
-        """Every checkpoint of the run: branches in creation order, then by step."""
+    async def list_checkpoints(self, run_id: str, *, ignoring_rollback_to: int | None = None) -> list[CheckpointSummary]:
+        """Every checkpoint of the run: branches in creation order, then by step.
+
+        `ignoring_rollback_to`: as if the rollback markers written after that step had not
+        been (the run as it was before a rollback to that step, which `rollback` resumes)."""
         parsed = await self._keys(run_prefix(run_id))
+        if ignoring_rollback_to is not None:
+            parsed = [p for p in parsed if not (p.kind == "invalidation" and p.step_index == ignoring_rollback_to)]
         order = _branch_order(parsed)
         steps = sorted(
             (p for p in parsed if p.kind == "step"),

@@ -192,6 +192,29 @@ async def test_rollback_of_a_completed_run_keeps_everything(worker, client, sett
     assert [(s.branch_id, s.step_index) for s in line] == [("main", 0), ("main", 1), ("main.r1", 2), ("main.r1", 3)]
 
 
+async def test_a_rollback_interrupted_before_its_continuation_started_finishes_on_retry(
+        worker, client, settings, model, events_file, store):
+    """Found by the seeded soak: a rollback wrote its markers, then Temporal restarted
+    before the continuation's workflow started; every retry answered "nothing to roll
+    back" (the markers already hid the steps) and the branch stayed without a workflow."""
+    run = await _research_run(client, settings)
+    # What the interrupted rollback left: the branch's markers, no continuation.
+    await store.invalidate_after(run, "main", 1, "rolled back to step 1 by rewind rollback")
+    assert [s.step_index for s in await lineage(store, run, "main")] == [0, 1]
+    result = await rollback(client, settings, store, run, 1)  # the retry
+    assert result.invalidated_steps == [f"{run}:main:2", f"{run}:main:3"]
+    # The effects of the steps it undoes are known to the continuation, as on the first try.
+    assert [(e.step, e.tool_name) for e in result.side_effects] == [(2, "save_report")]
+    outcome = await result.continued.handle.result()
+    assert outcome.status.state == "completed" and outcome.status.branch_id == "main.r1"
+    assert [h.id for _, h in await branch_workflows(client, run, "main")][-1] == result.continued.workflow_id
+    line = await lineage(store, run, "main")
+    assert [(s.branch_id, s.step_index) for s in line] == [("main", 0), ("main", 1), ("main.r1", 2), ("main.r1", 3)]
+    # Retried once more, it is a rollback of the continuation's own steps, not a second resume.
+    with pytest.raises(CheckpointNotUsableError, match="nothing to roll back"):
+        await rollback(client, settings, store, run, 3)
+
+
 async def test_rollback_of_a_running_run_stops_it_and_compensates_once(worker, client, settings, model, events_file, store):
     name = f"s-{uuid.uuid4().hex[:8]}"
     model.add_script(name, [
