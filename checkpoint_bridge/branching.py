@@ -498,7 +498,8 @@ async def rollback(
     if running and await _stop(workflows[-1][1], reason):
         stopped = workflows[-1][1].id
     # What this rollback undoes: the live steps after `step` on the branch's current
-    # line (and the running workflow's step in flight), not what an earlier rollback
+    # line (and the step in flight of the workflow it stops, or that the interrupted
+    # try stopped), not what an earlier rollback
     # already invalidated and reported.
     storage_of = {h.id: storage for storage, h in workflows}
     undone = {(s.branch_id, s.step_index) for s in line if s.step_index > step}
@@ -506,7 +507,7 @@ async def rollback(
     effects = [
         e for e in await side_effects_after(client, [h.id for _, h in workflows], step)
         if (storage_of.get(e.workflow_id), e.step) in undone
-        or (running and e.workflow_id == workflows[-1][1].id and e.step > head.step_index)
+        or ((running or resuming) and e.workflow_id == workflows[-1][1].id and e.step > head.step_index)
     ]
     stored = await revisions(store, run_id, branch)
     live_after = {s.checkpoint_id for s in await store.list_checkpoints(
