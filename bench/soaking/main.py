@@ -241,11 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     say(f"soak seed {args.seed} (replay: {replay_command(args)})")
     # mkdtemp, not TemporaryDirectory: the latter's finalizer removed a --keep folder at exit.
     root = Path(tempfile.mkdtemp(prefix="rewind-soak-"))
+    report = None
     try:
         report = asyncio.run(soak(args, root, say))
     finally:
-        if args.keep:
-            say(f"kept {root}")
+        # A soak that failed keeps its folder (every process's log, the ledger, the stores):
+        # a 40-minute run whose violation cannot be looked into has to be run again.
+        failed = report is None or bool(report["violations"] or report["injector_errors"])
+        if args.keep or failed:
+            say(f"kept {root}" + ("" if args.keep else " (the soak failed: its logs, ledger and stores)"))
         else:
             shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(report, indent=2) if args.json else text_report(report))
