@@ -61,6 +61,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     (suite.tmp / "soak.stdout").write_text(out.stdout)
     (suite.tmp / "soak.stderr").write_text(out.stderr)
     log(f"soak: exit {out.returncode}; its output in {suite.tmp / 'soak.stdout'} and soak.stderr")
+    for line in out.stderr.splitlines():
+        if line.startswith("kept "):  # a failed soak's folder: its processes' logs, ledger and stores
+            log(f"soak: {line}")
     report = _report(out.stdout)
     if report is None:
         raise RuntimeError(f"bench/soak exited {out.returncode} without a report (stdout: {out.stdout[:500]!r}; "
