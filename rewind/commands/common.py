@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator
@@ -84,12 +86,15 @@ async def wait_and_report(
     from rewind.client import wait_for_outcome
     from rewind.progress import follow
 
-    try:
+    async def wait() -> Any:
         if interactive(args):
-            result = await follow(client, run_id, handle, sys.stdout, branch)
-        else:
-            await say_if_no_worker(client, handle, waiting=True)
-            result = await wait_for_outcome(handle)
+            return await follow(client, run_id, handle, sys.stdout, branch)
+        await say_if_no_worker(client, handle, waiting=True)
+        return await wait_for_outcome(handle)
+
+    stopped = f"rewind: stopped waiting; run {run_id} ({branch}) goes on (`rewind status {run_id}`)"
+    try:
+        result = await _until_ctrl_c(wait(), stopped)
     except WorkflowFailureError as exc:
         if isinstance(exc.cause, CancelledError):
             # `rewind cancel` (or a rollback of this branch) stopped it: not a failure.
@@ -100,8 +105,8 @@ async def wait_and_report(
         emit({**extra, "state": "failed", "error": reason}, args.json, f"run {run_id} ({branch}) failed: {reason}")
         return EXIT_ERROR
     except asyncio.CancelledError:
-        # Ctrl-C while waiting: only the waiting stops, the run goes on.
-        print(f"rewind: stopped waiting; run {run_id} ({branch}) goes on (`rewind status {run_id}`)", file=sys.stderr)
+        # Ctrl-C while waiting where no signal handler could be set: only the waiting stops.
+        print(stopped, file=sys.stderr)
         raise
     doc = {**extra, **result.model_dump(mode="json")}
     text = f"run {run_id} ({result.status.branch_id}): {result.status.state}"
@@ -109,6 +114,29 @@ async def wait_and_report(
         text += f" ({result.status.budget_reason}; {continue_hint(run_id, result.status)})"
     emit(doc, args.json, text + (f"\n{result.final_answer}" if result.final_answer else ""))
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
+
+
+async def _until_ctrl_c(waiting: Any, said: str) -> Any:
+    """`waiting`'s result; on Ctrl-C, `said` on stderr and exit 130 at once. Only waiting
+    stops, so nothing is left to clean up, and the exit does not depend on the Temporal
+    client's calls in flight ending when cancelled: under load, a cancelled wait once
+    kept `rewind start --wait` alive past 30 s."""
+    loop = asyncio.get_running_loop()
+
+    def interrupted() -> None:
+        print(said, file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(130)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupted)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signal handlers here: KeyboardInterrupt as before
+        return await waiting
+    try:
+        return await waiting
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 async def say_if_no_worker(client: Any, handle: Any, *, waiting: bool) -> None:
