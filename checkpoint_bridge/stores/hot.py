@@ -49,6 +49,7 @@ DEFAULT_TTL_S = 24 * 3600  # the article's table: hot entries for a day
 LAG_WARN_S = 60.0
 MINE_MAX_BYTES = 256 * 1024 * 1024
 SKIP_AFTER_FAILURE_S = 5.0
+BYPASSED_MAX_KEYS = 100_000
 _BATCH = 64
 _PARALLEL = 16
 
@@ -111,6 +112,14 @@ return n
 """
 
 
+class _DurableDown(Exception):
+    """The durable store failed while Redis answered: not a reason to go around Redis."""
+
+    def __init__(self, error: StoreUnavailableError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @dataclass(frozen=True)
 class HotLag:
     """How far the durable store is behind Redis."""
@@ -155,6 +164,12 @@ class HotTierObjectStore:
         # After a Redis call fails, calls skip Redis for a few seconds (a Redis that times out
         # would otherwise cost every call its timeout); the flusher keeps trying meanwhile.
         self._skip_until = 0.0
+        # Keys written straight to the durable store while Redis failed, in order, until
+        # they are in their partitions' indexes (_put_around).
+        self._bypassed: dict[str, None] = {}
+        # What Redis lost of this instance's writes, still to write again (_write_lost_again).
+        self._lost: dict[str, None] | None = None
+        self._written_again = 0
         self.last_flush_error: str | None = None
         self.flushed = 0
         self.conflicts = 0
@@ -197,15 +212,18 @@ class HotTierObjectStore:
         check_key(key)
         data = bytes(data)
         if self._skipping():
-            return await self.durable.put_if_absent(key, data)
+            return await self._put_around(key, data)
         try:
+            await self._index_bypassed()
             outcome = await self._put(key, data)
             if outcome == 4:
                 await self._index(partition(key))
                 outcome = await self._put(key, data)
+        except _DurableDown as down:
+            raise down.error from None  # Redis answers: the write waits for the durable store, as without Redis
         except StoreUnavailableError as exc:
             self._fell_back("write", exc)
-            return await self.durable.put_if_absent(key, data)
+            return await self._put_around(key, data)
         if outcome in (3, 4):  # the durable store has it (or the index expired again): it decides
             return await self._compare_durable(key, data)
         if outcome == 2:
@@ -321,6 +339,7 @@ class HotTierObjectStore:
 
     async def flush_once(self, keys: list[str] | None = None) -> int:
         """Move one batch of pending objects (the oldest, or ``keys``) to the durable store; how many moved."""
+        await self._index_bypassed()
         token = uuid.uuid4().hex
         claimed = await self.redis.call("claim pending objects", self.redis.script("claim", _CLAIM)(
             keys=[self._k("p")], args=[self.lease_ms, _BATCH, token, self._k("c", ""), *(keys or [])[:_BATCH * 4]]))
@@ -409,19 +428,33 @@ class HotTierObjectStore:
             current = await self.redis.call("read the epoch", self.redis.client.get(key))
         if self._epoch is not None and current != self._epoch:
             self._count(metrics.HOT_LOST)
-            self._epoch = current
-            again = 0
-            for key, data in list(self._mine.items()):
-                try:
-                    again += bool(await self.put_if_absent(key, data))
-                except CheckpointExistsError:
-                    self._forget(key)  # the durable store has it (with other bytes): it stays
-            log.error("Redis at %s lost its data: %d object(s) this worker had written and %s did not have yet "
-                      "were written again", self.redis.url, again, self.durable.url)
             log.error("Redis at %s lost its data (restarted without persistence or flushed): checkpoints written to "
                       "it that had not reached %s are gone from the store; running runs' mirrors rebuild them from "
                       "Temporal history, and `rewind mirror RUN` rebuilds any other run", self.redis.url, self.durable.url)
+            self._lost = dict.fromkeys(self._mine)
+            self._written_again = 0
         self._epoch = current
+        await self._write_lost_again()
+
+    async def _write_lost_again(self) -> None:
+        """Write again what this instance had written and Redis lost: a durable store that is
+        down meanwhile stops this round, and the next round goes on from where it stopped."""
+        if self._lost is None:
+            return
+        for key in list(self._lost):
+            data = self._mine.get(key)
+            if data is not None:
+                try:
+                    self._written_again += bool(await self.put_if_absent(key, data))
+                except CheckpointExistsError:
+                    self._forget(key)  # the durable store has it (with other bytes): it stays
+                except StoreUnavailableError as exc:  # the durable store (Redis failing is gone around)
+                    self.last_flush_error = str(exc)
+                    return
+            del self._lost[key]
+        self._lost = None
+        log.error("Redis at %s lost its data: %d object(s) this worker had written and %s did not have yet "
+                  "were written again", self.redis.url, self._written_again, self.durable.url)
 
     # -- helpers ----------------------------------------------------------------------
     def _remember(self, key: str, data: bytes) -> None:
@@ -440,9 +473,41 @@ class HotTierObjectStore:
         return int(await self.redis.call(f"write {key}", self.redis.script("put", _PUT)(
             keys=self._put_keys(key), args=[key, data, int(time.time() * 1000), self.ttl_s])))
 
+    async def _put_around(self, key: str, data: bytes) -> bool:
+        """Write straight to the durable store while Redis does not answer, and note the key for
+        its partition's index: an index built from a listing taken before this write would
+        otherwise call the key new to Redis, and a later writer of the same bytes would be told
+        it created them."""
+        written = await self.durable.put_if_absent(key, data)
+        self._bypassed.pop(key, None)
+        self._bypassed[key] = None
+        while len(self._bypassed) > BYPASSED_MAX_KEYS:
+            # Forgotten, a key costs at most a wrong "written" from a later writer of the same
+            # bytes (the flusher finds them in the durable store): never a second version.
+            del self._bypassed[next(iter(self._bypassed))]
+        return written
+
+    async def _index_bypassed(self) -> None:
+        """Add what this instance wrote around Redis to the partitions' indexes (once Redis answers)."""
+        if not self._bypassed:
+            return
+        keys = list(self._bypassed)
+        by_part: dict[str, list[str]] = {}
+        for key in keys:
+            by_part.setdefault(partition(key), []).append(key)
+        async with self.redis.client.pipeline(transaction=False) as pipe:
+            for part, members in by_part.items():
+                pipe.sadd(self._k("i", part), *members).expire(self._k("i", part), self.ttl_s)
+            await self.redis.call("index the objects written around Redis", pipe.execute())
+        for key in keys:
+            self._bypassed.pop(key, None)
+
     async def _index(self, part: str) -> None:
         """Note in Redis which keys of ``part`` the durable store has (then the sentinel '': indexed)."""
-        known = await self.durable.list(f"{part}/" if part else "")
+        try:
+            known = await self.durable.list(f"{part}/" if part else "")
+        except StoreUnavailableError as exc:
+            raise _DurableDown(exc) from exc
         index = self._k("i", part)
         client = self.redis.client
         for start in range(0, len(known), 1000):

@@ -6,6 +6,7 @@ regular file where its parent folder should be (every write fails at the OS leve
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import pytest
 import redis
 
 from checkpoint_bridge.stores import FileObjectStore, HotTierObjectStore
-from rewind.local_servers import RedisServer
+from checkpoint_bridge.stores.postgres import PostgresObjectStore
+from rewind.local_servers import PostgresServer, RedisServer
 from workflows.errors import CheckpointExistsError, StoreUnavailableError
 
 
@@ -158,6 +160,94 @@ async def test_redis_lost_before_flushing_is_written_again_by_its_writer(private
         assert [await durable.get(k) for k in keys] == [k.encode() for k in keys]
     finally:
         await hot.aclose()
+
+
+async def test_redis_lost_while_the_durable_store_is_down_is_written_again_once_it_is_back(private_redis, caplog):
+    """PostgreSQL is down when Redis loses the objects its writer had not passed on: writing them
+    again fails round after round (each must list the run in PostgreSQL to rebuild its index),
+    and succeeds once PostgreSQL is back."""
+    pg = await asyncio.to_thread(PostgresServer.start)
+    durable = PostgresObjectStore(f"{pg.url}?schema=lost", pool_timeout_s=2)
+    hot = HotTierObjectStore(private_redis.url, durable, timeout_s=1.0)
+    keys = [f"runs/r1/branches/main/steps/{i:08d}.json" for i in range(3)]
+    try:
+        assert await hot.put_if_absent("runs/r1/task.json", b"{}") is True  # the run's index is built
+        assert await hot.flush_once() == 1
+        await asyncio.to_thread(pg.kill)
+        hot.start_flusher()
+        for key in keys:
+            assert await hot.put_if_absent(key, key.encode()) is True  # pending in Redis: PostgreSQL is down
+        await asyncio.sleep(1.5)  # the flusher has read the epoch
+        await asyncio.to_thread(private_redis.restart)
+
+        async def noticed() -> bool:
+            return "lost its data (restarted" in caplog.text
+
+        await _until(noticed, "the flusher did not notice that Redis lost its data")
+        await asyncio.sleep(3)  # rounds of writing them again fail: PostgreSQL is still down
+        await asyncio.to_thread(pg.start_again)
+
+        async def durable_has_all() -> bool:
+            try:
+                return await durable.list("runs/r1/branches/") == keys
+            except StoreUnavailableError:
+                return False
+
+        await _until(durable_has_all, "what Redis lost was not written again once PostgreSQL was back", timeout_s=60)
+        assert "3 object(s) this worker had written" in caplog.text
+    finally:
+        await hot.aclose()
+        await asyncio.to_thread(pg.remove)
+
+
+async def test_a_key_written_around_a_stalled_redis_is_not_new_to_the_next_writer(private_redis, tmp_path):
+    """Redis stalls (SIGSTOP) with the run's index in place: a write times out and the next ones
+    go straight to the durable store for a few seconds. Once Redis answers again, a second
+    writer of the same bytes (another process) is told they were there: the index learnt the
+    keys from the writer that went around Redis."""
+    durable = FileObjectStore(tmp_path / "durable")
+    first = HotTierObjectStore(private_redis.url, durable, timeout_s=0.5)
+    second = HotTierObjectStore(private_redis.url, durable, timeout_s=0.5)
+    zero, one, two = (f"runs/r1/branches/main/steps/{i:08d}.json" for i in range(3))
+    try:
+        assert await first.put_if_absent(zero, b"zero") is True  # the run's index is built
+        assert private_redis.process is not None
+        private_redis.process.send_signal(signal.SIGSTOP)
+        try:
+            assert await first.put_if_absent(one, b"one") is True  # times out: written around Redis
+        finally:
+            private_redis.process.send_signal(signal.SIGCONT)
+        assert await first.put_if_absent(two, b"two") is True  # goes around Redis without asking it
+        assert await durable.get(two) == b"two"
+        first._skip_until = 0.0  # the few seconds it goes around Redis after a failure are over
+        await first.flush_once()  # any call that reaches Redis adds the keys to the index
+        assert await second.put_if_absent(two, b"two") is False
+        with pytest.raises(CheckpointExistsError):
+            await second.put_if_absent(two, b"not two")
+        assert (await second.lag("runs/r1/branches/main/steps/00000002")).matching == 0
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_a_durable_store_down_while_indexing_does_not_send_writes_around_redis(redis_url, tmp_path):
+    """PostgreSQL is down at a run's first write, which must list it: the write fails naming
+    PostgreSQL (the caller retries, as without Redis), and the next one, once PostgreSQL is
+    back, goes through Redis (a durable store down is no reason to go around a Redis that answers)."""
+    pg = await asyncio.to_thread(PostgresServer.start)
+    hot = HotTierObjectStore(redis_url, PostgresObjectStore(f"{pg.url}?schema=idx", pool_timeout_s=2))
+    key = f"runs/idx-{time.time_ns()}/branches/main/steps/00000000.json"
+    try:
+        await asyncio.to_thread(pg.kill)
+        with pytest.raises(StoreUnavailableError) as failed:
+            await hot.put_if_absent(key, b"zero")
+        assert "Redis" not in str(failed.value), failed.value  # the durable store is named, not Redis
+        await asyncio.to_thread(pg.start_again)
+        assert await hot.put_if_absent(key, b"zero") is True
+        assert (await hot.lag(key)).matching == 1  # pending in Redis: Redis was not gone around
+    finally:
+        await hot.aclose()
+        await asyncio.to_thread(pg.remove)
 
 
 async def test_an_erased_run_leaves_nothing_in_either_tier(redis_url, tmp_path):
