@@ -20,42 +20,19 @@ Generate a key: python -c "import os, base64; print(base64.b64encode(os.urandom(
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 from typing import Sequence
 
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
+from rewind.converter_settings import parse_keys
 from workflows.errors import ConfigError, PayloadEncryptionError
 
 ENCODING = b"binary/encrypted"
 KEY_ID_KEY = "encryption-key-id"
 NONCE_BYTES = 12
 
-
-
-def parse_keys(text: str) -> list[tuple[str, bytes]]:
-    """`kid:<base64 32 bytes>,...` -> [(kid, key)], in the given order (the first encrypts)."""
-    keys: list[tuple[str, bytes]] = []
-    for number, entry in enumerate((part.strip() for part in text.split(",")), 1):
-        if not entry:
-            continue
-        kid, sep, encoded = entry.partition(":")
-        kid = kid.strip()
-        if not sep or not kid:  # the entry itself is not echoed: it may be a bare key
-            raise ConfigError(f"REWIND_ENCRYPTION_KEYS entry #{number} must be kid:<base64 of 32 bytes>")
-        try:
-            key = base64.b64decode(encoded.strip(), validate=True)
-        except (binascii.Error, ValueError):
-            raise ConfigError(f"REWIND_ENCRYPTION_KEYS key {kid!r} is not valid base64") from None
-        if len(key) != 32:
-            raise ConfigError(f"REWIND_ENCRYPTION_KEYS key {kid!r} is {len(key)} bytes; AES-256 needs 32")
-        if any(kid == seen for seen, _ in keys):
-            raise ConfigError(f"REWIND_ENCRYPTION_KEYS lists key id {kid!r} twice")
-        keys.append((kid, key))
-    return keys
 
 
 class EncryptionCodec(PayloadCodec):

@@ -36,8 +36,9 @@ from temporalio.converter import (
 
 from checkpoint_bridge.stores.addressed import get_addressed, put_addressed
 from checkpoint_bridge.stores import FileObjectStore, ObjectStore, open_object_store, parse_store_url
-from rewind.encryption import EncryptionCodec, parse_keys
-from workflows.errors import ConfigError, PayloadIntegrityError
+from rewind.converter_settings import check_converter_settings
+from rewind.encryption import EncryptionCodec
+from workflows.errors import PayloadIntegrityError
 from workflows.wire import LOCAL_PAYLOAD_DRIVER, S3_PAYLOAD_DRIVER
 
 DEFAULT_THRESHOLD = 64 * 1024
@@ -208,13 +209,8 @@ def converter_factory(
     wrong (the payload store's driver, the keys, REWIND_REQUIRE_ENCRYPTION without keys) is
     its error here, and the call only assembles. The pydantic converter is imported by the
     call: `rewind pending` with no open run decodes nothing (rewind/temporal_connect.py)."""
+    keys = check_converter_settings(payload_url, encryption_keys, require_encryption)
     driver = _driver(payload_url, s3_endpoint_url, aws_region)
-    keys = parse_keys(encryption_keys)
-    if not keys and require_encryption:
-        raise ConfigError(
-            "REWIND_REQUIRE_ENCRYPTION is set but REWIND_ENCRYPTION_KEYS is empty; "
-            "set kid:<base64 of 32 bytes> (see rewind/encryption.py)"
-        )
 
     def build() -> DataConverter:
         from temporalio.contrib.pydantic import PydanticPayloadConverter

@@ -278,7 +278,7 @@ async def open_connection(settings: "Settings", runtime: Any = None, *, service:
     from temporalio.service import ConnectConfig, ServiceClient
 
     from rewind import tracing
-    from rewind.payloads import converter_factory
+    from rewind.converter_settings import check_converter_settings
     from rewind.temporal_runtime import core_runtime
 
     if not settings.temporal_read:
@@ -286,11 +286,18 @@ async def open_connection(settings: "Settings", runtime: Any = None, *, service:
                            "for a command that only reads the store); read them with Settings.from_env()")
     options = connect_options(settings)
     traced = tracing.interceptors(settings, service=service)
-    converter = converter_factory(  # its settings checked now, the converter built on first use
-        settings.payload_url, settings.payload_threshold,
-        encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
-        s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
-    )
+    # The converter's settings checked now, the converter imported and built on first use.
+    check_converter_settings(settings.payload_url, settings.encryption_keys, settings.require_encryption)
+
+    def converter() -> DataConverter:
+        from rewind.payloads import converter_factory
+
+        return converter_factory(
+            settings.payload_url, settings.payload_threshold,
+            encryption_keys=settings.encryption_keys, require_encryption=settings.require_encryption,
+            s3_endpoint_url=settings.s3_endpoint_url, aws_region=settings.aws_region,
+        )()
+
     # What `Client.connect(**options, ...)` does: connect the service client, then build the
     # Client on it (here: Connection.client) with the namespace, converter and interceptors.
     namespace = options.pop("namespace", "default")
@@ -300,7 +307,8 @@ async def open_connection(settings: "Settings", runtime: Any = None, *, service:
             ConnectConfig(**options, runtime=runtime if runtime is not None else core_runtime()))
     except RuntimeError as exc:
         raise await connection_error(settings, exc) from exc
-    connection = Connection(service_client, namespace, converter, traced)
+    connection = Connection(service_client, namespace, converter, traced,
+                            plain_payloads=not settings.require_encryption)
     await check_namespace(connection, settings)
     return connection
 
@@ -320,11 +328,14 @@ class Connection:
     `Client.connect` would have made, on the same connection."""
 
     def __init__(self, service: ServiceClient, namespace: str, converter: Callable[[], DataConverter],
-                 interceptors: Sequence[Any] = ()) -> None:
+                 interceptors: Sequence[Any] = (), *, plain_payloads: bool = False) -> None:
         self.service = service
         self.namespace = namespace
         self._converter = converter
         self.interceptors = list(interceptors)
+        # Whether the converter takes a plain (unencrypted) JSON payload as it is: then a reader
+        # of one may decode it without building the converter (checkpoint_bridge/runs.py).
+        self.plain_payloads = plain_payloads
 
     @property
     def workflow_service(self) -> WorkflowService:

@@ -62,7 +62,10 @@ NOT_FOR_READERS = {"workflows.contracts", "checkpoint_bridge.views.diff"}
 # close event are plain service calls), the contracts but a run's status (workflows/status.py),
 # the checkpoint store and its models (the result answers).
 SDK_CLIENT = "temporalio.client"
-NOT_FOR_STATUS = {"workflows.contracts", "checkpoint_bridge.store", "checkpoint_bridge.document.schema"}
+# Nor the data converter: a plain JSON result is read as the converter would read it
+# (rewind/converter_settings.py checks the converter's settings without building it).
+NOT_FOR_STATUS = {"workflows.contracts", "checkpoint_bridge.store", "checkpoint_bridge.document.schema",
+                  "temporalio.converter", "rewind.payloads"}
 
 
 def _run_probe(cwd, env, *args: str) -> dict:  # type: ignore[no-untyped-def,type-arg]
@@ -214,7 +217,11 @@ def _env_of(settings: Settings, home) -> dict[str, str]:  # type: ignore[no-unty
 @pytest.mark.parametrize("json_output", [False, True])
 def test_status_of_a_finished_run_needs_no_sdk_client_nor_the_checkpoint_store(finished_run, tmp_path, json_output):  # type: ignore[no-untyped-def]
     settings, run_id = finished_run
-    doc = _run_probe(tmp_path, _env_of(settings, tmp_path), "status", run_id, *(["--json"] if json_output else []))
+    env = _env_of(settings, tmp_path)
+    if json_output:  # payloads on S3: its client is built when a payload is stored or fetched, not to connect
+        env.update(REWIND_PAYLOADS="s3://imports-payloads", AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_REGION="us-east-1",
+                   AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    doc = _run_probe(tmp_path, env, "status", run_id, *(["--json"] if json_output else []))
     assert doc["code"] == 0, doc["output"]
     if json_output:
         view = json.loads(doc["stdout"])
@@ -250,3 +257,17 @@ async def test_a_connection_answers_as_the_client_does(finished_run):  # type: i
     through_client = await run_view(await connect(settings), run_id)
     assert through_service.model_dump() == through_client.model_dump()
     assert through_service.source == "result" and through_service.state == "completed"
+
+
+async def test_a_status_that_requires_encryption_does_not_take_a_plain_result(finished_run):  # type: ignore[no-untyped-def]
+    """The plain result is read without the converter only where the converter would take
+    it: with REWIND_REQUIRE_ENCRYPTION the converter refuses plaintext, and so does status."""
+    import base64
+    import dataclasses
+    import os
+
+    settings, run_id = finished_run
+    key = base64.b64encode(os.urandom(32)).decode()
+    strict = dataclasses.replace(settings, encryption_keys=f"kid1:{key}", require_encryption=True)
+    view = await run_view(await open_connection(strict), run_id)
+    assert view.status is None and "REWIND_REQUIRE_ENCRYPTION" in (view.failure or ""), view
