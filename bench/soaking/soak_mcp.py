@@ -13,28 +13,19 @@ to its call afterwards by the idempotency key the checkpoints record.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import time
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
+import soak_ledger  # this folder (the script's own)
+
 server = MCPServer("soak-mcp")
 
 
 def _ledger(**fields: object) -> None:
-    path = os.environ.get("REWIND_SOAK_LEDGER")
-    if not path:
-        return
-    line = json.dumps({"kind": "mcp", "at": time.time(), "pid": os.getpid(), **fields}, sort_keys=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    soak_ledger.append("mcp", **fields)
 
 
 def _key(ctx: Context) -> str | None:

@@ -18,12 +18,13 @@ import asyncio
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from activities.tools import subagent, tool, tool_context
+
+import soak_ledger  # this folder, on the workers' PYTHONPATH
 
 TOOL_TIMEOUT_S = 4.0  # a "timeout" fault sleeps past it
 MAX_ATTEMPTS = 6
@@ -34,21 +35,9 @@ class Unstorable:
 
 
 def _ledger(kind: str, **fields: object) -> None:
-    path = os.environ.get("REWIND_SOAK_LEDGER")
-    if not path:
-        return
     ctx = tool_context()
-    line = json.dumps({
-        "kind": kind, "at": time.time(), "pid": os.getpid(), "tool": ctx.tool_name, "run": ctx.run_id,
-        "branch": ctx.branch_id, "step": ctx.step, "call": ctx.tool_call_id, "attempt": ctx.attempt,
-        "key": ctx.idempotency_key, **fields,
-    }, sort_keys=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    soak_ledger.append(kind, tool=ctx.tool_name, run=ctx.run_id, branch=ctx.branch_id, step=ctx.step,
+                       call=ctx.tool_call_id, attempt=ctx.attempt, key=ctx.idempotency_key, **fields)
 
 
 def _roll(*parts: object) -> float:
