@@ -20,7 +20,7 @@ from helpers import final_transcript, read_events, start_agent
 from checkpoint_bridge.store import open_checkpoint_store
 from rewind.client import connect
 from rewind.config import Settings
-from rewind.embedded import DevServer, free_port
+from rewind.embedded import DevServer, _PortTaken, free_port
 
 OUTAGE_S = 30.0
 TOOL_STEPS = 6
@@ -32,12 +32,25 @@ SCRIPT = [
 LAST_STEP = len(SCRIPT)
 
 
+def _on_fixed_ports(db):  # type: ignore[no-untyped-def]
+    """A dev server on ports picked here (the restart below must reuse them): picked again if
+    another process took one between picking and binding, as DevServer.start does itself
+    when it picks them."""
+    for attempt in range(3):
+        try:
+            return DevServer.start(db, port=free_port(), ui_port=free_port(), headless=True)
+        except _PortTaken:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def test_server_killed_for_30s_mid_run_then_restarted_on_same_db(
     tmp_path, settings, model, events_file, spawn_worker, payload_url
 ):
-    port, ui_port = free_port(), free_port()
     db = tmp_path / "outage-server" / "temporal.db"
-    server = DevServer.start(db, port=port, ui_port=ui_port, headless=True)
+    server = _on_fixed_ports(db)
+    port, ui_port = server.port, server.ui_port
     worker = None
     try:
         settings.temporal_address = server.address  # the worker below connects to our server
