@@ -331,7 +331,13 @@ async def test_pending_names_the_open_runs_that_cannot_answer(worker, client, se
     orphan = dataclasses.replace(settings, task_queue=settings.task_queue + "-nobody-polls")
     handle = await start_agent(client, orphan, "never picked up", model=scripted(model, [{"content": "x"}]))
     try:
+        # Temporal's visibility lists a new workflow a moment after it starts (its
+        # visibility task runs behind the start; on a loaded machine, seconds behind).
+        deadline = time.monotonic() + 60
         listed = await pending_approvals(client)
+        while handle.id not in listed.unanswered and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            listed = await pending_approvals(client)
         assert handle.id in listed.unanswered
         assert all(p.run_id != handle.id for p in listed.waiting)
     finally:
