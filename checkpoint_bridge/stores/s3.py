@@ -125,12 +125,18 @@ class S3ObjectStore(AwsClientStore):
         s3 = await self._s3()
         base = f"{self.prefix}/" if self.prefix else ""
         keys: list[str] = []
+        # Pages followed by hand, not with botocore's paginator: its first use in a process
+        # loads the paginator models from disk (a scan of botocore's data folders, ~10-20 ms),
+        # a cost every cold `load` (which lists the branch's rollback markers) paid.
+        page_args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base + prefix, "MaxKeys": self._page_size}
         try:
-            paginator = s3.get_paginator("list_objects_v2")
-            async for page in paginator.paginate(
-                Bucket=self.bucket, Prefix=base + prefix, PaginationConfig={"PageSize": self._page_size}
-            ):
+            while True:
+                page = await s3.list_objects_v2(**page_args)
                 keys.extend(item["Key"][len(base):] for item in page.get("Contents", []))
+                token = page.get("NextContinuationToken")
+                if not page.get("IsTruncated") or not token:
+                    break
+                page_args["ContinuationToken"] = token
         except _LIBRARY_ERRORS as exc:
             raise self._map("list", prefix, exc) from exc
         return sorted(keys)
