@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import sys
 import traceback
@@ -116,6 +117,8 @@ def run(argv: list[str] | None = None) -> int:
         # (its profile file's loader would import the SDK's service client and its protobufs).
         settings = Settings.from_env(temporal=not getattr(args, "store_only", False))
         debug = settings.debug
+        if args.command not in RUNS_USER_CODE and not (settings.tracing and settings.otel_protocol == "grpc"):
+            _without_grpc()
         if not debug and args.command not in RUNS_USER_CODE:  # the worker logs them on stderr
             quiet_core_logs()
         if hasattr(args, "sync"):
@@ -142,6 +145,19 @@ def run(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _without_grpc() -> None:
+    """Make `import grpc` fail in this process, unless something imported it already.
+
+    The Temporal SDK talks to the server through its Rust core, not gRPC's Python
+    package; its `temporalio.api.*service.v1` packages import `grpc`, if installed, only
+    to offer servicer stubs for Python gRPC servers (their `try: import grpc` says it is
+    optional). Where grpcio is installed (with the OTLP gRPC exporter: the `otel` and
+    `test` extras), that import cost `rewind status` and `rewind pending` ~30 ms of a
+    ~400 ms process. A command that runs no user code and exports no spans over gRPC
+    never uses it."""
+    sys.modules.setdefault("grpc", None)  # type: ignore[arg-type]
+
+
 def _temporal_refused(exc: Exception) -> bool:
     """Whether `exc` is the Temporal service's RPCError. Only a command that talked to
     Temporal can raise one, and only such a command has loaded the client: the others
@@ -156,7 +172,22 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+# Commands that read and answer within seconds (users run them dozens of times a day, and
+# in scripts), and `--version` / `--help`.
+QUICK_READS = frozenset({"status", "pending", "tree", "show"})
+
+
 def main(argv: list[str] | None = None) -> None:
+    words = sys.argv[1:] if argv is None else argv
+    if not words or words[0].startswith("-") or words[0] in QUICK_READS:
+        # No cycle collection in a process that ends in a moment: importing the Temporal
+        # client's protobufs and building the pydantic models makes ~10^5 long-lived
+        # objects, and the collector's full passes over them during the imports cost
+        # `rewind status` ~30 ms of its ~370. These commands make acyclic JSON, which
+        # reference counting frees (checkpoint_bridge/chain.py pauses it the same way).
+        # Here and not in `run`, which an application may call: only the console script's
+        # own process, which ends with os._exit below.
+        gc.disable()
     code = run(argv)
     from rewind.tracing import shutdown
 

@@ -44,8 +44,10 @@ try:
 except SystemExit as exit:  # --version and --help end through argparse
     code = exit.code
 sys.stdout.flush()
-print("\\n" + json.dumps({"code": code, "packages": sorted({name.split(".")[0] for name in sys.modules}),
-                         "modules": sorted(sys.modules)}))
+# A None entry is an import turned away (rewind.cli._without_grpc), not a module loaded.
+loaded = [name for name, module in sys.modules.items() if module is not None]
+print("\\n" + json.dumps({"code": code, "packages": sorted({name.split(".")[0] for name in loaded}),
+                         "modules": sorted(loaded)}))
 sys.stdout.flush()
 os._exit(0)  # as the console script ends (rewind.cli.main): the Temporal runtime's threads may not outlive it
 """
@@ -231,7 +233,21 @@ def test_status_of_a_finished_run_needs_no_sdk_client_nor_the_checkpoint_store(f
         assert "from the newest checkpoint" not in doc["stdout"] and "failure" not in doc["stdout"], doc["output"]
     assert not _sdk_client(doc["modules"]), _sdk_client(doc["modules"])
     assert not NOT_FOR_STATUS & set(doc["modules"]), sorted(NOT_FOR_STATUS & set(doc["modules"]))
-    assert not set(doc["packages"]) & (S3 | MODEL), sorted(set(doc["packages"]) & (S3 | MODEL))
+    # Nor gRPC's Python package, installed here (the OTLP gRPC exporter needs it), which the
+    # SDK's service packages import when it is there (rewind.cli._without_grpc).
+    assert not set(doc["packages"]) & (S3 | MODEL | {"grpc"}), sorted(set(doc["packages"]) & (S3 | MODEL | {"grpc"}))
+
+
+def test_a_command_that_exports_spans_over_grpc_keeps_grpc(finished_run, tmp_path):  # type: ignore[no-untyped-def]
+    """With OTLP over gRPC the command's spans go out through gRPC's Python package: it is
+    not turned away (the collector need not answer for the command to succeed)."""
+    settings, run_id = finished_run
+    env = {**_env_of(settings, tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+           "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    doc = _run_probe(tmp_path, env, "status", run_id, "--json")
+    assert doc["code"] == 0, doc["output"]
+    assert json.loads(doc["stdout"])["state"] == "completed"
+    assert "grpc" in doc["packages"], doc["output"]
 
 
 @pytest.mark.parametrize("json_output", [False, True])
@@ -244,7 +260,8 @@ def test_pending_without_an_open_run_needs_neither_the_sdk_client_nor_pydantic(f
     else:
         assert doc["stdout"] == "no tool call is waiting for a decision", doc["output"]
     assert not _sdk_client(doc["modules"]), _sdk_client(doc["modules"])
-    assert not set(doc["packages"]) & ({"pydantic"} | S3 | MODEL), sorted(set(doc["packages"]) & ({"pydantic"} | S3 | MODEL))
+    unused = {"pydantic", "grpc"} | S3 | MODEL
+    assert not set(doc["packages"]) & unused, sorted(set(doc["packages"]) & unused)
 
 
 async def test_a_connection_answers_as_the_client_does(finished_run):  # type: ignore[no-untyped-def]
