@@ -6,9 +6,9 @@ at once and replays it forward: a checkpoint at any step loads in two
 sequential rounds of requests, however long the run.
 
 A format v3 head (document/packs.py) takes the chain's finished blocks of
-steps from packs of merged content (at most three per level, five levels),
+steps from packs of merged content (one per level below the top, five levels),
 and only the few steps after the last finished block from their objects: a
-checkpoint 2,000 steps deep is its head and 8 packs. The blocks' hashes,
+checkpoint 500 or 2,000 steps deep is its head and 4 packs. The blocks' hashes,
 chained, must give the digest the head records; a pack that is missing,
 damaged or not the block's is read from the level below (one more round per
 level), and blocks that do not add up are read from their step objects.
@@ -53,8 +53,8 @@ from checkpoint_bridge.document.packs import (
     decode_pack_v2,
     ends_block,
     extend_digest,
+    fallback_pieces,
     plan,
-    plan_range,
 )
 
 __all__ = ["ChainReader", "HeadInfo", "Merged", "decode_as", "read_many", "chain_ids", "first_round", "gc_paused"]
@@ -383,8 +383,8 @@ class ChainReader:
             data = got[piece.key(run_id)]
             parts = decode_pack_v2(run_id, piece, data) if data is not None else None
             if parts is None:
-                if piece.level > 1:
-                    lower = plan_range(piece.branch_id, piece.first, piece.last, piece.level - 1)
+                if piece.level > 1 or piece.cumulative:
+                    lower = fallback_pieces(piece)
                     next_packs += [p for p in lower if p.first < p.last]
                     next_steps += [(p.branch_id, p.first, p.last) for p in lower if p.first == p.last]
                 else:

@@ -317,9 +317,10 @@ class CheckpointStore:
         kept = [self._merged.get(f"{run_id}:{piece.branch_id}:{lo}") for lo, _hi in blocks]
         if all(k is not None for k in kept):
             return [k[0] for k in kept]  # type: ignore[index]
-        # All but the last block (this step's own, just merged) from the level below.
+        # All but the last block (this step's own, just merged): from the same level's pack of
+        # the blocks before it, when the piece has more than one of the level, and the levels below.
         own_first = blocks[-1][0]
-        lower = plan_range(piece.branch_id, piece.first, own_first - 1, piece.level - 1)
+        lower = plan_range(piece.branch_id, piece.first, own_first - 1, piece.level)
         first_key = step_key(run_id, piece.branch_id, piece.first)
         cid = checkpoint_id(run_id, piece.branch_id, piece.last)
         got = await read_many(self.objects, [*first_round(run_id, lower), first_key], self._concurrency)

@@ -1,4 +1,4 @@
-"""Packs: finished blocks of a chain's steps, merged, in one object per block.
+"""Packs: finished blocks of a chain's steps, merged, a level's blocks in one object.
 
 A checkpoint deep in a long run is its head plus every object of its chain;
 read one by one, a 2,000-step chain is 2,000 requests (each a round of
@@ -10,22 +10,31 @@ messages, tool records and final variables, once), in levels:
     level 1: a block of BLOCK_STEPS = 4 steps      (the unit the chain's digest covers)
     level k: 4^(k-1) such blocks, 4^k steps, up to level PACK_LEVELS = 5 (1,024 steps)
 
-so any chain is at most (PACK_FANOUT - 1) = 3 packs per level, plus at most 3
-steps after its last finished block: a checkpoint 2,000 steps deep is its head
-and 8 packs, read in one round. The writer of a level's last step also writes
-that level's pack, from what it has just merged (storage: one compressed copy
-of the content per level, linear in the run's length).
+Below the top level a level's pack is cumulative: the writer of the last step of
+a level's block packs every block of that level since the start of the
+enclosing block of the level above (1, 2 or 3 blocks; after the 4th, the level
+above has its pack). So any chain is at most one pack per level below the top,
+plus the top level's packs of 1,024 steps, plus at most 3 steps after its last
+finished block: a checkpoint 500 or 2,000 steps deep is its head and 4 packs,
+read in one round (one pack per block took 8). The writer takes the blocks from
+what it has merged, or reads them from the packs below (storage: 1.5 compressed
+copies of the content per level below the top, one at the top; linear in the
+run's length).
 
     runs/<run>/branches/<branch>/packs/<first:08d>-<last:08d>.json.gz
         gzip( <header JSON>\\n <block content> <block content> ... )
         header: {"format": "rewind.pack/v2", "run_id", "branch_id", "first", "last",
                  "blocks": [[first, last, bytes, sha256], ...]}
 
-``first``-``last`` in the key are the level's aligned bounds; the header's
+``first``-``last`` in the key are the pack's aligned bounds (a cumulative pack's
+start is the start of the enclosing block of the level above); the header's
 ``first`` is where the branch's part of the chain starts when that is later
-(a fork's branch starts mid-block). A block ends at every 4th step of the
-branch, counted from step 0; the first block of a branch's part of a chain
-starts where the part starts.
+(a fork's branch starts mid-block). Chains that a Rewind before cumulative
+packs wrote (the same format, one pack per block of each level) still load:
+a missing pack of 2 or 3 blocks is read as the pack of the blocks before its
+last and the last one's own pack (``fallback_pieces``), one more round. A
+block ends at every 4th step of the branch, counted from step 0; the first
+block of a branch's part of a chain starts where the part starts.
 
 Packs add no trust. Every v3 step object records ``blocks_sha256``, a hash
 chained over the sha256 of the merged content of every finished block before
@@ -54,7 +63,7 @@ from checkpoint_bridge.document.layout import pack_key
 
 __all__ = [
     "PACK_STEPS", "PACK_FORMAT", "MAX_PACK_BYTES", "Block", "block_of", "encode_pack", "decode_pack",
-    "BLOCK_STEPS", "PACK_FANOUT", "PACK_LEVELS", "PACK_FORMAT_V2", "DIGEST_START", "Piece", "plan", "plan_range",
+    "BLOCK_STEPS", "PACK_FANOUT", "PACK_LEVELS", "PACK_FORMAT_V2", "DIGEST_START", "Piece", "plan", "plan_range", "fallback_pieces",
     "blocks_in", "ends_block", "packs_ending_at", "extend_digest", "encode_pack_v2", "decode_pack_v2",
     "MAX_PACK_V2_BYTES",
 ]
@@ -163,35 +172,80 @@ def _span(level: int) -> int:
 class Piece:
     """Part of a chain's range on one branch, steps ``first``..``last``: finished blocks from
     the pack of ``level`` (>= 1; one step: its own object), or (level 0) one step after the
-    range's last finished block, which the chain's digest does not cover."""
+    range's last finished block, which the chain's digest does not cover.
+
+    ``cumulative``: the pack holds the level's 2 or 3 blocks since the start of the
+    enclosing block of the level above (see ``plan_range``), not one block of the level."""
 
     branch_id: str
     first: int
     last: int
     level: int
+    cumulative: bool = False
 
     def key(self, run_id: str) -> str:
         """The key of the pack that holds this piece (level >= 1, more than one step)."""
+        if self.cumulative:
+            parent = _span(self.level + 1)
+            return pack_key(run_id, self.branch_id, self.last - self.last % parent, self.last)
         return pack_key(run_id, self.branch_id, self.last + 1 - _span(self.level), self.last)
 
 
 def plan_range(branch_id: str, lo: int, hi: int, max_level: int = PACK_LEVELS) -> list[Piece]:
     """Steps ``lo``..``hi`` of a branch, where the branch's part of a chain starts at ``lo``,
-    as the fewest pieces: the largest finished pack first (levels up to ``max_level``)."""
+    as the fewest pieces, the highest level first (levels up to ``max_level``).
+
+    Below the top level, a level's pack holds every finished block of that level since
+    the start of the enclosing block of the level above (1, 2 or 3 of them: with the 4th,
+    the level above has its own pack), so a chain takes at most one pack per level below
+    the top: a checkpoint 500 steps deep is its head and 4 packs, where one pack per
+    block of each level took 8. The top level's packs hold one block (1,024 steps) each."""
     out: list[Piece] = []
     p = lo
     while p <= hi:
         for level in range(max_level, 0, -1):
             span = _span(level)
-            end = p - p % span + span - 1
-            if max(p - p % span, lo) == p and end <= hi:
-                out.append(Piece(branch_id, p, end, level))
+            if level == PACK_LEVELS:
+                start, blocks = p - p % span, 1
+            else:
+                parent = _span(level + 1)
+                start = p - p % parent
+                blocks = min(PACK_FANOUT - 1, (hi + 1 - start) // span)
+            end = start + blocks * span - 1
+            if blocks >= 1 and max(start, lo) == p and p <= end <= hi:
+                out.append(Piece(branch_id, p, end, level, cumulative=blocks > 1))
                 p = end + 1
                 break
         else:
             out.append(Piece(branch_id, p, p, 0))
             p += 1
     return out
+
+
+def fallback_pieces(piece: Piece) -> list[Piece]:
+    """What to read instead of ``piece``'s pack when it is missing, damaged or not the
+    piece's. A cumulative pack of the level's blocks 1..j: the pack of blocks 1..j-1 and the
+    pack of block j alone (which a chain this Rewind packed has not, and one an older Rewind
+    packed, one pack per block, has). A pack of one block: the levels below it (the
+    cumulative packs inside it, then its last block of 4 steps, whose own pack only an older
+    Rewind wrote). Never level 0: a level-1 piece whose pack fails is merged from its step
+    objects by the reader."""
+    if piece.cumulative:
+        span = _span(piece.level)
+        start = piece.last - piece.last % _span(piece.level + 1)
+        before = piece.last - span  # the end of blocks 1..j-1
+        out = []
+        if before >= piece.first:
+            out.append(Piece(piece.branch_id, piece.first, before, piece.level, cumulative=before + 1 - start > span))
+        out.append(Piece(piece.branch_id, max(piece.first, before + 1), piece.last, piece.level))
+        return out
+    if piece.level <= 1:
+        return [piece]
+    lower = plan_range(piece.branch_id, piece.first, piece.last, piece.level - 1)
+    singles = [p for p in lower if not p.level]
+    if singles:  # the range's last block, which no pack of the levels below holds
+        lower = [p for p in lower if p.level] + [Piece(piece.branch_id, singles[0].first, singles[-1].last, 1)]
+    return lower
 
 
 def plan(chain: list[tuple[str, int, int]]) -> list[Piece]:
@@ -215,12 +269,16 @@ def ends_block(step: int) -> bool:
 
 def packs_ending_at(branch_id: str, step: int, lo: int) -> list[Piece]:
     """The packs the writer of ``step`` writes (the branch's part of its chain starts at ``lo``):
-    one per level whose block ends here, when it holds more than that one step."""
+    one per level whose block ends here (from the start of the enclosing block of the level
+    above, ``plan_range``; none where that block ends too), when it holds more than one step."""
     out = []
     for level in range(1, PACK_LEVELS + 1):
         span = _span(level)
-        if (step + 1) % span == 0 and max(step + 1 - span, lo) < step:
-            out.append(Piece(branch_id, max(step + 1 - span, lo), step, level))
+        if (step + 1) % span:
+            continue
+        blocks = 1 if level == PACK_LEVELS else (step + 1) % _span(level + 1) // span
+        if blocks and max(step + 1 - blocks * span, lo) < step:
+            out.append(Piece(branch_id, max(step + 1 - blocks * span, lo), step, level, cumulative=blocks > 1))
     return out
 
 

@@ -111,7 +111,10 @@ async def test_save_step_reads_one_small_object_or_nothing(backend: Backend) -> 
     assert counting.gets == 0  # this writer wrote the parent
     counting.reset()
     await writer.save_step(record_parts(records[7]))
-    assert counting.gets == 1  # step 7 finishes the block 4-7: step 4, which another writer wrote
+    # Step 7 finishes the block 4-7: step 4, which another writer wrote; and the level-1 pack of
+    # blocks 0-7 (the 2nd block of 0-15): the pack of 0-3, which another writer wrote, and step 0
+    # (the digest the blocks before it start from).
+    assert counting.gets == 3
     with pytest.raises(CheckpointNotFoundError):
         await writer.save_step(record_parts(_record(12)))  # parent 11 was never written
 
