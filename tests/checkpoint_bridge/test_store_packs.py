@@ -231,8 +231,14 @@ async def _finished_by_another_writer(store: CheckpointStore, backend: Backend, 
     if damage is not None:
         raw = await store.raw_objects("run-1")
         backend.tamper(store.objects, PACK_0_47, damage(raw[PACK_0_47]))
+    return await _continued_by_another_writer(store, backend, run, 60)
+
+
+async def _continued_by_another_writer(store: CheckpointStore, backend: Backend, run: list, first: int):  # type: ignore[no-untyped-def]
+    """Steps `first`.. of `run` saved by another writer (its own process) after `store`'s: what is
+    stored then, and what one writer of the whole run stores."""
     other = backend.twin(store)
-    for cp in run[60:]:
+    for cp in run[first:]:
         await other.save(cp)
     one_writer = backend.checkpoint_store()
     for cp in run:
@@ -296,13 +302,7 @@ async def test_a_chain_packed_one_block_per_pack_loads_with_one_more_round(store
     assert cp == run[99] and counting.gets == 1 + 5 + 2
     # A writer of this Rewind continues it: its packs read the older ones where they need them,
     # and hold what one writer of the whole run would have written.
-    other = backend.twin(store)
-    for cp in run[100:]:
-        await other.save(cp)
-    one_writer = backend.checkpoint_store()
-    for cp in run:
-        await one_writer.save(cp)
-    mine, expected = await other.raw_objects("run-1"), await one_writer.raw_objects("run-1")
+    mine, expected = await _continued_by_another_writer(store, backend, run, 100)
     written = [k for k in expected if "/packs/" in k and int(k.rsplit("-", 1)[1].split(".")[0]) >= 100]
     assert written and all(mine.get(k) == expected[k] for k in written), [k for k in written if mine.get(k) != expected[k]]
     cp, counting = await _load_counting(backend, store, "run-1:main:127")
