@@ -89,12 +89,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     """Parse with the parser of the command named first alone: building all 27 commands'
     parsers, with their arguments and help texts, takes about 10 ms, one of them under 1 ms.
     Anything else (`--help`, `--version`, no command, an unknown one) gets the whole line."""
-    words = sys.argv[1:] if argv is None else argv
+    words = _words(argv)
     if words and not words[0].startswith("-"):
         parser, added = _build_parser(only=words[0])
         if added:
             return parser.parse_args(argv)
     return build_parser().parse_args(argv)
+
+
+def _words(argv: list[str] | None) -> list[str]:
+    return sys.argv[1:] if argv is None else argv
 
 
 def _version() -> str:
@@ -178,12 +182,13 @@ QUICK_READS = frozenset({"status", "pending", "tree", "show"})
 
 
 def main(argv: list[str] | None = None) -> None:
-    words = sys.argv[1:] if argv is None else argv
+    words = _words(argv)
     if not words or words[0].startswith("-") or words[0] in QUICK_READS:
         # No cycle collection in a process that ends in a moment: importing the Temporal
         # client's protobufs and building the pydantic models makes ~10^5 long-lived
         # objects, and the collector's full passes over them during the imports cost
-        # `rewind status` ~30 ms of its ~370. These commands make acyclic JSON, which
+        # `rewind status` ~10 ms of its ~350 (30-40 ms with it off before `rewind.cli`'s own
+        # imports, which the console script cannot do). These commands make acyclic JSON, which
         # reference counting frees (checkpoint_bridge/chain.py pauses it the same way).
         # Here and not in `run`, which an application may call: only the console script's
         # own process, which ends with os._exit below.

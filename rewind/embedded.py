@@ -274,6 +274,7 @@ class DevServer:
         timeout_s: float = 30.0,
         shared: bool = False,
         dispatch_tuning: dict[str, str] | None = None,
+        fixed_ports_wait_s: float = 0.0,
     ) -> "DevServer":
         """`shared`: other processes on the same database (a demo, an example) may use
         this server instead of refusing to start: `rewind server`, which lives until
@@ -282,20 +283,27 @@ class DevServer:
         Ports not given are picked free, but another socket (a client connection's
         local port) can take one before the server binds it: then the server exits
         at once saying "address already in use", and it is started again on new ports.
+        With both ports given (a restart that clients must find where it was), it is
+        started again on the same ones for up to `fixed_ports_wait_s` (default: not).
 
         `dispatch_tuning`: dynamic-config values instead of DISPATCH_TUNING (the
         benchmark of the settings passes each variant; {} is the server's defaults)."""
         log_file = log_file or db_file.with_suffix(".log")
-        for attempt in range(_PORT_ATTEMPTS):
+        fixed = port is not None and ui_port is not None
+        deadline = time.monotonic() + fixed_ports_wait_s
+        attempt = 0
+        while True:
             logged = log_file.stat().st_size if log_file.exists() else 0
             try:
                 return cls._start_once(db_file, port=port, ui_port=ui_port, log_file=log_file, headless=headless,
                                        timeout_s=timeout_s, shared=shared, dispatch_tuning=dispatch_tuning)
             except ConfigError as exc:
+                attempt += 1
                 lost_port = isinstance(exc, _PortTaken) or _TAKEN_PORT in _log_since(log_file, logged)
-                if not lost_port or attempt == _PORT_ATTEMPTS - 1 or (port is not None and ui_port is not None):
+                if not lost_port or (time.monotonic() > deadline if fixed else attempt == _PORT_ATTEMPTS):
                     raise
-        raise AssertionError("unreachable")
+                if fixed:
+                    time.sleep(0.5)  # the other socket lets go of the port
 
     @classmethod
     def _start_once(

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from rewind.config import Settings
-from rewind.embedded import DevServer, _PortTaken, free_port, port_open
+from rewind.embedded import DevServer, free_port, port_open
 from rewind.scripted_model import ScriptedModelServer
 from rewind.testing import REPO, LoggedProcess
 
@@ -130,17 +130,10 @@ class Stack:
             time.sleep(0.1)  # the killed server's port closes
         # The restart must take the same ports (clients and workers find it there). While the
         # server was down, another process (a client's ephemeral socket) can hold one of them
-        # for a moment: try again for a minute before the fault counts as not injected (a
+        # for a moment: it tries again for a minute before the fault counts as not injected (a
         # large soak once lost Temporal for most of its length to one such race).
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                return DevServer.start(self.db, port=self.port, ui_port=self.ui_port, headless=True,
-                                       log_file=self.root / "temporal" / "temporal.log")
-            except _PortTaken:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        return DevServer.start(self.db, port=self.port, ui_port=self.ui_port, headless=True,
+                               log_file=self.root / "temporal" / "temporal.log", fixed_ports_wait_s=60)
 
     async def kill_server(self) -> None:
         if self.server is not None:

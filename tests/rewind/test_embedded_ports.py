@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from rewind import embedded
 from rewind.embedded import DevServer
 
@@ -65,3 +67,36 @@ def test_a_port_another_temporal_server_took_is_not_mistaken_for_its_own(tmp_pat
             server.stop()
     finally:
         other.stop()
+
+
+def test_a_restart_on_fixed_ports_tries_them_again_for_as_long_as_it_is_told(tmp_path, monkeypatch) -> None:
+    """Both ports given (a restart that clients find where it was): a port taken for a moment
+    fails the start at once by default, and is tried again with `fixed_ports_wait_s`."""
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    taken = blocker.getsockname()[1]
+    real = embedded.free_port
+    picks: list[int] = []
+
+    def free_port() -> int:
+        # The first port a start picks itself (its HTTP port) is the one the blocker holds.
+        picks.append(taken if not picks else real())
+        return picks[-1]
+
+    monkeypatch.setattr(embedded, "free_port", free_port)
+    port, ui_port = real(), real()
+    try:
+        with pytest.raises(embedded.ConfigError, match="exited"):
+            DevServer.start(tmp_path / "once.db", port=port, ui_port=ui_port, headless=True)
+        assert "address already in use" in (tmp_path / "once.log").read_text()
+        picks.clear()
+        server = DevServer.start(tmp_path / "temporal.db", port=port, ui_port=ui_port, headless=True,
+                                 fixed_ports_wait_s=30)
+        try:
+            assert server.healthy() and (server.port, server.ui_port) == (port, ui_port)
+            assert "address already in use" in server.log_file.read_text()  # its first try met the taken port
+        finally:
+            server.stop()
+    finally:
+        blocker.close()
