@@ -62,6 +62,7 @@ from workflows.contracts import (
     LoopState,
     RedoPlan,
     SIDE_EFFECT_MODES,
+    STOPPED_MIRROR_DRAIN_S,
     RunLimits,
     ToolSpec,
 )
@@ -70,7 +71,10 @@ from workflows.ids import parse_subagent_branch, validate_id, workflow_id_for
 from workflows.tool_calls import NOT_EXECUTED, with_system_prompt
 from workflows.wire import DESCRIBE_TOOLS, RUN_TOOL
 
-STOP_TIMEOUT_S = 30.0
+# How long a rollback waits for the run it cancels to end before it terminates
+# it: longer than the run's own wait for the checkpoints it recorded, so they
+# are written before the rollback's markers.
+STOP_TIMEOUT_S = STOPPED_MIRROR_DRAIN_S + 10.0
 
 
 class TranscriptWriter(Protocol):

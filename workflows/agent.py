@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         RedoPlan,
         RunLimits,
         StepRecord,
+        STOPPED_MIRROR_DRAIN_S,
         SubagentNotice,
         ToolCallLog,
     )
@@ -68,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         RAISE_LIMITS_SIGNAL,
         SEEDED_TOOLS_PATCH,
         STATUS_QUERY,
+        STOPPED_DRAIN_PATCH,
         SUBAGENT_STATE_SIGNAL,
         TOOL_QUEUES_PATCH,
     )
@@ -194,11 +196,18 @@ class AgentWorkflow:
         try:
             return await self._run(inp)
         except asyncio.CancelledError:
-            # Stopped from outside (a rollback of this branch): say so, keep
-            # the checkpoints written so far, and end as cancelled.
-            if self._status is not None:
-                self._status.state = "cancelled"
+            # Stopped from outside (a rollback of this branch): say so, write
+            # the checkpoints already recorded (a rollback that came while a run
+            # waited for its last one left that step only in history: found by
+            # the seeded soak), and end as cancelled. The mirror runs in tasks
+            # of its own, which the cancellation does not reach.
+            status = self._status
+            if status is not None:
+                status.state = "cancelled"
                 self._show_state()
+                if self._pending and workflow.patched(STOPPED_DRAIN_PATCH):
+                    await self._drain_mirror(STOPPED_MIRROR_DRAIN_S)
+                    self._note_unmirrored("stopped")
             self._trace.run_ended(self._status, state="cancelled")
             raise
 
@@ -572,6 +581,16 @@ class AgentWorkflow:
         except asyncio.TimeoutError:
             pass
 
+    def _note_unmirrored(self, how: str) -> None:
+        """Say in the status which checkpoints the run ends without (it `how`: ended, stopped)."""
+        status, inp = self._status, self._input
+        assert status is not None and inp is not None
+        if self._pending and status.mirror_error is None:
+            status.mirror_error = (
+                f"{len(self._pending)} checkpoint(s) not mirrored when the run {how}; "
+                f"run `rewind mirror {inp.run_id}` once the store is reachable"
+            )
+
     # -- ending and continuing ------------------------------------------------
     def _should_continue_as_new(self, inp: AgentInput) -> bool:
         info = workflow.info()
@@ -593,11 +612,7 @@ class AgentWorkflow:
         status, inp = self._status, self._input
         assert status is not None and inp is not None
         await self._drain_mirror(inp.mirror_drain_s)
-        if self._pending and status.mirror_error is None:
-            status.mirror_error = (
-                f"{len(self._pending)} checkpoint(s) not mirrored when the run ended; "
-                f"run `rewind mirror {inp.run_id}` once the store is reachable"
-            )
+        self._note_unmirrored("ended")
         self._sync_status()
         self._trace.run_ended(status)
         return AgentResult(status=status, final_answer=status.final_answer)

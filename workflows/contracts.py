@@ -234,6 +234,13 @@ class SubagentCall(BaseModel):
     reason: str | None = None  # why it did not complete
 
 
+# How long a run stopped from outside (a rollback cancels it) still waits for
+# the checkpoints it recorded: the rollback waits for the run to end for
+# longer than this (checkpoint_bridge/branching.py STOP_TIMEOUT_S) before it
+# terminates it, and writes its markers once it ended.
+STOPPED_MIRROR_DRAIN_S = 20.0
+
+
 class AgentInput(BaseModel):
     run_id: str
     task: str

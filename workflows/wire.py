@@ -70,6 +70,9 @@ MIRROR_BATCH_PATCH = "mirror-batches"
 # first model call with them while it describes its tools, instead of after: one round
 # trip through the server less before the branch's first step.
 SEEDED_TOOLS_PATCH = "seeded-tool-specs"
+# A run stopped from outside (a rollback) first writes the checkpoints it has
+# recorded and not yet mirrored, instead of ending with them only in history.
+STOPPED_DRAIN_PATCH = "stopped-run-drains-mirror"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -92,5 +95,6 @@ __all__ = [
     "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED", "SCORER_UNUSABLE",
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
-    "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "tool_task_queue",
+    "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
+    "tool_task_queue",
 ]

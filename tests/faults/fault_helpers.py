@@ -301,6 +301,29 @@ class FlakyS3Proxy(S3Proxy):
         return web.Response(status=status, headers=headers, body=data)
 
 
+class HoldsOneWrite(S3Proxy):
+    """Holds the first PUT of one key until released (its sender is killed meanwhile);
+    every other request, and every later PUT of that key, passes through."""
+
+    def __init__(self, upstream: str, key_suffix: str) -> None:
+        super().__init__(upstream)
+        self.key_suffix = key_suffix
+        self.held = asyncio.Event()  # the write arrived and is being held
+        self.release = asyncio.Event()
+        self.writes = 0
+
+    async def _handle(self, request):  # type: ignore[no-untyped-def]
+        body = await request.read()
+        if request.method == "PUT" and request.path.endswith(self.key_suffix):
+            self.writes += 1
+            if self.writes == 1:
+                self.held.set()
+                await self.release.wait()
+                return web.Response(status=503)  # never reaches the dead worker
+        status, headers, data = await self._forward(request, body)
+        return web.Response(status=status, headers=headers, body=data)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:

@@ -16,12 +16,11 @@ import asyncio
 import uuid
 
 import boto3
-from aiohttp import web
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
 from checkpoint_bridge.mirror import mirror_run
 from checkpoint_bridge.store import open_checkpoint_store
-from fault_helpers import S3Proxy, add_script, assert_chain, assert_well_formed
+from fault_helpers import HoldsOneWrite, add_script, assert_chain, assert_well_formed
 from helpers import outputs_of, start_agent
 from workflows.wire import MIRROR_STEP, MIRROR_STEPS
 
@@ -33,29 +32,6 @@ SCRIPT = [
 LAST_STEP = len(SCRIPT)
 PREFIX = "killed-mirror"
 MIRROR_ACTIVITIES = {MIRROR_STEP, MIRROR_STEPS}
-
-
-class HoldsOneWrite(S3Proxy):
-    """Holds the first PUT of one key until released (its sender is killed meanwhile);
-    every other request, and every later PUT of that key, passes through."""
-
-    def __init__(self, upstream: str, key_suffix: str) -> None:
-        super().__init__(upstream)
-        self.key_suffix = key_suffix
-        self.held = asyncio.Event()  # the write arrived and is being held
-        self.release = asyncio.Event()
-        self.writes = 0
-
-    async def _handle(self, request):  # type: ignore[no-untyped-def]
-        body = await request.read()
-        if request.method == "PUT" and request.path.endswith(self.key_suffix):
-            self.writes += 1
-            if self.writes == 1:
-                self.held.set()
-                await self.release.wait()
-                return web.Response(status=503)  # never reaches the dead worker
-        status, headers, data = await self._forward(request, body)
-        return web.Response(status=status, headers=headers, body=data)
 
 
 async def test_worker_killed_writing_the_last_checkpoint(client, settings, model, spawn_worker, moto_endpoint, tmp_path):
