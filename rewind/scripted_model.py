@@ -85,6 +85,8 @@ class _Fault:
     retry_after: float | None
     message: str | None
     delay_s: float
+    # time.monotonic() past which the fault lapses unserved (None: it waits for a request)
+    lapses_at: float | None = None
 
 
 # ---------------------------------------------------------------- request parsing
@@ -626,15 +628,30 @@ class ScriptedModelServer:
             self._scripts[name] = json.loads(json.dumps(turns))  # private copy
 
     def inject_fault(self, status: int, count: int = 1, retry_after: float | None = None,
-                     message: str | None = None, delay_s: float = 0.0) -> None:
+                     message: str | None = None, delay_s: float = 0.0, within_s: float | None = None) -> None:
+        """Answer the next `count` requests with `status` (200: after `delay_s`, then normally).
+        With `within_s`, only requests that arrive within that many seconds get the fault:
+        an outage of a provider lasts a while, it does not wait for traffic to come."""
         if not isinstance(status, int) or not (status == 200 or 400 <= status <= 599):
             raise ScriptError(f"fault status must be 200 or 400-599, got {status!r}")
         if not (isinstance(count, int) and count >= 1 and isinstance(delay_s, (int, float)) and delay_s >= 0
-                and (retry_after is None or isinstance(retry_after, (int, float)) and retry_after >= 0)):
-            raise ScriptError(f"fault needs an int count >= 1 and numbers delay_s, retry_after >= 0; got "
-                              f"count={count!r}, delay_s={delay_s!r}, retry_after={retry_after!r}")
+                and (retry_after is None or isinstance(retry_after, (int, float)) and retry_after >= 0)
+                and (within_s is None or isinstance(within_s, (int, float)) and within_s > 0)):
+            raise ScriptError(f"fault needs an int count >= 1, numbers delay_s, retry_after >= 0 and within_s > 0; "
+                              f"got count={count!r}, delay_s={delay_s!r}, retry_after={retry_after!r}, "
+                              f"within_s={within_s!r}")
+        lapses_at = None if within_s is None else time.monotonic() + within_s
         with self._lock:
-            self._faults.extend([_Fault(status, retry_after, message, delay_s)] * count)
+            self._faults.extend([_Fault(status, retry_after, message, delay_s, lapses_at)] * count)
+
+    def _next_fault(self) -> _Fault | None:
+        now = time.monotonic()
+        with self._lock:
+            while self._faults:
+                fault = self._faults.popleft()
+                if fault.lapses_at is None or now < fault.lapses_at:
+                    return fault
+        return None
 
     def requests(self) -> list[dict]:
         with self._lock:
@@ -672,8 +689,7 @@ class ScriptedModelServer:
     async def _answer(self, body: Any) -> tuple[int, dict, dict[str, str]]:
         if self.latency_ms:
             await asyncio.sleep(self.latency_ms / 1000)
-        with self._lock:
-            fault = self._faults.popleft() if self._faults else None
+        fault = self._next_fault()
         if fault is not None:
             await asyncio.sleep(fault.delay_s)
             if fault.status != 200:

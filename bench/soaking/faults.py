@@ -30,6 +30,11 @@ KINDS = {  # kind -> weight
 # nothing could progress and every run of those minutes missed the driver's deadline.
 SERVER_RECOVERY_S = 10.0
 SERVER_RESTART_S = 3.0  # what a restart adds to the scheduled pause, about
+# A model fault fails the next requests that come within this window of its injection, then
+# lapses: a provider's outage lasts a while, it does not wait for traffic. Count-based faults
+# without it queued up while few runs were left; the last run of a large soak (seed 466088)
+# absorbed 117 of them, one per retry backoff, past the driver's deadline.
+MODEL_FAULT_WINDOW_S = 30.0
 
 
 @dataclass
@@ -171,13 +176,14 @@ class Injector:
                     fault.ended = time.time()
             elif fault.kind == "model_429":
                 fault.started = time.time()
-                stack.model.inject_fault(429, count=p["count"], retry_after=p["retry_after"])
+                stack.model.inject_fault(429, count=p["count"], retry_after=p["retry_after"],
+                                         within_s=MODEL_FAULT_WINDOW_S)
             elif fault.kind == "model_500":
                 fault.started = time.time()
-                stack.model.inject_fault(500, count=p["count"])
+                stack.model.inject_fault(500, count=p["count"], within_s=MODEL_FAULT_WINDOW_S)
             elif fault.kind == "model_hang":
                 fault.started = time.time()
-                stack.model.inject_fault(200, delay_s=p["hang_s"])
+                stack.model.inject_fault(200, delay_s=p["hang_s"], within_s=MODEL_FAULT_WINDOW_S)
         except Exception as exc:  # noqa: BLE001 - reported, never a silent skip
             self.errors.append(f"{fault.kind} at {fault.at_s}s could not be injected: {exc!r}")
 

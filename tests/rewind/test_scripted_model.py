@@ -186,6 +186,18 @@ async def test_faults_map_to_openai_exceptions(client, server):
     assert [r["status"] for r in server.requests()] == [429, 401, 500, 500, 200]
 
 
+async def test_a_fault_with_a_window_lapses_when_no_request_comes_in_it(client, server):
+    server.inject_fault(500, count=2, within_s=0.05)  # an outage nobody called the provider during
+    await asyncio.sleep(0.2)
+    server.inject_fault(429, within_s=600)
+    with pytest.raises(openai.RateLimitError):
+        await client.chat.completions.create(model="gpt-4o-mini", messages=[ASK])
+    assert (await client.chat.completions.create(model="gpt-4o-mini", messages=[ASK])).choices
+    assert [r["status"] for r in server.requests()] == [429, 200]
+    with pytest.raises(ScriptError, match="within_s"):
+        server.inject_fault(500, within_s=0)
+
+
 async def test_latency_overlaps_for_concurrent_requests():
     srv = ScriptedModelServer(latency_ms=300)
     await srv.start()
