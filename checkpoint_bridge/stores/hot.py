@@ -16,7 +16,9 @@ The store as a whole keeps the object-store contract (contract.py):
   status`` shows it, the worker exports it as metrics and logs when it grows
   past a minute). A pending object has no TTL: only flushed entries expire.
 - Redis lost loses nothing that counts. Redis down: reads and writes go to the
-  durable store directly. Redis flushed or restarted without persistence: what
+  durable store directly, and so do the objects this process wrote to Redis that
+  the flusher had not moved yet (a Redis that stays down would keep them from the
+  store for good: found in CI, a worker's step written just before Redis died). Redis flushed or restarted without persistence: what
   had not reached the durable store is gone from the store, and the live mirror
   rebuilds it from Temporal history (activities/mirror.py) as ``rewind mirror``
   would; a changed epoch key tells the flusher this happened, and it says so.
@@ -314,6 +316,7 @@ class HotTierObjectStore:
                 if not await self.flush_once(sorted(self._mine)):
                     await asyncio.sleep(0.1)
             except StoreUnavailableError:
+                await self._write_mine_around()  # Redis does not answer: no flusher would take them over
                 break
         if self._mine:
             log.warning("%d object(s) written to %s are not yet in %s; a worker's flusher takes them over",
@@ -397,6 +400,7 @@ class HotTierObjectStore:
                 self._skip_until = 0.0  # Redis answers again
             except StoreUnavailableError as exc:
                 self._say("redis-down", f"hot tier: {exc}; writes go straight to {self.durable.url} meanwhile")
+                await self._write_mine_around()
                 await asyncio.sleep(1.0)
                 continue
             except Exception:  # noqa: BLE001 - the flusher must outlive any one bad object
@@ -455,6 +459,32 @@ class HotTierObjectStore:
         self._lost = None
         log.error("Redis at %s lost its data: %d object(s) this worker had written and %s did not have yet "
                   "were written again", self.redis.url, self._written_again, self.durable.url)
+
+    async def _write_mine_around(self) -> None:
+        """Redis does not answer: write what this instance wrote to it and has not seen reach the
+        durable store straight to the durable store (the same bytes: where a flusher got there
+        first, nothing changes). A durable store that fails too stops this round; the flusher's
+        next round goes on."""
+        limit = asyncio.Semaphore(_PARALLEL)
+
+        async def one(key: str, data: bytes) -> None:
+            async with limit:
+                try:
+                    await self.durable.put_if_absent(key, data)
+                except CheckpointExistsError:
+                    # Other bytes were there first (written around Redis by someone else): they stay.
+                    self.conflicts += 1
+                    self._count(metrics.HOT_CONFLICTS)
+                    log.error("object %s was in %s with other bytes than this process wrote to Redis; "
+                              "the durable store's stay", key, self.durable.url)
+                self._forget(key)
+
+        results = await asyncio.gather(*(one(k, d) for k, d in list(self._mine.items())), return_exceptions=True)
+        for failure in results:
+            if isinstance(failure, StoreUnavailableError):
+                self.last_flush_error = str(failure)
+            elif isinstance(failure, BaseException):
+                raise failure
 
     # -- helpers ----------------------------------------------------------------------
     def _remember(self, key: str, data: bytes) -> None:

@@ -134,6 +134,40 @@ async def test_redis_down_sends_reads_and_writes_to_the_durable_store(private_re
         await hot.aclose()
 
 
+async def test_redis_dead_before_flushing_sends_its_writer_s_objects_to_the_durable_store(private_redis, tmp_path):
+    """Found in CI: a worker's step, written to Redis just before Redis died and not yet
+    flushed, never reached the durable store (the flusher waited for Redis to answer)."""
+    durable = FileObjectStore(tmp_path / "durable")
+    hot = HotTierObjectStore(private_redis.url, durable, timeout_s=1.0)
+    keys = [f"runs/r1/branches/main/steps/{i:08d}.json" for i in range(3)]
+    try:
+        for key in keys:
+            assert await hot.put_if_absent(key, key.encode()) is True
+        assert await durable.list("runs/r1/") == []  # only in Redis so far
+        await asyncio.to_thread(private_redis.kill)  # for good
+        hot.start_flusher()
+
+        async def durable_has_all() -> bool:
+            return await durable.list("runs/r1/") == keys
+
+        await _until(durable_has_all, "the writer's objects did not reach the durable store")
+        assert [await durable.get(k) for k in keys] == [k.encode() for k in keys]
+    finally:
+        await hot.aclose()
+
+
+async def test_closing_with_redis_dead_passes_on_what_this_instance_wrote(private_redis, tmp_path):
+    """A CLI command's writes (a fork's, a rollback's) that Redis took and then died with."""
+    durable = FileObjectStore(tmp_path / "durable")
+    hot = HotTierObjectStore(private_redis.url, durable, timeout_s=1.0)
+    keys = [f"runs/cli/branches/b/steps/{i:08d}.json" for i in range(3)]
+    for key in keys:
+        await hot.put_if_absent(key, b"x")
+    await asyncio.to_thread(private_redis.kill)
+    await hot.aclose()
+    assert await durable.list("runs/cli/") == keys
+
+
 async def test_redis_lost_before_flushing_is_written_again_by_its_writer(private_redis, tmp_path):
     blocker = tmp_path / "volume"
     blocker.write_text("")  # the durable store's folder cannot be made: every write fails
