@@ -582,7 +582,7 @@ class AgentWorkflow:
             pass
 
     def _note_unmirrored(self, how: str) -> None:
-        """Say in the status which checkpoints the run ends without (it `how`: ended, stopped)."""
+        """Say in the status how many checkpoints the run ends without, and the fix (`how`: ended, stopped)."""
         status, inp = self._status, self._input
         assert status is not None and inp is not None
         if self._pending and status.mirror_error is None:
