@@ -760,7 +760,9 @@ class ScriptedModelServer:
         app.router.add_post("/_admin/reset", self._admin)
         app.router.add_get("/_admin/requests", self._admin_requests)
         app.router.add_get("/_admin/health", self._health)
-        self._runner = web.AppRunner(app, access_log=None)
+        # Stopping does not wait for answers a fault holds back (a hang of
+        # minutes): their callers are gone or will retry elsewhere.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
