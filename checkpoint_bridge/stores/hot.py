@@ -18,7 +18,8 @@ The store as a whole keeps the object-store contract (contract.py):
 - Redis lost loses nothing that counts. Redis down: reads and writes go to the
   durable store directly, and so do the objects this process wrote to Redis that
   the flusher had not moved yet (a Redis that stays down would keep them from the
-  store for good: found in CI, a worker's step written just before Redis died). Redis flushed or restarted without persistence: what
+  store for good: found in CI, a worker's step written just before Redis died).
+  Redis flushed or restarted without persistence: what
   had not reached the durable store is gone from the store, and the live mirror
   rebuilds it from Temporal history (activities/mirror.py) as ``rewind mirror``
   would; a changed epoch key tells the flusher this happened, and it says so.
@@ -370,10 +371,7 @@ class HotTierObjectStore:
         except CheckpointExistsError:
             # The durable store had other bytes first (a write that bypassed Redis while it was
             # down): those stay, and the hot copy is replaced by them.
-            self.conflicts += 1
-            self._count(metrics.HOT_CONFLICTS)
-            log.error("object %s reached %s with other bytes than Redis had; the durable store's stay",
-                      key, self.durable.url)
+            self._conflict(key, "Redis had")
             await self.redis.call(f"drop {key}", self.redis.client.delete(self._k("o", key)))
         except StoreUnavailableError as exc:
             self.last_flush_error = str(exc)
@@ -473,10 +471,7 @@ class HotTierObjectStore:
                     await self.durable.put_if_absent(key, data)
                 except CheckpointExistsError:
                     # Other bytes were there first (written around Redis by someone else): they stay.
-                    self.conflicts += 1
-                    self._count(metrics.HOT_CONFLICTS)
-                    log.error("object %s was in %s with other bytes than this process wrote to Redis; "
-                              "the durable store's stay", key, self.durable.url)
+                    self._conflict(key, "this process wrote to Redis")
                 self._forget(key)
 
         results = await asyncio.gather(*(one(k, d) for k, d in list(self._mine.items())), return_exceptions=True)
@@ -487,6 +482,12 @@ class HotTierObjectStore:
                 raise failure
 
     # -- helpers ----------------------------------------------------------------------
+    def _conflict(self, key: str, whose: str) -> None:
+        """The durable store had other bytes for ``key`` than ``whose``: its bytes stay; count and say it."""
+        self.conflicts += 1
+        self._count(metrics.HOT_CONFLICTS)
+        log.error("object %s reached %s with other bytes than %s; the durable store's stay", key, self.durable.url, whose)
+
     def _remember(self, key: str, data: bytes) -> None:
         self._forget(key)
         self._mine[key] = data
