@@ -4,6 +4,14 @@ The same model call and the same tools as activities, and nothing else: no
 mirror, no transcript store (the message list is passed whole to every model
 call), no tool cache, no status bookkeeping, no heartbeats. Registered on its
 own worker and task queue by `bench.b1_overhead`.
+
+Two options serve as floors of other benchmarks. `noop_per_step` (the
+concurrency benchmark's, bench.bare_worker): each step also starts a third
+activity that does nothing with the step's new messages, where Rewind
+mirrors the step; not awaited by the loop, one at a time, as Rewind's mirror.
+`messages_file` (the fork benchmark's): the conversation so far is a JSON
+file that every model call reads before its new messages (a conversation
+passed by reference, as Rewind's transcript).
 """
 
 from __future__ import annotations
@@ -11,27 +19,31 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
 
 BARE_LLM = "bare_llm"
 BARE_TOOL = "bare_tool"
+BARE_NOOP = "bare_noop"
 
 
 @workflow.defn(name="BareAgentWorkflow")
 class BareAgentWorkflow:
     @workflow.run
     async def run(self, inp: dict[str, Any]) -> int:
-        messages: list[dict[str, Any]] = [
+        source = inp.get("messages_file")
+        messages: list[dict[str, Any]] = [] if source else [
             {"role": "system", "content": inp["system_prompt"]},
             {"role": "user", "content": inp["task"]},
         ]
         step = 0
+        noop: asyncio.Future[Any] | None = None
         while step < inp["max_steps"]:
             step += 1
             reply = await workflow.execute_activity(
-                BARE_LLM, {"model": inp["model"], "messages": messages, "tools": inp["tools"]},
+                BARE_LLM, {"model": inp["model"], "messages": messages, "tools": inp["tools"], "messages_file": source},
                 start_to_close_timeout=timedelta(seconds=120),
             )
             messages.append(reply)
@@ -42,7 +54,13 @@ class BareAgentWorkflow:
                 workflow.execute_activity(BARE_TOOL, call, start_to_close_timeout=timedelta(seconds=60))
                 for call in calls
             ))
-            messages.extend({"role": "tool", "tool_call_id": c["id"], "content": o} for c, o in zip(calls, outputs))
+            new = [reply] + [{"role": "tool", "tool_call_id": c["id"], "content": o} for c, o in zip(calls, outputs)]
+            messages.extend(new[1:])
+            if inp.get("noop_per_step") and (noop is None or noop.done()):
+                noop = asyncio.ensure_future(workflow.execute_activity(
+                    BARE_NOOP, new, start_to_close_timeout=timedelta(seconds=60)))
+        if noop is not None:
+            await noop
         return step
 
 
@@ -55,11 +73,14 @@ class BareActivities:
 
     @activity.defn(name=BARE_LLM)
     async def bare_llm(self, request: dict[str, Any]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": request["model"], "messages": request["messages"]}
+        before = json.loads(Path(request["messages_file"]).read_bytes()) if request.get("messages_file") else []
+        kwargs: dict[str, Any] = {"model": request["model"], "messages": before + request["messages"]}
         if request["tools"]:
             kwargs["tools"] = request["tools"]
-        raw = await self._client.chat.completions.with_raw_response.create(**kwargs)
-        message = raw.http_response.json()["choices"][0]["message"]
+        # Posted as plain JSON, as Rewind's model call does (activities/llm.py): the client's
+        # `create` would first walk every message through its TypedDict transform.
+        data = await self._client.post("/chat/completions", body=kwargs, cast_to=object)
+        message = data["choices"][0]["message"]
         return {k: v for k, v in message.items() if v is not None or k == "content"}
 
     @activity.defn(name=BARE_TOOL)
@@ -68,3 +89,7 @@ class BareActivities:
         registered = self._registry.get(fn["name"])
         output = await registered.fn(**registered.validate(json.loads(fn["arguments"] or "{}")))
         return output if isinstance(output, str) else json.dumps(output)
+
+    @activity.defn(name=BARE_NOOP)
+    async def bare_noop(self, messages: list[dict[str, Any]]) -> None:
+        """Takes the step's new messages and does nothing (where Rewind writes a checkpoint)."""
