@@ -184,3 +184,20 @@ def test_projections_are_remembered_and_never_stale():
     parts = {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
     assert outgoing_messages([parts]) == [outgoing_message(parts)]
     assert outgoing_messages([{**tool, "content": "other"}])[0]["content"] == "other"
+
+
+def test_a_message_changed_in_place_is_projected_again():
+    """The same message object is looked up by identity (its content key is not built
+    again on every call); a message changed in place since is not served the old projection."""
+    from activities.wire_format import outgoing_message, outgoing_messages
+
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c9", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    first = outgoing_messages([message])[0]
+    assert outgoing_messages([message])[0] is first  # served by identity
+    message["content"] = "now it says something"
+    assert outgoing_messages([message])[0] == outgoing_message(message) != first
+    message["tool_calls"] = [{"id": "c10", "type": "function", "function": {"name": "g", "arguments": '{"x": 1}'}}]
+    assert outgoing_messages([message])[0]["tool_calls"][0]["id"] == "c10"
+    message["name"] = "someone"
+    assert outgoing_messages([message])[0] == outgoing_message(message)
