@@ -39,6 +39,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_besides(taken: set[int]) -> int:
+    """A free port that is none of `taken`: ports a server is given are not bound until it
+    starts, so the kernel may hand one of them out again for another of its ports."""
+    while True:
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            return port
+
+
 def port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
@@ -316,7 +326,9 @@ class DevServer:
                 f"port {port} is already in use; is a Temporal server already running there? "
                 "Stop it, or choose another port with --port"
             )
-        ui_port = ui_port or free_port()
+        taken = {port}
+        ui_port = ui_port or free_port_besides(taken)
+        taken.add(ui_port)
         db_file.parent.mkdir(parents=True, exist_ok=True)
         stop_orphaned_server(db_file)
         lock_fd = lock_db(db_file)
@@ -324,8 +336,8 @@ class DevServer:
             str(temporal_binary()), "server", "start-dev",
             "--ip", "127.0.0.1",
             "--port", str(port),
-            "--http-port", str(free_port()),
-            "--metrics-port", str(free_port()),
+            "--http-port", str(free_port_besides(taken)),
+            "--metrics-port", str(free_port_besides(taken)),
             "--ui-port", str(ui_port),
             "--db-filename", str(db_file),
             "--log-level", "warn",

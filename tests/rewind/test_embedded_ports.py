@@ -100,3 +100,19 @@ def test_a_restart_on_fixed_ports_tries_them_again_for_as_long_as_it_is_told(tmp
             server.stop()
     finally:
         blocker.close()
+
+
+def test_the_ports_it_is_given_are_never_picked_for_its_other_ports(tmp_path, monkeypatch) -> None:
+    """Given ports are not bound until the server starts, so the kernel may hand one out
+    again when the server's HTTP and metrics ports are picked (a CI run met it: the HTTP
+    API's listen failed on the gRPC port it had been given)."""
+    port, ui_port = embedded.free_port(), embedded.free_port()
+    real = embedded.free_port
+    handed_again = iter([port, ui_port])
+    monkeypatch.setattr(embedded, "free_port", lambda: next(handed_again, None) or real())
+    server = DevServer.start(tmp_path / "temporal.db", port=port, ui_port=ui_port, headless=True)
+    try:
+        assert server.healthy() and server.address.endswith(f":{port}")
+        assert "address already in use" not in server.log_file.read_text()
+    finally:
+        server.stop()
