@@ -112,8 +112,9 @@ async def test_status_names_a_dead_worker_and_the_live_step(world, tmp_path: Pat
         assert "live status unavailable" not in text and "no poller seen" not in text, text
         # Its process is gone from this machine: said as such, without the wait for an answer.
         assert f"{worker.process.pid}@" in text and "a process of this machine that has exited" in text, text
-        # The step it is on comes from Temporal (the running tool call), not only from the store.
-        assert "run_tool slow_lookup" in text, text
+        # The step it is on comes from Temporal (the running tool call), not only from the store:
+        # its summary and activity (a heartbeat detail, the tool's name, only once it beat after 0.25 s).
+        assert "running      step 1: slow_lookup(item='tea') (run_tool" in text, text
         assert "step         1 (live, from Temporal" in text and "step 1: slow_lookup(item='tea')" in text, text
         doc = await rewind_json(cli, cenv, "status", "dead-worker-1")
         assert doc["no_worker"] and doc["failure"] is None, doc
