@@ -42,14 +42,21 @@ from workflows.contracts import AgentStatus, ToolRequest
 from workflows.ids import checkpoint_id
 
 
-async def _fork_once(suite, client, run: dict, model) -> dict:  # type: ignore[no-untyped-def]
-    n, settings = run["steps"], run["settings"]
-    name = f"fork{n}-{uuid.uuid4().hex[:6]}"
-    # Same turns up to N (a re-executed call would get its old answer), then one more tool step and an answer.
+def _continuing_script(model, run: dict, prefix: str) -> str:  # type: ignore[no-untyped-def]
+    """A script with the run's turns up to N (a re-executed call would get its old answer),
+    then one more tool step and an answer; its name."""
+    n = run["steps"]
+    name = f"{prefix}{n}-{uuid.uuid4().hex[:6]}"
     model.add_script(name, run["turns"] + [
         {"tool_calls": [{"name": "blob", "arguments": {"index": 10_000 + n, "size": 2048}}]},
         {"content": "forked and finished"},
     ])
+    return name
+
+
+async def _fork_once(suite, client, run: dict, model) -> dict:  # type: ignore[no-untyped-def]
+    n, settings = run["steps"], run["settings"]
+    name = _continuing_script(model, run, "fork")
     branch = f"fork-{uuid.uuid4().hex[:6]}"
     times: dict[str, float] = {}
     arrivals_before = len(model.arrivals)
@@ -165,11 +172,7 @@ async def _floor_once(suite, server, run: dict, model) -> dict:  # type: ignore[
     where Rewind writes the step's checkpoint. Seconds from the start to that activity done
     (from history), and to each part."""
     n = run["steps"]
-    name = f"floor{n}-{uuid.uuid4().hex[:6]}"
-    model.add_script(name, run["turns"] + [
-        {"tool_calls": [{"name": "blob", "arguments": {"index": 10_000 + n, "size": 2048}}]},
-        {"content": "forked and finished"},
-    ])
+    name = _continuing_script(model, run, "floor")
     folder = suite.tmp / f"floor-{uuid.uuid4().hex[:6]}"
     folder.mkdir()
     point = folder / "checkpoint.json"

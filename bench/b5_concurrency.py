@@ -71,6 +71,15 @@ async def _mirror_lags(settings, run_id: str) -> list[float]:  # type: ignore[no
     return lags
 
 
+def _step_figures(events: list[Any], model_activity: str) -> tuple[list[float], int, int]:
+    """One run's step durations (model call to model call; the last one, which includes the
+    final mirror drain, left out), activities and workflow tasks, from its history."""
+    marks = step_marks(events, model_activity)
+    prof = activity_profile(events)
+    return ([b - a for a, b in zip(marks, marks[1:])][:-1],
+            sum(a["count"] for a in prof["activities"].values()), prof["workflow_tasks"])
+
+
 async def _batch(suite, runs: int, steps: int, processes: int, sandbox: bool = False,  # type: ignore[no-untyped-def]
                  tree: Path | None = None) -> dict:  # type: ignore[type-arg]
     """One batch of `runs` × `steps` on a fresh dev server and one `rewind worker` of
@@ -114,11 +123,10 @@ async def _batch(suite, runs: int, steps: int, processes: int, sandbox: bool = F
     activities = wfts = 0
     for h, r in zip(handles, results):
         events = await history_events(client, h.id)
-        marks = step_marks(events, "call_llm")
-        durations += [b - a for a, b in zip(marks, marks[1:])][:-1]  # the last one includes the final mirror drain
-        prof = activity_profile(events)
-        activities += sum(a["count"] for a in prof["activities"].values())
-        wfts += prof["workflow_tasks"]
+        steps_s, n_activities, n_wfts = _step_figures(events, "call_llm")
+        durations += steps_s
+        activities += n_activities
+        wfts += n_wfts
         names: dict[int, str] = {}
         for e in events:
             if e.HasField("activity_task_scheduled_event_attributes"):
@@ -190,12 +198,10 @@ async def _floor_batch(suite, runs: int, steps: int) -> dict:  # type: ignore[ty
     durations: list[float] = []
     activities = wfts = 0
     for h in handles:
-        events = await history_events(client, h.id)
-        marks = step_marks(events, "bare_llm")
-        durations += [b - a for a, b in zip(marks, marks[1:])][:-1]
-        prof = activity_profile(events)
-        activities += sum(a["count"] for a in prof["activities"].values())
-        wfts += prof["workflow_tasks"]
+        steps_s, n_activities, n_wfts = _step_figures(await history_events(client, h.id), "bare_llm")
+        durations += steps_s
+        activities += n_activities
+        wfts += n_wfts
     suite.stop_model(model)
     suite.stop_temporal(server)
     wall = t1 - t0

@@ -19,11 +19,12 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.tools import ToolRegistry
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
+from bench.common import TOOLS_MODULE
 
 
 async def main(address: str, queue: str, model_url: str) -> None:
     client = await Client.connect(address)
-    acts = BareActivities(model_url, ToolRegistry.from_modules(["bench.tools"]))
+    acts = BareActivities(model_url, ToolRegistry.from_modules([TOOLS_MODULE]))
     worker = Worker(client, task_queue=queue, workflows=[BareAgentWorkflow],
                     activities=[acts.bare_llm, acts.bare_tool, acts.bare_noop],
                     workflow_runner=UnsandboxedWorkflowRunner())

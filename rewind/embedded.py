@@ -326,9 +326,8 @@ class DevServer:
                 f"port {port} is already in use; is a Temporal server already running there? "
                 "Stop it, or choose another port with --port"
             )
-        taken = {port}
+        taken = {port} if ui_port is None else {port, ui_port}
         ui_port = ui_port or free_port_besides(taken)
-        taken.add(ui_port)
         db_file.parent.mkdir(parents=True, exist_ok=True)
         stop_orphaned_server(db_file)
         lock_fd = lock_db(db_file)
