@@ -1,7 +1,7 @@
 """The activities of an experiment (workflows/experiment.py): fork one branch,
 watch it, score it.
 
-Forking is `checkpoint_bridge.branching.fork`, the same as `rewind fork`: the
+Forking is `checkpoint_bridge.branches.branching.fork`, the same as `rewind fork`: the
 branch is seeded from the checkpoint, so no call before the fork point runs
 again. A retry of the start (a worker died after the fork started) finds the
 branch's workflow by its fixed id and returns it, so each branch starts once.
@@ -22,8 +22,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from checkpoint_bridge.branching import Launcher, fork
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.branches.branching import Launcher, fork
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.contracts import AgentInput, AgentStatus
 from workflows.experiment_contracts import (
     BranchOutcome,
@@ -112,7 +112,7 @@ class ExperimentActivities:
 
 async def _started(client: Client, workflow_id: str) -> StartedBranch | None:
     """The branch's workflow if it exists (its first run's input holds its limits)."""
-    from checkpoint_bridge.branching import source_input
+    from checkpoint_bridge.branches.branching import source_input
 
     handle = client.get_workflow_handle(workflow_id)
     try:

@@ -32,7 +32,7 @@ from activities.spans import activity_span
 from activities.tokens import preload
 from activities.redaction import NO_REDACTION, Redactor
 from activities.transcript import TranscriptError, TranscriptStore
-from checkpoint_bridge.outputs import OutputStore
+from checkpoint_bridge.checkpoints.outputs import OutputStore
 from activities.wire_format import outgoing_messages
 from workflows.contracts import LlmRequest, LlmResponse, Usage
 from workflows.errors import StoreUnavailableError

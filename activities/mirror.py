@@ -4,7 +4,7 @@ for runs from before batches).
 
 It writes the steps' checkpoints to the store, in order, off the agent
 loop's critical path; Temporal retries it while the store is down, and
-`rewind status` shows the lag. `rewind mirror RUN` (checkpoint_bridge/mirror.py) rebuilds the same
+`rewind status` shows the lag. `rewind mirror RUN` (checkpoint_bridge/projection/mirror.py) rebuilds the same
 bytes from history with the same fold.
 """
 
@@ -20,10 +20,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.redaction import Redactor
-from checkpoint_bridge.mirror import mirror_run
-from checkpoint_bridge.outputs import OutputStore
-from checkpoint_bridge.projector import record_parts
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.projection.mirror import mirror_run
+from checkpoint_bridge.checkpoints.outputs import OutputStore
+from checkpoint_bridge.projection.projector import record_parts
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.contracts import MirrorAck, MirrorBatch, StepRecord
 from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, TranscriptError
 from workflows.ids import checkpoint_id, parse_checkpoint_id, workflow_id_for

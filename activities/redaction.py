@@ -6,7 +6,7 @@ reads it on the next step. So the activities redact where that data is made
 (tool outputs and errors, model errors, the model's own reply), and everything
 downstream only ever sees the redacted form.
 
-What is a secret (rewind/config.py reads the environment):
+What is a secret (rewind/settings/config.py reads the environment):
   - the value of every environment variable named in `REWIND_SECRET_ENV`
     (comma-separated; default: OpenAI, AWS and Anthropic keys), read once
     when the worker starts, and the model key in use;

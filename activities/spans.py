@@ -1,7 +1,7 @@
 """Spans of the model-call and tool-call activities, through the OpenTelemetry API only.
 
 The API records nothing by itself: with tracing off there is no tracer
-provider (rewind/tracing.py sets one only when an OTLP endpoint is
+provider (rewind/temporal/tracing.py sets one only when an OTLP endpoint is
 configured) and every span is a no-op; without the package installed this
 module is a no-op of its own. With tracing on, a span is a child of the
 activity's `RunActivity` span (Temporal's TracingInterceptor), itself under

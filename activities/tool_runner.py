@@ -28,7 +28,7 @@ from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.redaction import Redactor
 from activities.spans import activity_span
-from checkpoint_bridge.outputs import OutputStore, worth_a_reference
+from checkpoint_bridge.checkpoints.outputs import OutputStore, worth_a_reference
 from activities.tools import (
     RegisteredTool,
     ToolContext,
@@ -275,7 +275,7 @@ class ToolActivities:
         return outcome(output=value, replayed_from_record=kind == "recorded")
 
     async def _by_reference(self, tool_name: str, value: Any) -> dict[str, Any]:
-        """The output stored once and named by digest in history (checkpoint_bridge/outputs.py).
+        """The output stored once and named by digest in history (checkpoint_bridge/checkpoints/outputs.py).
         A completed call is not run again because the store failed: its output goes into
         history itself when it is small enough (what the call returns is the same; the mirror
         and the model call resolve a reference to the same content); only a larger output

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from checkpoint_bridge.stores.addressed import get_addressed, put_addressed
-from checkpoint_bridge.lru import LRU
+from checkpoint_bridge.checkpoints.lru import LRU
 from checkpoint_bridge.stores import ObjectStore
 from workflows.canonical import canonical_json
 from workflows.errors import TranscriptError

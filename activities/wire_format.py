@@ -9,7 +9,7 @@ stored conversation onto the intersection of what OpenAI, vLLM, Ollama
 what the conversation says. It does not know which server is configured, so a
 run can move between servers (or be replayed) and send the same bytes.
 
-Why each rule (the evidence; `rewind/scripted_model.py` emulates the servers'
+Why each rule (the evidence; `rewind/worker/scripted_model.py` emulates the servers'
 rejections as "dialects"):
 
 * Assistant `content` is always a string; null (and missing) become "".

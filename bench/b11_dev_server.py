@@ -8,7 +8,7 @@ change in the machine's load spreads over all of them; LangGraph + SqliteSaver
 (no server) runs once per round as the fixed point. Per-step time is read from
 each run's history, model call scheduled to the next one scheduled.
 
-What Rewind keeps is `rewind.embedded.DISPATCH_TUNING`; this benchmark measures
+What Rewind keeps is `rewind.temporal.dev_server.DISPATCH_TUNING`; this benchmark measures
 it next to the server's defaults and each setting alone.
 """
 
@@ -18,7 +18,7 @@ from activities.tools import ToolRegistry
 from bench.b1_overhead import _bare, _langgraph, _rewind
 from bench.baselines import langgraph_available
 from bench.common import TOOLS_MODULE, Section, log, median, ms, percentile
-from rewind.embedded import DISPATCH_TUNING
+from rewind.temporal.dev_server import DISPATCH_TUNING
 
 FAST_POLL = "1000"
 TRANSFER = {"history.transferProcessorMaxPollRPS": FAST_POLL}
@@ -41,10 +41,10 @@ VARIANTS: list[tuple[str, dict[str, str], str]] = [
     ("+ eager activities", {**TRANSFER, "system.enableActivityEagerExecution": "true"},
      "system.enableActivityEagerExecution: an activity scheduled by a workflow task goes back with its reply"),
 ]
-# What rewind.embedded starts the server with: one of the variants above, or measured as its own.
+# What rewind.temporal.dev_server starts the server with: one of the variants above, or measured as its own.
 KEPT = next((label for label, tuning, _ in VARIANTS if tuning == DISPATCH_TUNING), "Rewind's default (DISPATCH_TUNING)")
 if KEPT not in {label for label, _, _ in VARIANTS}:
-    VARIANTS.append((KEPT, DISPATCH_TUNING, "what rewind.embedded starts the server with"))
+    VARIANTS.append((KEPT, DISPATCH_TUNING, "what rewind.temporal.dev_server starts the server with"))
 
 
 async def _on_server(suite, label: str, tuning: dict[str, str], steps: int, registry: ToolRegistry,  # type: ignore[no-untyped-def]
@@ -114,5 +114,5 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     else:
         sec.notes.append(f"LangGraph skipped: {skip_lg}")
     sec.notes.append("Rewind's settings: " + ", ".join(f"`{k}={v}`" for k, v in DISPATCH_TUNING.items())
-                     + " (explained where they are set, rewind/embedded.py).")
+                     + " (explained where they are set, rewind/temporal/dev_server.py).")
     return sec

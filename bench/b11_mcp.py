@@ -25,7 +25,7 @@ from activities.mcp.config import McpServerConfig
 from activities.mcp.tools import McpHub
 from activities.tools import ToolRegistry
 from bench.common import REPO, TOOLS_MODULE, Section, activity_profile, history_events, log, median, ms, start_agent
-from rewind.timing import step_marks
+from rewind.temporal.timing import step_marks
 from workflows.wire import RUN_TOOL
 
 VARIANTS = {

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 from bench.common import REPO, Section, WorkerProcess, blob_script, log, median, wait_polling
-from rewind.config import Settings
+from rewind.settings.config import Settings
 
 BASELINE = ("python -c 'import asyncio, json'", [sys.executable, "-c", "import asyncio, json"])
-# The console script's own code: `from rewind.cli import main; sys.exit(main())`.
-ENTRY = "import sys; from rewind.cli import main; sys.exit(main())"
+# The console script's own code: `from rewind.cli.main import main; sys.exit(main())`.
+ENTRY = "import sys; from rewind.cli.main import main; sys.exit(main())"
 # (command, target ratio to the baseline)
 TARGETS = {"--version": 2.0, "--help": 2.0, "tree": 3.0, "show": 3.0, "status": 4.0, "pending": 4.0}
 
@@ -132,7 +132,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     rows.insert(0, [BASELINE[0], *[f"{b * 1000:.0f}"] * len(trees), *["1.0x"] * len(trees), "–", "–"])
     sec.table("Whole-process time (ms, medians) and ratio to the baseline", headers, rows)
     sec.data = data
-    sec.notes.append("What a read-only command loads is guarded by tests/rewind/test_cli_imports.py (which packages, "
+    sec.notes.append("What a read-only command loads is guarded by tests/rewind/cli/test_cli_imports.py (which packages, "
                      "not how long): no Temporal client for a command that reads only the store, no S3 client for a "
                      "folder store, no openai outside the worker, no pydantic for --version and --help; `status` of a "
                      "finished run and `pending` without an open run use the SDK's service client, not its Client "

@@ -41,7 +41,7 @@ from bench.common import (
     rewind_worker,
     start_agent,
 )
-from rewind.timing import step_marks
+from rewind.temporal.timing import step_marks
 from workflows.contracts import DEFAULT_SYSTEM_PROMPT
 
 TOOL_BYTES = 256

@@ -39,8 +39,8 @@ from bench.common import (
 from bench.step_cost import step_cost
 from checkpoint_bridge.document.envelope import encode as envelope_encode
 from checkpoint_bridge.document.schema import checkpoint_to_dict
-from checkpoint_bridge.store import open_checkpoint_store
-from rewind.timing import step_marks
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
+from rewind.temporal.timing import step_marks
 
 BLOB = 2048
 TARGET_X = 3.0

@@ -1,6 +1,6 @@
 """4. Fork latency, and what a fork re-executes.
 
-`checkpoint_bridge.branching.fork(...)` from the last step N of an N-step run
+`checkpoint_bridge.branches.branching.fork(...)` from the last step N of an N-step run
 (the storage benchmark's runs), with a model script that continues the
 conversation: from the call to (a) the new branch's status query showing a
 step > N and (b) its first new checkpoint (step N+1) in the store, each
@@ -29,13 +29,13 @@ from bench.b2_storage import long_run
 from activities.tools import ToolRegistry
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.common import TOOLS_MODULE, Section, history_events, log, median, rewind_worker, turn_of
-from checkpoint_bridge.branching import checkpoint_at, seed_from, source_of
+from checkpoint_bridge.branches.branching import checkpoint_at, seed_from, source_of
 from rewind import fork
-from checkpoint_bridge.lineage import resolve_step
+from checkpoint_bridge.checkpoints.lineage import resolve_step
 from checkpoint_bridge.document.envelope import decode
 from checkpoint_bridge.document.layout import step_key
 from checkpoint_bridge.stores import open_object_store
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from activities.transcript import TranscriptStore
 from rewind.client import workflow_id_for
 from workflows.contracts import AgentStatus, ToolRequest
@@ -219,7 +219,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     lengths = [50] if suite.quick else [50, 500]
     repeat = 1 if suite.quick else REPEAT_FULL
     sec = Section("fork", "4. Fork latency",
-                  "`checkpoint_bridge.branching.fork(...)` from the last step N of the storage benchmark's N-step "
+                  "`checkpoint_bridge.branches.branching.fork(...)` from the last step N of the storage benchmark's N-step "
                   "runs (2 KB tool outputs), on an in-process worker started for the fork, with a model script that "
                   "continues the conversation"
                   + (f", {repeat} forks per run (medians)" if repeat > 1 else "") + ". Re-executions are counted at "

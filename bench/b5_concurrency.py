@@ -48,9 +48,9 @@ from temporalio.client import Client
 
 from activities.tools import ToolRegistry
 from bench.profile import Profiler, profile_note
-from checkpoint_bridge.runs import pollers
-from checkpoint_bridge.store import open_checkpoint_store
-from rewind.timing import step_marks
+from checkpoint_bridge.temporal.runs import pollers
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
+from rewind.temporal.timing import step_marks
 from workflows.contracts import DEFAULT_SYSTEM_PROMPT
 
 LATENCY_MS = 200.0

@@ -21,7 +21,7 @@ from bench.common import Section, log, median, percentile, rewind_worker
 from checkpoint_bridge.document.layout import branch_prefix
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.document.schema import dump_checkpoint
-from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store
 
 LOAD_REPEATS = 5
 

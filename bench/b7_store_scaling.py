@@ -33,9 +33,9 @@ from bench.common import REPO, Section, before_name, log, median, moto_process, 
 from bench.tools import blob_text
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, SqliteObjectStore
 from checkpoint_bridge.document.packs import plan
-from checkpoint_bridge.projector import record_parts
+from checkpoint_bridge.projection.projector import record_parts
 from checkpoint_bridge.document.schema import dump_checkpoint
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.canonical import cache_key
 from workflows.contracts import Ledger, StepRecord, ToolCallLog
 from workflows.ids import checkpoint_id
@@ -108,7 +108,7 @@ class _Counting:
 
 _LOADER = """
 import asyncio, json, sys, time
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.stores import open_object_store
 url, endpoint, cid, plain = sys.argv[1:5]
 async def main():
@@ -136,8 +136,8 @@ asyncio.run(main())
 _WRITER = """
 import asyncio, json, sys, time
 from bench.b7_store_scaling import _records
-from checkpoint_bridge.projector import record_parts
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.projection.projector import record_parts
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.stores import open_object_store
 url, endpoint, run_id, n = sys.argv[1:5]
 async def main():
@@ -261,7 +261,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     db = suite.tmp / f"scaling-{uuid.uuid4().hex[:6]}.db"
     log(f"store_scaling: {n} steps, SQLite file")
     results.append(await _measure("SQLite file", SqliteObjectStore(db), f"sqlite://{db}", None, records, depths))
-    from rewind.local_servers import PostgresServer, postgres_binaries
+    from rewind.local.servers import PostgresServer, postgres_binaries
 
     if postgres_binaries() is not None:
         from checkpoint_bridge.stores import PostgresObjectStore
@@ -299,7 +299,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         results.append(await _measure("DynamoDB (moto_server)", DynamoObjectStore(table, "scale", endpoint_url=endpoint,
                                                                                   region_name="us-east-1"),
                                       f"dynamodb://{table}/scale", endpoint, records, depths))
-        from rewind.local_servers import RedisServer, redis_binary
+        from rewind.local.servers import RedisServer, redis_binary
 
         if redis_binary() is not None:
             from checkpoint_bridge.stores import HotTierObjectStore

@@ -31,7 +31,7 @@ from bench.common import (
     start_agent,
     wait_polling,
 )
-from rewind.timing import step_marks
+from rewind.temporal.timing import step_marks
 
 TARGET = 1.2
 WINDOW = 20

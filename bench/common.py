@@ -1,8 +1,8 @@
 """Shared pieces of the benchmark suite: servers, workers, scripts, stats, report sections.
 
 Every server is real and started here, on free ports, with state in a temp
-dir: the Temporal dev server (`rewind.embedded.DevServer`), the scripted
-model (`rewind.scripted_model.ScriptedModelServer`, over HTTP, answered by
+dir: the Temporal dev server (`rewind.temporal.dev_server.DevServer`), the scripted
+model (`rewind.worker.scripted_model.ScriptedModelServer`, over HTTP, answered by
 the real openai client) and moto's S3 server.
 """
 
@@ -31,12 +31,12 @@ from temporalio.client import Client
 
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
-from checkpoint_bridge.runs import pollers
+from checkpoint_bridge.temporal.runs import pollers
 from rewind.client import connect, start_run
-from rewind.config import Settings
-from rewind.embedded import DevServer, free_port, port_open
-from rewind.scripted_model import ScriptedModelServer
-from rewind.testing import WorkerProcess as _SharedWorkerProcess, descendants
+from rewind.settings.config import Settings
+from rewind.temporal.dev_server import DevServer, free_port, port_open
+from rewind.worker.scripted_model import ScriptedModelServer
+from rewind.local.testing import WorkerProcess as _SharedWorkerProcess, descendants
 from workflows.contracts import AgentInput
 
 REPO = Path(__file__).resolve().parent.parent
@@ -335,7 +335,7 @@ async def start_agent(client: Client, settings: Settings, model_name: str, steps
 
 async def history_events(client: Client, workflow_id: str) -> list[Any]:
     """Every event of the workflow across its continue-as-new chain."""
-    from checkpoint_bridge.projector import chain_events
+    from checkpoint_bridge.projection.projector import chain_events
 
     return await chain_events(client, workflow_id)
 

@@ -27,7 +27,7 @@ _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 # The repository's top-level packages: a frame in one of them is Rewind's code.
 REWIND_PACKAGES = ("workflows", "activities", "checkpoint_bridge", "rewind", "worker.py", "bench", "examples")
 # Entry points: every sample is inside them, so they say nothing about where time goes.
-ENTRY_MODULES = {"worker.py", "rewind/worker.py", "rewind/worker_args.py", "rewind/cli.py"}
+ENTRY_MODULES = {"worker.py", "rewind/worker/main.py", "rewind/worker/args.py", "rewind/cli/main.py"}
 
 
 def _py_spy() -> str | None:

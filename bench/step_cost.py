@@ -21,7 +21,7 @@ from activities.context_budget import message_budget
 from activities.context_window import compress_messages
 from checkpoint_bridge.stores import FileObjectStore
 from checkpoint_bridge.document.schema import AgentCheckpoint, StepParts, checkpoint_to_dict
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 
 REPEATS = 3
 

@@ -28,8 +28,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from checkpoint_bridge.stores import FileObjectStore
-from checkpoint_bridge.projector import record_parts
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.projection.projector import record_parts
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.views.viewer import build_view, render_page
 from workflows.canonical import cache_key
 from workflows.contracts import Ledger, StepRecord, ToolCallLog

@@ -1,16 +1,17 @@
 """Checkpoint bridge: the AgentCheckpoint document, its stores, projection from
 history, lineage, and fork / rollback / diff / compensation.
 
-    document/    the document model, its migrations, the stored forms of a step, their keys
-    stores/      the object-store contract and one module per backend
-    (this level) the checkpoint store on top of an object store (store.py, chain.py),
-                 projection from history (projector.py, mirror.py),
-                 branches (lineage.py, branching.py, runs.py), approvals from
-                 outside (decisions.py), compensation, erasure, tool outputs
-    views/       read-side views for people: tree, show, diff, stats, viewer
-    langgraph/   RewindSaver and LangGraph import / export (optional extra)
+Its rooms, in floors (imports point down only, never sideways; tests/test_layers.py):
 
-Imports point down: views/ and langgraph/ use this level, which uses document/
-and stores/. Its public operations are re-exported by the `rewind` facade;
-import the modules here directly for the rest (`checkpoint_bridge.store`, ...).
+    4  views/        read-side views for people: tree, show, diff, stats, viewer, tool policies
+       langgraph/    RewindSaver and LangGraph import / export (optional extra)
+    3  branches/     fork, rollback, redo, compensation, decisions on waiting calls
+    2  projection/   history -> checkpoints: the projector and `rewind mirror`
+       temporal/     the Temporal side of runs: a branch's workflows, pollers, visibility
+    1  checkpoints/  the checkpoint store: chains, packs, lineage, tool outputs, erasure
+    0  document/     the document model, its migrations, the stored forms of a step, their keys
+       stores/       the object-store contract and one module per backend
+
+Its public operations are re-exported by the `rewind` facade; import the
+modules here directly for the rest (`checkpoint_bridge.checkpoints.store`, ...).
 """

@@ -25,8 +25,8 @@ from checkpoint_bridge.views.diff import diff, diff_text
 from checkpoint_bridge.views.inspect import tree_text
 from examples.research_agent import DEFAULT_TASK
 from rewind import checkpoint_store, fork, new_run_id, start_run
-from rewind.config import Settings
-from rewind.stack import embedded_stack
+from rewind.settings.config import Settings
+from rewind.local.stack import embedded_stack
 from workflows.contracts import AgentInput
 
 TECH_PROMPT = (

@@ -33,7 +33,7 @@ RESEARCH_PROMPT = (
 
 
 def outbox_dir() -> Path:
-    # An empty variable is an unset one (rewind/config.py), here too.
+    # An empty variable is an unset one (rewind/settings/config.py), here too.
     return Path(os.environ.get("REWIND_OUTBOX") or Path(os.environ.get("REWIND_HOME") or ".rewind") / "outbox")
 
 

@@ -11,6 +11,18 @@ The public API, in one place:
 
 Names are loaded on first use, so `import rewind` (and the `rewind` command's
 start-up) stays light.
+
+The package's rooms, in floors (imports point down only, never sideways;
+tests/test_layers.py):
+
+    5  cli/          the `rewind` command: parser, commands, docs/cli.md
+    4  local/        the local stack: stack, `rewind dev`, `rewind demo`, servers for tests
+    3  worker/       the worker process: build, run, pool, health, the offline model
+    2  (this level)  the client API: client.py (connect, start, fork, approve, ...),
+                     stores.py, experiments.py, erasure.py, progress.py, variables.py
+    1  temporal/     reaching Temporal: connection, converter, payloads, tracing, dev server
+    0  settings/     the one place that reads the environment
+       __init__.py   this facade: names as strings, imports nothing until used
 """
 
 from __future__ import annotations
@@ -30,8 +42,8 @@ _EXPORTS = {
     "RelativePath": "activities.arg_types",
     "NotAnOption": "activities.arg_types",
     # configuration and runs
-    "Settings": "rewind.config",
-    "TemporalConnection": "rewind.temporal_config",
+    "Settings": "rewind.settings.config",
+    "TemporalConnection": "rewind.settings.temporal",
     "TemporalConnectionError": "workflows.errors",
     "connect": "rewind.client",
     "start_run": "rewind.client",
@@ -52,13 +64,13 @@ _EXPORTS = {
     # checkpoints and branches
     "checkpoint_store": "rewind.stores",
     "tree": "checkpoint_bridge.views.inspect",
-    "lineage": "checkpoint_bridge.lineage",
+    "lineage": "checkpoint_bridge.checkpoints.lineage",
     "fork": "rewind.client",
     "redo": "rewind.client",
     "rollback": "rewind.client",
     "compensate": "rewind.client",
     "diff": "checkpoint_bridge.views.diff",
-    "mirror_run": "checkpoint_bridge.mirror",
+    "mirror_run": "checkpoint_bridge.projection.mirror",
     "store_stats": "checkpoint_bridge.views.stats",
     # experiments: one checkpoint forked N ways x K repetitions, compared
     "start_experiment": "rewind.experiments",

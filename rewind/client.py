@@ -18,8 +18,8 @@ from pydantic import BaseModel
 from temporalio.api.enums.v1 import WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
 
-from checkpoint_bridge import decisions
-from checkpoint_bridge.runs import (
+from checkpoint_bridge.branches import decisions
+from checkpoint_bridge.temporal.runs import (
     branch_executions,
     branch_workflows,
     completed_result,
@@ -28,7 +28,7 @@ from checkpoint_bridge.runs import (
     query_wait_s,
     start_agent,
 )
-from rewind.config import Settings
+from rewind.settings.config import Settings
 from workflows.summaries import summary_step
 from workflows.errors import RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
@@ -37,27 +37,27 @@ from workflows.wire import STATUS_QUERY
 
 if TYPE_CHECKING:
     # Imported where they are used: `rewind status` and `pending`, which answer most
-    # often, need neither the SDK's Client (rewind/temporal_connect.py, `Connection`), nor
+    # often, need neither the SDK's Client (rewind/temporal/connect.py, `Connection`), nor
     # the branching and compensation code, nor the checkpoint store unless they read it,
     # nor the workflow contracts but a run's status (workflows/status.py).
     from temporalio.client import Client, WorkflowHandle
 
-    from checkpoint_bridge.branching import ForkResult, Launcher, RollbackResult
-    from checkpoint_bridge.compensation import SideEffect
+    from checkpoint_bridge.branches.branching import ForkResult, Launcher, RollbackResult
+    from checkpoint_bridge.branches.compensation import SideEffect
     from checkpoint_bridge.document.schema import AgentCheckpoint
-    from checkpoint_bridge.store import CheckpointStore
+    from checkpoint_bridge.checkpoints.store import CheckpointStore
     from workflows.contracts import AgentInput, ApprovalRecord
 
 
 async def connect(settings: Settings | None = None, runtime: Any = None, *, service: str = "rewind-cli") -> Client:
     """A Temporal client for `settings` (default: `Settings.from_env()`: the `temporal` CLI's
-    profile file and TEMPORAL_* variables, rewind/temporal_config.py); `runtime` (a temporalio
+    profile file and TEMPORAL_* variables, rewind/settings/temporal.py); `runtime` (a temporalio
     Runtime) carries the worker's metrics endpoint. With tracing on, the client (and every
     worker built from it) traces as `service` unless OTEL_SERVICE_NAME says otherwise
-    (rewind/tracing.py). A connection that fails, or a namespace that is not there or not
+    (rewind/temporal/tracing.py). A connection that fails, or a namespace that is not there or not
     this client's, is one TemporalConnectionError naming the setting to fix
     (TemporalUnreachableError when nothing answers at the address)."""
-    from rewind.temporal_connect import open_connection
+    from rewind.temporal.connect import open_connection
 
     return (await open_connection(Settings.from_env() if settings is None else settings, runtime,
                                   service=service)).client
@@ -75,7 +75,7 @@ async def start_run(
 async def launcher(settings: Settings) -> AsyncIterator[Launcher]:
     """What fork and rollback need from the settings (closes the payload store after)."""
     from activities.transcript import TranscriptStore
-    from checkpoint_bridge.branching import Launcher
+    from checkpoint_bridge.branches.branching import Launcher
     from rewind.stores import payload_store
 
     objects = payload_store(settings)
@@ -86,8 +86,8 @@ async def launcher(settings: Settings) -> AsyncIterator[Launcher]:
 
 
 async def fork(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, **options: Any) -> ForkResult:
-    """`rewind fork`: a new branch from checkpoint `step` (see checkpoint_bridge.branching.fork)."""
-    from checkpoint_bridge import branching
+    """`rewind fork`: a new branch from checkpoint `step` (see checkpoint_bridge.branches.branching.fork)."""
+    from checkpoint_bridge.branches import branching
 
     async with launcher(settings) as launch:
         return await branching.fork(client, launch, store, run_id, step, **options)
@@ -95,8 +95,8 @@ async def fork(client: Client, settings: Settings, store: CheckpointStore, run_i
 
 async def redo(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int, call_id: str,
                **options: Any) -> ForkResult:
-    """`rewind redo`: a new branch from `step` on which only `call_id` runs again (checkpoint_bridge.branching.redo)."""
-    from checkpoint_bridge import branching
+    """`rewind redo`: a new branch from `step` on which only `call_id` runs again (checkpoint_bridge.branches.branching.redo)."""
+    from checkpoint_bridge.branches import branching
 
     async with launcher(settings) as launch:
         return await branching.redo(client, launch, store, run_id, step, call_id, **options)
@@ -104,8 +104,8 @@ async def redo(client: Client, settings: Settings, store: CheckpointStore, run_i
 
 async def rollback(client: Client, settings: Settings, store: CheckpointStore, run_id: str, step: int,
                    **options: Any) -> RollbackResult:
-    """`rewind rollback`: the branch back to `step`, continued in place (checkpoint_bridge.branching.rollback)."""
-    from checkpoint_bridge import branching
+    """`rewind rollback`: the branch back to `step`, continued in place (checkpoint_bridge.branches.branching.rollback)."""
+    from checkpoint_bridge.branches import branching
 
     async with launcher(settings) as launch:
         return await branching.rollback(client, launch, store, run_id, step, **options)
@@ -113,8 +113,8 @@ async def rollback(client: Client, settings: Settings, store: CheckpointStore, r
 
 async def compensate(client: Client, settings: Settings, run_id: str, branch: str, step: int,
                      effects: list[SideEffect]) -> list[dict[str, Any]]:
-    """Undo side effects after `step` once each (checkpoint_bridge.compensation)."""
-    from checkpoint_bridge.compensation import run_compensations
+    """Undo side effects after `step` once each (checkpoint_bridge.branches.compensation)."""
+    from checkpoint_bridge.branches.compensation import run_compensations
 
     return await run_compensations(client, settings.task_queue, run_id, branch, step, effects)
 
@@ -164,7 +164,7 @@ async def agent_input(
     """The input of a run of declared agent `agent` (`rewind start --agent NAME`): its system
     prompt, tools, model and max_steps, as a worker that loaded its declaration says, except
     what is given here. Start it with `start_run`."""
-    from checkpoint_bridge.runs import declared_agent
+    from checkpoint_bridge.temporal.runs import declared_agent
     from workflows.contracts import AgentInput
 
     spec = await declared_agent(client, settings.task_queue, agent)
@@ -280,7 +280,7 @@ async def run_view(
     newest checkpoint after a short wait instead of the whole timeout, and says that
     no worker answers (`no_worker`) with the live step from history.
 
-    `client` may be a Connection (rewind/temporal_connect.py): a run that completed is read with
+    `client` may be a Connection (rewind/temporal/connect.py): a run that completed is read with
     plain service calls, and the SDK's Client is built only for one that has not."""
     if query_timeout_s is None:
         query_timeout_s = STORE_FALLBACK_QUERY_S if store is not None else 5.0
@@ -418,7 +418,7 @@ async def view_from_store(store: CheckpointStore | None, run_id: str, branch_id:
     """A run Temporal no longer knows (past the namespace's retention): its newest checkpoint."""
     if store is None:
         return None
-    from checkpoint_bridge.lineage import revisions
+    from checkpoint_bridge.checkpoints.lineage import revisions
 
     for storage in reversed(await revisions(store, run_id, branch_id)):
         latest = await store.load_latest(run_id, storage)

@@ -10,7 +10,7 @@
                       are zeroed (secure_delete) and the write-ahead log emptied
 
 What belongs to the run in the shared, content-addressed payload store is read
-from the histories (rewind/history_refs.py): the run's own, and every other
+from the histories (rewind/temporal/history_refs.py): the run's own, and every other
 Rewind run's, whose objects stay. So the histories are read before anything
 is deleted, and Temporal is deleted last: a deletion that stops part way (a
 store down) says what it removed and what is left, and the same command run
@@ -41,8 +41,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.idempotency import record_key
 from activities.transcript import segment_bytes, segment_key
-from checkpoint_bridge.compensation import compensation_key
-from checkpoint_bridge.erasure import (
+from checkpoint_bridge.branches.compensation import compensation_key
+from checkpoint_bridge.checkpoints.erasure import (
     PartialDeletion,
     delete_keys,
     delete_run_objects,
@@ -52,10 +52,10 @@ from checkpoint_bridge.erasure import (
 )
 from checkpoint_bridge.document.layout import parse_key
 from checkpoint_bridge.stores import ObjectStore, parse_store_url
-from checkpoint_bridge.outputs import OutputStore, output_key
-from checkpoint_bridge.store import CheckpointStore
-from rewind.config import Settings
-from rewind.history_refs import (
+from checkpoint_bridge.checkpoints.outputs import OutputStore, output_key
+from checkpoint_bridge.checkpoints.store import CheckpointStore
+from rewind.settings.config import Settings
+from rewind.temporal.history_refs import (
     REWIND_WORKFLOWS,
     Claim,
     Execution,
@@ -64,7 +64,7 @@ from rewind.history_refs import (
     read_execution,
     read_executions,
 )
-from rewind.payloads import workflow_payload_prefix
+from rewind.temporal.payloads import workflow_payload_prefix
 from workflows.errors import (
     CheckpointError,
     ErasureIncompleteError,
@@ -406,7 +406,7 @@ class _Stores:
 async def _delete_workflow_payloads(stores: _Stores, namespace: str, workflow_ids: list[str]) -> int:
     """Every payload stored for the run's workflows, named in a history or not (the answer to
     a query, a result that never reached history): their keys hold the workflow id, so no other
-    run uses them. A folder: temporal/wf/<id>/ (rewind/payloads.py); S3: the SDK driver's
+    run uses them. A folder: temporal/wf/<id>/ (rewind/temporal/payloads.py); S3: the SDK driver's
     v0/ns/<namespace>/wt/<type>/wi/<id>/."""
     where = parse_store_url(stores.settings.payload_url)
     if where.kind != "s3":  # a folder or a database: LocalStorageDriver's keys
@@ -466,7 +466,7 @@ def _same_endpoint(a: str, b: str) -> bool:
 
 def _embedded_database(settings: Settings) -> Path | None:
     """This folder's `rewind server` database, when it is the Temporal the settings point at."""
-    from rewind.embedded import running_server
+    from rewind.temporal.dev_server import running_server
 
     db = (settings.home / "temporal.db").resolve()
     address = running_server(db)
@@ -474,7 +474,7 @@ def _embedded_database(settings: Settings) -> Path | None:
 
 
 def _erase_database_files(settings: Settings, report: ErasureReport) -> None:
-    from rewind.embedded import erase_deleted, zeroes_deleted_rows
+    from rewind.temporal.dev_server import erase_deleted, zeroes_deleted_rows
 
     db = _embedded_database(settings)
     if db is None:

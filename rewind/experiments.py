@@ -13,10 +13,10 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from checkpoint_bridge.lineage import resolve_step
-from checkpoint_bridge.runs import check_tools
-from checkpoint_bridge.store import CheckpointStore
-from rewind.config import Settings
+from checkpoint_bridge.checkpoints.lineage import resolve_step
+from checkpoint_bridge.temporal.runs import check_tools
+from checkpoint_bridge.checkpoints.store import CheckpointStore
+from rewind.settings.config import Settings
 from rewind.variables import variable_value
 from workflows.errors import InvalidIdError, RewindError, RunExistsError, UsageError
 from workflows.experiment_contracts import (

@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from checkpoint_bridge.stores import ObjectStore, open_object_store, verify_store
-from rewind.config import Settings
+from rewind.settings.config import Settings
 from workflows.errors import CheckpointError, ConfigError, StoreUnavailableError, StoreUnreachableError
 
 if TYPE_CHECKING:
-    from checkpoint_bridge.store import CheckpointStore
+    from checkpoint_bridge.checkpoints.store import CheckpointStore
 
 
 def object_store(settings: Settings, url: str) -> ObjectStore:
@@ -36,7 +36,7 @@ def checkpoint_objects(settings: Settings, *, meter: Any = None) -> ObjectStore:
 
 def checkpoint_store(settings: Settings) -> CheckpointStore:
     """The checkpoint store of `REWIND_STORE` (use as `async with`)."""
-    from checkpoint_bridge.store import CheckpointStore
+    from checkpoint_bridge.checkpoints.store import CheckpointStore
 
     return CheckpointStore(checkpoint_objects(settings))
 
@@ -55,7 +55,7 @@ class DeferredCheckpointStore:
         if name.startswith("__") or name == "_store":  # copy, pickle: not the store's
             raise AttributeError(name)
         if self._store is None:
-            from checkpoint_bridge.store import CheckpointStore
+            from checkpoint_bridge.checkpoints.store import CheckpointStore
 
             self._store = CheckpointStore(self.objects)
         return getattr(self._store, name)

@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from rewind.testing import LoggedProcess
+from rewind.local.testing import LoggedProcess
 
 BIN = Path(sys.executable).parent
 
@@ -30,7 +30,7 @@ def user_env(home: Path, **variables: str | None) -> dict[str, str]:
     """PATH, HOME=`home`, LANG, one worker process per `rewind worker` and `variables` (None:
     left out; "" kept, it is a value)."""
     # One process per worker unless a test says otherwise (REWIND_WORKER_PROCESSES=None: the
-    # default, a process per core; tests/rewind/test_worker_processes_as_user.py): the suite
+    # default, a process per core; tests/rewind/worker/test_worker_processes_as_user.py): the suite
     # starts workers by the dozen on a 2-core CI machine.
     env = {"PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
            "REWIND_WORKER_PROCESSES": "1"}

@@ -21,10 +21,10 @@ from temporalio.client import Client
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
 from rewind.client import connect
-from rewind.config import Settings
-from rewind.embedded import DevServer
-from rewind.scripted_model import ScriptedModelServer
-from rewind.testing import WorkerProcess
+from rewind.settings.config import Settings
+from rewind.temporal.dev_server import DevServer
+from rewind.worker.scripted_model import ScriptedModelServer
+from rewind.local.testing import WorkerProcess
 
 TESTS_DIR = Path(__file__).parent
 REPO = TESTS_DIR.parent
@@ -99,7 +99,7 @@ def postgres_server() -> Iterator[Any]:
     Without PostgreSQL installed the tests that need it are skipped, unless
     REWIND_TEST_REQUIRE_SERVERS=1 (CI), which makes that a failure.
     """
-    from rewind.local_servers import PostgresServer, postgres_binaries
+    from rewind.local.servers import PostgresServer, postgres_binaries
 
     if postgres_binaries() is None:
         if os.environ.get("REWIND_TEST_REQUIRE_SERVERS") == "1":
@@ -119,7 +119,7 @@ def postgres_url(postgres_server: Any) -> str:
 def redis_server() -> Iterator[Any]:
     """A Redis server of Debian's package on a private port, for the whole session (skipped
     without Redis installed, a failure with REWIND_TEST_REQUIRE_SERVERS=1)."""
-    from rewind.local_servers import RedisServer, redis_binary
+    from rewind.local.servers import RedisServer, redis_binary
 
     if redis_binary() is None:
         if os.environ.get("REWIND_TEST_REQUIRE_SERVERS") == "1":

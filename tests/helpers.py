@@ -10,7 +10,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from rewind.client import start_run
-from rewind.config import Settings
+from rewind.settings.config import Settings
 from workflows.contracts import AgentInput, AgentResult
 
 
@@ -37,7 +37,7 @@ def read_events(path: Path) -> list[dict]:
 
 async def final_transcript(settings, run_id: str, branch_id: str = "main") -> list[dict]:
     """The run's full conversation, from its newest checkpoint."""
-    from checkpoint_bridge.store import open_checkpoint_store
+    from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 
     async with open_checkpoint_store(settings.store_url) as store:
         latest = await store.load_latest(run_id, branch_id)
@@ -55,6 +55,6 @@ def scripted(model, turns: list[dict]) -> str:
 def outputs_of(settings):  # type: ignore[no-untyped-def]
     """The tool outputs that history names by reference (the run's payload store)."""
     from checkpoint_bridge.stores import open_object_store
-    from checkpoint_bridge.outputs import OutputStore
+    from checkpoint_bridge.checkpoints.outputs import OutputStore
 
     return OutputStore(open_object_store(settings.payload_url))

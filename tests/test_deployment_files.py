@@ -134,8 +134,8 @@ def test_temporal_runs_on_postgresql_with_its_schema_set_up_first():
     assert env["DYNAMIC_CONFIG_FILE_PATH"] in mounted
     dynamic = yaml.safe_load(COMPOSE["configs"]["temporal-dynamic-config"]["content"])
     assert dynamic["limit.maxIDLength"][0]["value"] == 255
-    # The transfer-queue reader's cap, raised as on the embedded dev server (rewind/embedded.py).
-    from rewind.embedded import DISPATCH_TUNING
+    # The transfer-queue reader's cap, raised as on the embedded dev server (rewind/temporal/dev_server.py).
+    from rewind.temporal.dev_server import DISPATCH_TUNING
 
     rps = dynamic["history.transferProcessorMaxPollRPS"][0]["value"]
     assert rps == int(DISPATCH_TUNING["history.transferProcessorMaxPollRPS"])
@@ -323,7 +323,7 @@ def test_dockerignore_keeps_local_state_and_tooling_out():
                  "activities/__pycache__", "rewind/__pycache__/cli.cpython-311.pyc",
                  "rewind_agents.egg-info", "build", ".pytest_cache"):
         assert _dockerignored(path), path
-    for path in ("pyproject.toml", "README.md", "worker.py", "rewind/cli.py",
+    for path in ("pyproject.toml", "README.md", "worker.py", "rewind/cli/main.py",
                  "activities/encodings/o200k_base.tiktoken.gz", "examples/research_agent.py"):
         assert not _dockerignored(path), path
 

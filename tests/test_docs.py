@@ -33,14 +33,14 @@ def test_every_guide_is_linked_from_the_readme():
 
 
 def test_the_command_reference_is_up_to_date():
-    from rewind.cli_reference import DEFAULT_PATH, REGENERATE, cli_reference
+    from rewind.cli.reference import DEFAULT_PATH, REGENERATE, cli_reference
 
     assert DEFAULT_PATH.read_text() == cli_reference(), f"docs/cli.md is out of date: run `{REGENERATE}`"
 
 
 def test_the_command_reference_names_every_command_and_option():
-    from rewind.cli import build_parser
-    from rewind.cli_reference import _subcommands
+    from rewind.cli.main import build_parser
+    from rewind.cli.reference import _subcommands
 
     text = (REPO / "docs" / "cli.md").read_text()
     for name, _, sub in _subcommands(build_parser()):

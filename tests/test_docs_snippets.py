@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from as_user import BIN, empty_dir, user_env
-from rewind.embedded import free_port
+from rewind.temporal.dev_server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -1,6 +1,6 @@
 """The layering, written down: imports point down only, and no module imports
 itself back through others. Read from the source with `ast` (every import,
-function-level ones too), so nothing has to run.
+function-level ones too, tests/import_graph.py), so nothing has to run.
 
     worker.py            the worker's entry point
     rewind/ examples/    CLI, worker, client API, facade; the demo's tools  (top)
@@ -8,145 +8,105 @@ function-level ones too), so nothing has to run.
     checkpoint_bridge/   documents, stores, projection, branches
     workflows/           vocabulary and the loop                      (bottom)
 
-Inside checkpoint_bridge/ the same holds between its rooms: views/ and
-langgraph/ on top, the checkpoint store, projection and branches in the
-middle, document/ and stores/ at the bottom (neither imports the other).
+Inside checkpoint_bridge/ and rewind/ the same holds between their rooms
+(ROOMS below, each package's docstring says it in words): a room imports
+only rooms on lower floors, never one on its own floor.
 """
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+import import_graph
+from import_graph import REPO, graph, imports_of, rooms, strongly_connected
 
-REPO = Path(__file__).resolve().parent.parent
 # examples/ sits with rewind/: its research tools are what `rewind demo` runs.
 LAYERS = {"workflows": 0, "checkpoint_bridge": 1, "activities": 2, "rewind": 3, "examples": 3, "worker": 4}
 
-
-def _modules() -> dict[str, Path]:
-    found = {"worker": REPO / "worker.py"}
-    for package in ("workflows", "checkpoint_bridge", "activities", "rewind", "examples"):
-        for path in (REPO / package).rglob("*.py"):
-            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
-            found[name.removesuffix(".__init__")] = path
-    return found
-
-
-def _imports(name: str, path: Path) -> set[str]:
-    """Project modules `name` imports (resolved to the longest known module name)."""
-    tree = ast.parse(path.read_text(), str(path))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
-        else:
-            continue
-        out.update(t for t in targets if t.split(".")[0] in LAYERS)
-    return out
-
-
-def _graph() -> dict[str, set[str]]:
-    modules = _modules()
-    graph = {}
-    for name, path in modules.items():
-        deps = set()
-        for target in _imports(name, path):
-            while target and target not in modules:
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                deps.add(target)
-        graph[name] = deps
-    return graph
+# The floors of each package's rooms (a room is a module directly in the package or a
+# sub-package); a room not named here is a module of the package's top level, on
+# TOP_LEVEL's floor.
+ROOMS = {
+    "checkpoint_bridge": {
+        "document": 0, "stores": 0,          # the document model | the object stores
+        "checkpoints": 1,                    # the checkpoint store: chains, packs, lineage, outputs, erasure
+        "projection": 2, "temporal": 2,      # history -> checkpoints | the Temporal side of runs
+        "branches": 3,                       # fork, rollback, compensation, decisions from outside
+        "views": 4, "langgraph": 4,          # what people see | LangGraph's checkpointer on the store
+    },
+    "rewind": {
+        "": 0,                               # the facade (rewind/__init__.py): names as strings, loaded on use
+        "settings": 0,                       # the one place that reads the environment
+        "temporal": 1,                       # reaching Temporal: connection, converter, dev server, tracing
+        # TOP_LEVEL (2): the client API: client, stores, experiments, erasure, progress, variables
+        "worker": 3,                         # the worker process: build, run, pool, health, offline model
+        "local": 4,                          # the local stack: stack, dev, demo, servers for tests
+        "cli": 5,                            # the command line: parser, commands, reference
+    },
+}
+TOP_LEVEL = 2
 
 
 def _layer(module: str) -> int:
     return LAYERS[module.split(".")[0]]
 
 
-# The rooms of checkpoint_bridge/ (a module directly in it is the middle floor).
-BRIDGE_ROOMS = {"document": 0, "stores": 0, "views": 2, "langgraph": 2}
+def _floor(package: str, room: str) -> int:
+    name = room[len(package) + 1:] if room != package else ""
+    return ROOMS[package].get(name, TOP_LEVEL if name else ROOMS[package][""])
 
 
-def _room(module: str) -> tuple[str, int]:
-    parts = module.split(".")
-    if len(parts) >= 2 and parts[1] in BRIDGE_ROOMS:
-        return parts[1], BRIDGE_ROOMS[parts[1]]
-    return "checkpoint_bridge", 1
+def _top_level_module(package: str, room: str) -> bool:
+    return room != package and (REPO / package / f"{room[len(package) + 1:]}.py").exists()
 
 
 def test_imports_point_down_only():
-    up = sorted(f"{m} -> {d}" for m, deps in _graph().items() for d in deps if _layer(d) > _layer(m))
+    up = sorted(f"{m} -> {d}" for m, deps in graph().items() for d in deps if _layer(d) > _layer(m))
     assert up == [], "imports that point up a layer:\n" + "\n".join(up)
 
 
-def test_checkpoint_bridge_rooms_point_down_only():
-    bridge = {m: deps for m, deps in _graph().items() if m.startswith("checkpoint_bridge.")}
+def test_rooms_point_down_only():
     wrong = []
-    for module, deps in bridge.items():
-        room, floor = _room(module)
-        for dep in deps:
-            if not dep.startswith("checkpoint_bridge.") or dep == "checkpoint_bridge":
-                continue
-            dep_room, dep_floor = _room(dep)
-            if dep_room != room and dep_floor >= floor:
-                wrong.append(f"{module} -> {dep}")
-    assert sorted(wrong) == [], "imports inside checkpoint_bridge/ that point up or sideways:\n" + "\n".join(sorted(wrong))
+    for package in ROOMS:
+        for room, deps in rooms(package).items():
+            if not _top_level_module(package, room) and room != package:
+                assert room[len(package) + 1:] in ROOMS[package], f"{room}/ is a new room: give it a floor in ROOMS"
+            for dep in deps:
+                same_top_level = _top_level_module(package, room) and _top_level_module(package, dep)
+                if _floor(package, dep) >= _floor(package, room) and not same_top_level:
+                    wrong.append(f"{room} -> {dep}")
+    assert sorted(wrong) == [], "imports between rooms that point up or sideways:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_figures_of_the_rooms():
+    # What `python tests/import_graph.py` prints: no arrow runs back up, no circle of rooms or modules.
+    for package in ROOMS:
+        figures = import_graph.figures(package)
+        assert (figures["back up"], figures["circles"], figures["module circles"]) == ([], [], []), figures
 
 
 def test_the_ground_floor_imports_nothing_else_of_the_project():
-    bottom = sorted(f"{m} -> {d}" for m, deps in _graph().items() if m.startswith("workflows")
+    bottom = sorted(f"{m} -> {d}" for m, deps in graph().items() if m.startswith("workflows")
                     for d in deps if not d.startswith("workflows"))
     assert bottom == [], bottom
 
 
 def test_no_import_cycles():
-    graph = _graph()
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-
-    def visit(v: str) -> None:  # Tarjan's strongly connected components
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
+    cycles = strongly_connected(graph())
     assert cycles == [], f"import cycles: {cycles}"
 
 
 def test_the_checker_sees_an_upward_import():
     # The parser resolves relative and function-level imports: a sample that points up is caught.
     sample = REPO / "tests" / "layer_sample.py"
-    sample.write_text("def f():\n    from rewind.cli import main\n    from . import errors\n")
+    sample.write_text("def f():\n    from rewind.cli.main import main\n    from . import errors\n")
     try:
-        found = _imports("workflows.sample", sample)
+        found = imports_of("workflows.sample", sample)
     finally:
         sample.unlink()
-    assert "rewind.cli" in found and "workflows.errors" in found
+    assert "rewind.cli.main" in found and "workflows.errors" in found
+
+
+def test_the_checker_sees_rooms_in_a_circle():
+    # Two rooms that import each other are one circle and one arrow back up.
+    sample = {"p.a": {"p.b"}, "p.b": {"p.a", "p.c"}, "p.c": set()}
+    assert strongly_connected(sample) == [["p.a", "p.b"]]
+    assert len(import_graph.back_up(sample)) == 1

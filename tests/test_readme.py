@@ -27,8 +27,8 @@ def test_the_configuration_table_lists_every_variable_the_product_reads():
     table = _guide("configuration.md")
     missing = sorted(v for v in read if f"`{v}`" not in table)
     assert not missing, f"docs/configuration.md does not list {missing}"
-    # The Temporal connection's variables (read through the SDK's envconfig, rewind/temporal_config.py).
-    from rewind.temporal_config import VARIABLES
+    # The Temporal connection's variables (read through the SDK's envconfig, rewind/settings/temporal.py).
+    from rewind.settings.temporal import VARIABLES
 
     temporal = {"TEMPORAL_PROFILE", "TEMPORAL_CONFIG_FILE"}
     for name, (variable, _) in VARIABLES.items():
@@ -42,7 +42,7 @@ def test_the_configuration_table_lists_every_variable_the_product_reads():
         for path in (REPO / folder).rglob("*.py")
         if re.search(r"os\.environ\b|os\.getenv\(", path.read_text()) and path.name not in {"config.py", "testing.py"}
     )
-    assert readers == [], f"modules reading the environment besides rewind/config.py: {readers}"
+    assert readers == [], f"modules reading the environment besides rewind/settings/config.py: {readers}"
 
 
 async def test_the_python_api_example_runs_as_written(temporal_server, tmp_path, model):

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from as_user import BIN, empty_dir, user_env
-from rewind.embedded import free_port
+from rewind.temporal.dev_server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()

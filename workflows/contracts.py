@@ -236,7 +236,7 @@ class SubagentCall(BaseModel):
 
 # How long a run stopped from outside (a rollback cancels it) still waits for
 # the checkpoints it recorded: the rollback waits for the run to end for
-# longer than this (checkpoint_bridge/branching.py STOP_TIMEOUT_S) before it
+# longer than this (checkpoint_bridge/branches/branching.py STOP_TIMEOUT_S) before it
 # terminates it, and writes its markers once it ended.
 STOPPED_MIRROR_DRAIN_S = 20.0
 
@@ -364,7 +364,7 @@ class ToolOutcome(BaseModel):
 
     output: Any = None
     # A large read-only output is stored in the payload store and named here
-    # instead (checkpoint_bridge/outputs.py); `output` is then None.
+    # instead (checkpoint_bridge/checkpoints/outputs.py); `output` is then None.
     output_ref: str | None = None
     error: str | None = None
     error_kind: Literal["invalid_arguments", "tool_error"] | None = None

@@ -1,6 +1,6 @@
 """Defaults a run takes when nothing names them.
 
-A module of constants without imports: the settings (rewind/config.py) read
+A module of constants without imports: the settings (rewind/settings/config.py) read
 it on every CLI start, which must not pay for the pydantic contracts.
 """
 

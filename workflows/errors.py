@@ -67,7 +67,7 @@ class TemporalUnreachableError(TemporalConnectionError):
 
 class StoreUnreachableError(ConfigError):
     """A configured store does not answer, times out or fails (not: refuses this client);
-    the message names the variable. A starting worker waits for it (rewind/startup.py)."""
+    the message names the variable. A starting worker waits for it (rewind/worker/startup.py)."""
 
 
 class UsageError(RewindError, ValueError):
@@ -180,7 +180,7 @@ class StoreUnavailableError(CheckpointError):
         # refused credentials, a path that is not a folder). False: it did not answer, or
         # failed (down, timing out, 5xx, throttled), which heals by itself. Activities retry
         # both (a fixed credential lets a waiting run go on); a starting worker waits out
-        # the second and reports the first at once (rewind/startup.py).
+        # the second and reports the first at once (rewind/worker/startup.py).
         self.refused = refused
 
 

@@ -87,7 +87,7 @@ def step_label(assistant_message: dict[str, Any]) -> str:
 
 
 # The key of a tool message whose content is a tool output stored by reference
-# (checkpoint_bridge/outputs.py): it never leaves Rewind, activities put the
+# (checkpoint_bridge/checkpoints/outputs.py): it never leaves Rewind, activities put the
 # content back before a model or a checkpoint sees the message.
 OUTPUT_REF = "rewind_output_ref"
 

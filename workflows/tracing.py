@@ -6,7 +6,7 @@ not export anything. So it only describes its spans, once they have ended:
 ids derived from the workflow's identity, times from `workflow.time_ns()`,
 attributes from the step's record. The description goes, only when the
 workflow is not replaying, to an extern function that the tracing interceptor
-(rewind/tracing_otel.py) registers on the worker; it turns it into a real
+(rewind/temporal/tracing_otel.py) registers on the worker; it turns it into a real
 span. Without that interceptor (tracing off) the extern is absent and every
 method here returns at once.
 

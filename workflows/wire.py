@@ -54,7 +54,7 @@ SA_STATE = "RewindState"    # running, waiting_for_approval, budget_exceeded, co
 SEARCH_ATTRIBUTES = (SA_RUN_ID, SA_BRANCH, SA_MODEL, SA_STATE)
 
 # -- external payload storage (driver names inside history's payload references) --
-LOCAL_PAYLOAD_DRIVER = "rewind.local"   # rewind/payloads.py LocalStorageDriver (a payload folder)
+LOCAL_PAYLOAD_DRIVER = "rewind.local"   # rewind/temporal/payloads.py LocalStorageDriver (a payload folder)
 S3_PAYLOAD_DRIVER = "aws.s3driver"      # the SDK's S3StorageDriver
 
 # -- patches (workflow.patched ids) --------------------------------------------

@@ -1,6 +1,6 @@
 """What one entry of an `mcpServers` configuration file says, as plain data.
 
-The file is read (and its `${VAR}` references filled in) by rewind/config.py;
+The file is read (and its `${VAR}` references filled in) by rewind/settings/config.py;
 these types are what the worker's MCP sessions and tools are built from.
 """
 

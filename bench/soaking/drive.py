@@ -13,10 +13,10 @@ from typing import Any, Awaitable, Callable
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from checkpoint_bridge.runs import branch_workflows
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.temporal.runs import branch_workflows
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from rewind.client import approve, fork, reject, rollback, start_run
-from rewind.config import Settings
+from rewind.settings.config import Settings
 from workflows.contracts import AgentStatus
 from workflows.errors import DecisionRefusedError, RunExistsError
 from workflows.ids import workflow_id_for

@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from rewind.config import Settings
-from rewind.embedded import DevServer, free_port, port_open
-from rewind.scripted_model import ScriptedModelServer
-from rewind.testing import REPO, LoggedProcess
+from rewind.settings.config import Settings
+from rewind.temporal.dev_server import DevServer, free_port, port_open
+from rewind.worker.scripted_model import ScriptedModelServer
+from rewind.local.testing import REPO, LoggedProcess
 
 from bench.soaking import shapes
 from bench.soaking.s3proxy import FaultProxy

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from checkpoint_bridge.document.schema import AgentCheckpoint, ToolCallRecord
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.errors import LangGraphThreadError, RunExistsError, UsageError
 from workflows.ids import checkpoint_id, validate_id
 from workflows.text import scrub_surrogates

@@ -67,7 +67,7 @@ except ImportError as exc:  # the core never needs LangGraph: only this module d
 
 from workflows.errors import ConfigError, CorruptCheckpointError, UnstorableStateError, UsageError
 
-from checkpoint_bridge.chain import read_many
+from checkpoint_bridge.checkpoints.chain import read_many
 from checkpoint_bridge.langgraph.layout import DEFAULT_PREFIX, Layout
 from checkpoint_bridge.langgraph.objects import REF, Typed
 from checkpoint_bridge.langgraph.store import Encoded, StoredCheckpoint, ThreadStore, record_from

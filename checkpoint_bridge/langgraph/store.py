@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from workflows.errors import CheckpointError, CheckpointExistsError, CheckpointNotFoundError, CorruptCheckpointError
 
-from checkpoint_bridge.chain import read_many
+from checkpoint_bridge.checkpoints.chain import read_many
 from checkpoint_bridge.langgraph.layout import Layout, RecordKey
 from checkpoint_bridge.langgraph.objects import (
     CHECKPOINT_FORMAT,
@@ -49,7 +49,7 @@ from checkpoint_bridge.langgraph.objects import (
     encode_object,
     extend_digest,
 )
-from checkpoint_bridge.lru import LRU
+from checkpoint_bridge.checkpoints.lru import LRU
 from checkpoint_bridge.stores import ObjectStore
 
 __all__ = ["ThreadStore", "StoredCheckpoint", "Encoded", "StoredWrite", "record_from", "INLINE_MAX"]

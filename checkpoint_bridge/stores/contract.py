@@ -45,7 +45,7 @@ The guarantees, which everything above the stores relies on:
 8. Deleting is the one exception to immutability: ``delete`` says whether the
    key was there (deleting twice is harmless), ``delete_prefix`` refuses the
    empty prefix; a deleted key may be written again. Only erasing a run
-   (``rewind delete``, checkpoint_bridge/erasure.py), erasing LangGraph
+   (``rewind delete``, checkpoint_bridge/checkpoints/erasure.py), erasing LangGraph
    threads (``RewindSaver``'s delete_thread / prune / delete_for_runs,
    langgraph/store.py) and the start-up probe delete.
 9. ``aclose`` releases connections and may be called more than once.

@@ -24,7 +24,7 @@ from workflows.errors import LineageError
 from workflows.ids import short_id
 
 if TYPE_CHECKING:
-    from checkpoint_bridge.store import CheckpointStore
+    from checkpoint_bridge.checkpoints.store import CheckpointStore
 
 __all__ = ["LineageError", "ForkPoint", "StepRow", "ToolCallRow", "Tokens", "BranchSide", "BranchDiff", "RedoneCall",
            "fork_point", "diff_branches", "diff_text", "diff_json"]
@@ -417,9 +417,9 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
 
 async def diff(store: "CheckpointStore", run_id: str, branch_a: str, branch_b: str) -> BranchDiff:
     """Compare two branches of a run as stored (the API behind `rewind diff`)."""
-    from checkpoint_bridge.lineage import load_lineage
+    from checkpoint_bridge.checkpoints.lineage import load_lineage
 
-    from checkpoint_bridge.lineage import is_revision_name
+    from checkpoint_bridge.checkpoints.lineage import is_revision_name
 
     return diff_branches(
         run_id, branch_a, await load_lineage(store, run_id, branch_a),

@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from checkpoint_bridge.lineage import resolve_step
+from checkpoint_bridge.checkpoints.lineage import resolve_step
 from checkpoint_bridge.document.schema import AgentCheckpoint
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.experiment_contracts import ExperimentStatus
 from workflows.ids import checkpoint_id
 from workflows.summaries import call_text

@@ -22,8 +22,8 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, Field
 
-from checkpoint_bridge.lineage import split_revision
-from checkpoint_bridge.store import CheckpointStore, StepFacts
+from checkpoint_bridge.checkpoints.lineage import split_revision
+from checkpoint_bridge.checkpoints.store import CheckpointStore, StepFacts
 from workflows.contracts import Ledger
 from workflows.errors import RunNotFoundError
 from workflows.ids import checkpoint_id, parse_subagent_branch, validate_id

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from checkpoint_bridge.lineage import split_revision
+from checkpoint_bridge.checkpoints.lineage import split_revision
 from checkpoint_bridge.document.schema import CheckpointSummary
 from workflows.ids import parse_checkpoint_id
 

@@ -34,10 +34,10 @@ from typing import Any
 
 from checkpoint_bridge.views.diff import diff_branches, diff_json
 from checkpoint_bridge.views.inspect import tree
-from checkpoint_bridge.lineage import display_name, is_revision_name, lineage_in, split_revision
+from checkpoint_bridge.checkpoints.lineage import display_name, is_revision_name, lineage_in, split_revision
 from checkpoint_bridge.document.migrations import validate_document
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary, ToolCallRecord, format_datetime
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.canonical import canonical_json
 from workflows.errors import CheckpointError, RewindError
 from workflows.experiment_contracts import parse_branch_name

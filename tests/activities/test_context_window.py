@@ -29,7 +29,7 @@ from activities.tokens import (
     encoding_for_model,
     load_encoding,
 )
-from rewind.scripted_model import _validate  # the scripted server's own 400 check
+from rewind.worker.scripted_model import _validate  # the scripted server's own 400 check
 
 MODEL = "gpt-4o-mini"
 WORDS = "alpha beta gamma delta revenue Acme Globex 2024 42 search report failed ok — ünïcode 東京".split()

@@ -9,7 +9,7 @@ import pytest
 
 from activities.llm import REJECTED_ERROR_TYPE, map_openai_error
 from activities.pricing import PriceTable
-from rewind.config import Settings
+from rewind.settings.config import Settings
 from workflows.contracts import Usage
 from workflows.errors import ConfigError
 

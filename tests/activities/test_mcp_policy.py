@@ -19,7 +19,7 @@ from activities.mcp.compensation import TemplateError, fill
 from activities.mcp.config import Compensation, ToolOverride
 from activities.mcp.policy import decide
 from activities.mcp.results import tool_output
-from checkpoint_bridge.outputs import OutputStore
+from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.stores.folder import FileObjectStore
 from workflows.errors import ConfigError, ToolError
 

@@ -119,7 +119,7 @@ async def long_receipt(n: int) -> str:
 
 
 async def test_large_read_only_outputs_go_by_reference_and_side_effects_stay_inline(tmp_path):
-    from checkpoint_bridge.outputs import OutputStore
+    from checkpoint_bridge.checkpoints.outputs import OutputStore
 
     outputs = OutputStore(FileObjectStore(tmp_path / "payloads"))
     activities = ToolActivities(ToolRegistry([long_page, long_receipt, charge]), IdempotencyLedger(FileObjectStore(tmp_path)),

@@ -28,7 +28,7 @@ from store_backends import (
     sqlite_backend,
 )
 
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 
 @pytest.fixture(params=["file", "s3", "sqlite", "postgres", "dynamodb", "hot", "redis"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import boto3
 
 from checkpoint_bridge.stores import FileObjectStore, ObjectStore, S3ObjectStore, SqliteObjectStore
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 
 
 def make_bucket(endpoint: str) -> tuple[Any, str]:

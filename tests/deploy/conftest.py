@@ -1,6 +1,6 @@
 """Stand-ins for docker-compose.yml's services, as local processes (no Docker engine here).
 
-`temporal`   -> a Temporal dev server (rewind.embedded.DevServer)
+`temporal`   -> a Temporal dev server (rewind.temporal.dev_server.DevServer)
 `temporal-namespace-init` -> its own script from the file, run with the `temporal` CLI of the venv
 `minio`      -> moto's S3 server (ThreadedMotoServer)
 `minio-init` -> the buckets of its `mc mb` lines, created with boto3 and its `mc alias` credentials
@@ -27,7 +27,7 @@ from moto.server import ThreadedMotoServer
 
 import compose_topology as ct
 from deploy_stack import Processes, S3Gate, Stack, tail
-from rewind.embedded import DevServer, temporal_binary
+from rewind.temporal.dev_server import DevServer, temporal_binary
 
 
 # -- failure reports: dump the processes' logs --------------------------------------

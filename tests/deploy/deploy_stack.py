@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 
 import compose_topology as ct
-from rewind.embedded import DevServer
+from rewind.temporal.dev_server import DevServer
 
 LOG_TAIL_LINES = 60
 

@@ -11,11 +11,11 @@ import pytest
 
 import compose_topology as ct
 from deploy_stack import Stack
-from rewind.config import Settings
-from rewind.embedded import free_port
+from rewind.settings.config import Settings
+from rewind.temporal.dev_server import free_port
 
 
-# A record of the worker's logging.basicConfig format (rewind/worker.py), levels below ERROR.
+# A record of the worker's logging.basicConfig format (rewind/worker/main.py), levels below ERROR.
 _LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ \S+ (DEBUG|INFO|WARNING) ")
 
 
@@ -51,7 +51,7 @@ def test_every_worker_variable_of_the_compose_file_is_read_by_the_product():
     env = ct.environment(ct.load_compose()["services"]["worker"], "worker")
     recording = _Recording(env)
     settings = Settings.from_env(recording)
-    # Settings (rewind/config.py) is the only reader of the environment; the S3
+    # Settings (rewind/settings/config.py) is the only reader of the environment; the S3
     # credentials are left to botocore's chain, which reads these from it.
     botocore_reads = {botocore.credentials.EnvProvider.ACCESS_KEY, botocore.credentials.EnvProvider.SECRET_KEY,
                       *botocore.credentials.EnvProvider.TOKENS}

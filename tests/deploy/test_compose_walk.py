@@ -25,8 +25,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 import compose_topology as ct
 from deploy_stack import Proc, Processes, Stack
-from rewind.config import Settings
-from rewind.testing import descendants
+from rewind.settings.config import Settings
+from rewind.local.testing import descendants
 
 TASK = "Research these companies: Acme, Globex, Initech"
 COMPANIES = ["Acme", "Globex", "Initech"]

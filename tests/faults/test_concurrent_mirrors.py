@@ -22,9 +22,9 @@ import pytest
 
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
-from checkpoint_bridge.mirror import mirror_run
+from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
-from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store
 from aiohttp import web
 from fault_helpers import S3Proxy, add_script, assert_chain, assert_well_formed
 from helpers import outputs_of, start_agent

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from temporalio.api.enums.v1 import EventType
 
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from fault_helpers import add_script, assert_chain, assert_same_transcript, assert_well_formed, wait_until
 from helpers import final_transcript, read_events, start_agent, turns_seen
 

@@ -21,9 +21,9 @@ from temporalio.api.enums.v1 import EventType
 
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
-from checkpoint_bridge.mirror import mirror_run
+from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.stores import S3ObjectStore
-from checkpoint_bridge.store import CheckpointStore, open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store
 from fault_helpers import FlakyS3Proxy, add_script, assert_chain, assert_well_formed, percentile
 from helpers import outputs_of, start_agent
 
@@ -133,6 +133,6 @@ async def test_store_failing_30pct_of_checkpoint_writes(client, settings, model,
 
 
 async def _records(client, run_id: str):
-    from checkpoint_bridge.projector import chain_events, step_records
+    from checkpoint_bridge.projection.projector import chain_events, step_records
 
     return await step_records(await chain_events(client, run_id), client.data_converter)

@@ -11,7 +11,7 @@ import pytest
 from helpers import read_events, start_agent
 
 from rewind import fork, rollback
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.client import branch_workflows
 from workflows.errors import CorruptCheckpointError, InvalidIdError
 
@@ -106,7 +106,7 @@ async def test_malformed_objects_are_rejected_with_a_clear_error(settings, raw):
 
 
 async def test_hostile_tool_arguments_are_rejected_before_any_side_effect(worker, client, settings, model, events_file):
-    from checkpoint_bridge.store import open_checkpoint_store as open_store
+    from checkpoint_bridge.checkpoints.store import open_checkpoint_store as open_store
 
     name = f"hostile-{uuid.uuid4().hex[:6]}"
     model.add_script(name, [

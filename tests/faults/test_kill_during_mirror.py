@@ -18,8 +18,8 @@ import uuid
 import boto3
 from temporalio.api.enums.v1 import EventType, TimeoutType
 
-from checkpoint_bridge.mirror import mirror_run
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.projection.mirror import mirror_run
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from fault_helpers import HoldsOneWrite, add_script, assert_chain, assert_well_formed
 from helpers import outputs_of, start_agent
 from workflows.wire import MIRROR_STEP, MIRROR_STEPS

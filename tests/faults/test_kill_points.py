@@ -156,7 +156,7 @@ async def test_sigkill_at_point_of_step_resumes_with_same_transcript(
     assert_same_transcript(transcript, expected)
 
     # Every checkpoint of the run is there and chained, as in the baseline.
-    from checkpoint_bridge.store import open_checkpoint_store
+    from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 
     async with open_checkpoint_store(settings.store_url) as store:
         await assert_chain(store, run_id, LAST_STEP)

@@ -6,8 +6,8 @@ import asyncio
 
 from temporalio.api.enums.v1 import EventType
 
-from checkpoint_bridge.projector import chain_events
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.projection.projector import chain_events
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from helpers import read_events, scripted, start_agent
 
 

@@ -18,8 +18,8 @@ import boto3
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
-from checkpoint_bridge.mirror import mirror_run
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.projection.mirror import mirror_run
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from fault_helpers import HoldsOneWrite, add_script, wait_until
 from helpers import outputs_of, start_agent
 from rewind import rollback

@@ -30,9 +30,9 @@ from temporalio.client import Client, WorkflowFailureError
 from activities.llm import ModelEndpoint
 from activities.tools import ToolRegistry
 from rewind.client import connect
-from rewind.config import Settings
-from rewind.encryption import EncryptionCodec, PayloadEncryptionError, parse_keys
-from rewind.payloads import data_converter
+from rewind.settings.config import Settings
+from rewind.temporal.encryption import EncryptionCodec, PayloadEncryptionError, parse_keys
+from rewind.temporal.payloads import data_converter
 from worker import build_worker
 from workflows.contracts import AgentResult
 from workflows.errors import ConfigError

@@ -17,10 +17,10 @@ import time
 from as_user import empty_dir, rewind, user_env, user_workers
 from fault_helpers import add_script, assert_chain, assert_well_formed, port_free, wait_until
 from helpers import final_transcript, read_events, start_agent
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.client import connect
-from rewind.config import Settings
-from rewind.embedded import DevServer, _PortTaken, free_port
+from rewind.settings.config import Settings
+from rewind.temporal.dev_server import DevServer, _PortTaken, free_port
 
 OUTAGE_S = 30.0
 TOOL_STEPS = 6

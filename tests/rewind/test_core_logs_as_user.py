@@ -2,7 +2,7 @@
 retries its calls and warns about it, and none of that reaches the command's stdout
 (which holds its one JSON document) or, without REWIND_DEBUG, its stderr.
 
-The SDK's default runtime prints those warnings on stdout (rewind/temporal_runtime.py);
+The SDK's default runtime prints those warnings on stdout (rewind/temporal/runtime.py);
 the soak found it when its own report came out unreadable.
 """
 
@@ -13,7 +13,7 @@ import json
 import time
 
 from as_user import BIN, UserWorker
-from rewind.embedded import DevServer, free_port, port_open
+from rewind.temporal.dev_server import DevServer, free_port, port_open
 
 TOOLS = '''
 import asyncio

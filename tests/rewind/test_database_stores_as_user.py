@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from as_user import UserWorker, one_line_error, rewind, user_env
 
-from rewind.local_servers import free_port
+from rewind.local.servers import free_port
 
 TASK = "Research these companies: Acme, Globex"
 
@@ -153,7 +153,7 @@ async def test_a_dynamodb_endpoint_that_is_down_stops_the_worker_with_one_line(t
 
 
 async def test_a_postgres_server_killed_mid_run_loses_nothing(temporal_server, tmp_path):
-    from rewind.local_servers import PostgresServer
+    from rewind.local.servers import PostgresServer
 
     server = await asyncio.to_thread(PostgresServer.start)
     try:

@@ -28,7 +28,7 @@ import boto3
 import pytest
 from as_user import BIN, UserWorker, one_line_error, user_env
 
-from rewind.testing import LoggedProcess
+from rewind.local.testing import LoggedProcess
 
 TOOLS = '''
 from activities.tools import tool

@@ -10,7 +10,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import HistoryEvent
 
 from rewind.erasure import parse_duration
-from rewind.history_refs import _owner, _payloads_in, _reference
+from rewind.temporal.history_refs import _owner, _payloads_in, _reference
 from workflows.errors import UsageError
 
 

@@ -23,7 +23,7 @@ import pytest
 import redis
 from as_user import UserWorker, one_line_error, rewind, user_env
 
-from rewind.local_servers import PostgresServer, RedisServer, free_port
+from rewind.local.servers import PostgresServer, RedisServer, free_port
 
 TASK = "Research these companies: Acme, Globex"
 

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from helpers import scripted, start_agent
 from rewind.client import fork
 

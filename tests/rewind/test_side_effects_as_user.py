@@ -210,7 +210,7 @@ def test_dry_run_is_declared_on_side_effecting_async_tools_only():
 
 
 def test_the_cli_knows_the_workflow_modes():
-    from rewind.commands.arguments import SIDE_EFFECT_MODES as cli
+    from rewind.cli.commands.arguments import SIDE_EFFECT_MODES as cli
     from workflows.contracts import SIDE_EFFECT_MODES as contracts
 
     assert cli == contracts

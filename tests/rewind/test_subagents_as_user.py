@@ -15,7 +15,7 @@ from pathlib import Path
 
 from as_user import one_line_error, rewind, rewind_json, user_workers
 
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from checkpoint_bridge.views.viewer import build_view
 
 COMPANIES = ["Acme", "Globex", "Initech", "Umbrella", "Stark"]

@@ -193,8 +193,8 @@ async def _long_run(root: Path, steps: int, fork_at: int, fork_steps: int) -> in
     from datetime import datetime, timedelta, timezone
 
     from checkpoint_bridge.stores import FileObjectStore
-    from checkpoint_bridge.projector import record_parts
-    from checkpoint_bridge.store import CheckpointStore
+    from checkpoint_bridge.projection.projector import record_parts
+    from checkpoint_bridge.checkpoints.store import CheckpointStore
     from workflows.contracts import StepRecord, ToolCallLog
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 
 import pytest
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from helpers import final_transcript, read_events, scripted, start_agent
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
@@ -251,7 +251,7 @@ async def test_budget_pause_then_continue_with_a_raised_budget(worker, client, s
     result = await handle.result()
     assert result.status.state == "completed" and result.status.step == 5 > paused_at
     # The run's totals are the sum of its steps' usage, in the checkpoints too.
-    from checkpoint_bridge.store import open_checkpoint_store
+    from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 
     async with open_checkpoint_store(settings.store_url) as store:
         cps = [await store.load(s.checkpoint_id) for s in await store.list_checkpoints(handle.id)]

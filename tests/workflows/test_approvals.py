@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 import pytest
 from helpers import read_events, scripted, start_agent
 
-from checkpoint_bridge.lineage import lineage
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.lineage import lineage
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind import approve, fork, pending_approvals, reject, rollback
 from workflows.contracts import AgentStatus
 from workflows.errors import DecisionRefusedError
@@ -369,7 +369,7 @@ async def test_repeats_and_edits_are_compared_on_validated_values(worker, client
 
 
 async def test_a_decision_no_worker_takes_is_not_confirmed(client, settings, model, events_file, spawn_worker):
-    from checkpoint_bridge.decisions import decide
+    from checkpoint_bridge.branches.decisions import decide
     from workflows.contracts import ApprovalDecision
 
     name = scripted(model, [{"tool_calls": [{"name": "wire_money", "arguments": {"to": "zoe", "amount_cents": 3}}]},

@@ -85,7 +85,7 @@ async def test_sigkill_after_side_effect_records_it_once(client, settings, model
     assert len(list((tmp_path / "test-outbox").glob("*.eml"))) == 1
     assert sum(1 for w in workers if w.process.poll() is not None) == 1
     # The checkpoint and the ledger say the call took a retry.
-    from checkpoint_bridge.store import open_checkpoint_store
+    from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 
     assert result.status.ledger.tool_retries == 1 and result.status.ledger.model_retries == 0
     async with open_checkpoint_store(settings.store_url) as store:

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from helpers import outputs_of, start_agent
 
 
@@ -67,7 +67,7 @@ async def test_long_run_with_2kb_tool_results_stores_linearly(worker, client, se
 
 
 async def test_continue_as_new_keeps_one_logical_run(worker, client, settings, model, events_file, tmp_path):
-    from checkpoint_bridge.mirror import mirror_run
+    from checkpoint_bridge.projection.mirror import mirror_run
     from helpers import read_events
 
     steps = 30
@@ -85,7 +85,7 @@ async def test_continue_as_new_keeps_one_logical_run(worker, client, settings, m
     assert result.status.state == "completed" and result.status.step == steps
     assert result.status.continued_as_new >= 3
     # The last run of the chain still carries what Temporal's UI finds the run by.
-    from checkpoint_bridge.visibility import RUN_ID_KEY, STATE_KEY
+    from checkpoint_bridge.temporal.visibility import RUN_ID_KEY, STATE_KEY
 
     described = await handle.describe()
     assert described.typed_search_attributes.get(RUN_ID_KEY) == handle.id

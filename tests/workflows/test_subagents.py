@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from helpers import read_events, scripted, start_agent
 
-from checkpoint_bridge.store import open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 
 
 def _call(name: str, **arguments: object) -> dict:

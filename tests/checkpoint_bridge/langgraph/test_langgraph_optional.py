@@ -22,7 +22,7 @@ PROGRAM = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, NoLangGraph())
-    import rewind, rewind.cli, rewind.worker, worker
+    import rewind, rewind.cli.main, rewind.worker.main, worker
     names = []
     for package in ("workflows", "activities", "checkpoint_bridge", "rewind"):
         for info in pkgutil.walk_packages(importlib.import_module(package).__path__, prefix=f"{package}."):
@@ -33,7 +33,7 @@ PROGRAM = textwrap.dedent("""
             names.append(name)
     assert not any(m.split(".")[0] in {"langgraph", "langchain_core"} for m in sys.modules), "imported LangGraph"
     print(len(names), "modules")
-    rewind.cli.build_parser().parse_args(["tree", "some-run"])
+    rewind.cli.main.build_parser().parse_args(["tree", "some-run"])
     try:
         import checkpoint_bridge.langgraph.saver
     except ImportError as exc:

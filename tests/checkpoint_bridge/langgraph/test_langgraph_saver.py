@@ -20,7 +20,7 @@ from checkpoint_bridge.langgraph.layout import decode_name, encode_name
 from checkpoint_bridge.langgraph.objects import VALUE_FORMAT, decode_object, encode_object
 from checkpoint_bridge.langgraph.saver import AsyncRewindSaver, RewindSaver, list_thread
 from checkpoint_bridge.stores.contract import check_key
-from rewind.scripted_model import ScriptedModelServer
+from rewind.worker.scripted_model import ScriptedModelServer
 from workflows.errors import (
     CheckpointExistsError,
     ConfigError,

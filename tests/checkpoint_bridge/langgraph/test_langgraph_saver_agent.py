@@ -27,7 +27,7 @@ from store_backends import make_bucket
 
 from checkpoint_bridge.langgraph.saver import AsyncRewindSaver, RewindSaver
 from checkpoint_bridge.stores import FileObjectStore, ObjectStore, S3ObjectStore
-from rewind.scripted_model import ScriptedModelServer
+from rewind.worker.scripted_model import ScriptedModelServer
 
 REPO = Path(__file__).resolve().parents[3]
 AGENT = Path(__file__).with_name("langgraph_agent.py")

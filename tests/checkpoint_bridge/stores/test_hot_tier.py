@@ -15,7 +15,7 @@ import redis
 
 from checkpoint_bridge.stores import FileObjectStore, HotTierObjectStore
 from checkpoint_bridge.stores.postgres import PostgresObjectStore
-from rewind.local_servers import PostgresServer, RedisServer
+from rewind.local.servers import PostgresServer, RedisServer
 from workflows.errors import CheckpointExistsError, StoreUnavailableError
 
 

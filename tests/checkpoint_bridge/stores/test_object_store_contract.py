@@ -10,7 +10,7 @@ import pytest
 from store_backends import Backend, make_bucket
 
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, open_object_store
-from checkpoint_bridge.store import DEFAULT_STORE_URL, open_checkpoint_store
+from checkpoint_bridge.checkpoints.store import DEFAULT_STORE_URL, open_checkpoint_store
 from workflows.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
@@ -94,7 +94,7 @@ def test_open_object_store_rejects_other_urls_and_shows_the_accepted_forms(url: 
 
 
 def test_default_checkpoint_store_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rewind.config import Settings
+    from rewind.settings.config import Settings
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("REWIND_STORE", raising=False)
@@ -107,7 +107,7 @@ def test_default_checkpoint_store_location(tmp_path: Path, monkeypatch: pytest.M
 
 
 async def test_s3_endpoint_comes_from_the_environment(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rewind.config import Settings
+    from rewind.settings.config import Settings
     from rewind.stores import object_store
 
     _client, bucket = make_bucket(moto_endpoint)

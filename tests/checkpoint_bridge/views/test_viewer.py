@@ -21,7 +21,7 @@ from store_backends import Backend
 from checkpoint_bridge.views.diff import diff, diff_json
 from checkpoint_bridge.document.layout import step_key
 from checkpoint_bridge.document.schema import AgentCheckpoint
-from checkpoint_bridge.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.views.viewer import build_view, render_page
 from workflows.errors import (CorruptCheckpointError, InvalidIdError, LineageError, RunNotFoundError,
                              StoreUnavailableError)

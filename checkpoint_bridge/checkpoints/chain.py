@@ -1,0 +1,567 @@
+"""Rebuilding full checkpoint documents from a root snapshot and its deltas.
+
+A delta names, in its `chain`, every object between the run's root snapshot
+and its parent. ``ChainReader`` reads the head, then fetches the whole chain
+at once and replays it forward: a checkpoint at any step loads in two
+sequential rounds of requests, however long the run.
+
+A format v3 head (document/packs.py) takes the chain's finished blocks of
+steps from packs of merged content (one per level below the top, five levels),
+and only the few steps after the last finished block from their objects: a
+checkpoint 500 or 2,000 steps deep is its head and 4 packs. The blocks' hashes,
+chained, must give the digest the head records; a pack that is missing,
+damaged or not the block's is read from the level below (one more round per
+level), and blocks that do not add up are read from their step objects.
+
+Format v2 heads (chains an older Rewind began) read finished blocks of 32
+steps from v1 packs of the step objects' exact bytes, the rest one by one.
+Objects of format v1 name only their parent; those chains are walked back to
+their snapshot, the steps below fetched in parallel windows (their keys are
+predictable: a delta's parent is normally the previous step of the branch).
+
+Writers ask ``head_info`` for what a child of a checkpoint needs (its
+message and tool-record counts, the chain it extends and that chain's
+digest), which costs one small GET, or nothing when this process wrote the
+parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
+from workflows.ids import checkpoint_id, parse_checkpoint_id
+
+from checkpoint_bridge.document.blocks import Replay, content_bytes, merge_block, parse_block
+from checkpoint_bridge.document.envelope import Chain, Envelope, apply_delta, chain_after, decode
+from checkpoint_bridge.document.layout import step_key
+from checkpoint_bridge.checkpoints.lru import LRU
+from checkpoint_bridge.document.migrations import migrate
+from checkpoint_bridge.stores import ObjectStore
+from checkpoint_bridge.document.packs import (
+    DIGEST_START,
+    Block,
+    Piece,
+    block_of,
+    blocks_in,
+    decode_pack,
+    decode_pack_v2,
+    ends_block,
+    extend_digest,
+    fallback_pieces,
+    plan,
+)
+
+__all__ = ["ChainReader", "HeadInfo", "Merged", "decode_as", "read_many", "chain_ids", "first_round", "gc_paused"]
+
+log = logging.getLogger("rewind.store")
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    """What the writer of a checkpoint's child needs to know about the checkpoint."""
+
+    message_count: int
+    tool_count: int
+    child_chain: Chain
+    """The chain of a child of this checkpoint: everything up to and including it."""
+    child_digest: str | None = None
+    """The digest of the finished blocks in ``child_chain`` (document/packs.py); None for a
+    chain an older Rewind began, whose objects have none."""
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A finished block of a chain, merged (document/blocks.py)."""
+
+    content: dict[str, Any]
+    sha256: str
+    data: bytes | memoryview
+    """Its canonical bytes (from a pack: a view of the pack's bytes)."""
+    from_pack: bool
+
+
+def decode_as(cid: str, key: str, data: bytes, *, link: bool = False) -> Envelope:
+    """Decode ``data`` stored at ``key`` and check that it really is ``cid``
+    (``link``: as a middle link of a chain, see ``envelope.decode``)."""
+    envelope = decode(data, key, link=link)
+    # Compare the upgraded id: older schema versions spelled ids differently.
+    found = migrate(envelope.payload, key).get("checkpoint_id")
+    if found != cid:
+        raise CorruptCheckpointError(
+            f"checkpoint object {key} holds checkpoint {found!r:.80}, not {cid!r}; it was "
+            "copied or renamed. Restore the right object or rebuild the run with `rewind mirror RUN`"
+        )
+    return envelope
+
+
+async def read_many(
+    objects: ObjectStore, keys: list[str], concurrency: int
+) -> dict[str, bytes | None]:
+    """GET many keys in parallel (bounded); ``None`` for keys that do not exist."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(key: str) -> bytes | None:
+        async with gate:
+            try:
+                return await objects.get(key)
+            except CheckpointNotFoundError:
+                return None
+
+    values = await asyncio.gather(*(one(k) for k in keys))
+    return dict(zip(keys, values, strict=True))
+
+
+def child_digest(envelope: Envelope, key: str, cid: str) -> str | None:
+    """The digest a child of ``cid`` records: its own chain's, plus its own block if it
+    finishes one; None for the objects of a chain an older Rewind began."""
+    run_id, branch_id, step = parse_checkpoint_id(cid)
+    if envelope.kind == "snapshot":
+        if not ends_block(step):
+            return DIGEST_START
+        # A snapshot that finishes a block is that whole block (it starts its chain).
+        return extend_digest(DIGEST_START, content_bytes(merge_block(run_id, branch_id, step, [(key, envelope)]))[1])
+    if envelope.blocks_sha256 is None:
+        return None
+    if not ends_block(step):
+        return envelope.blocks_sha256
+    if envelope.block_sha256 is None:
+        raise CorruptCheckpointError(
+            f"checkpoint object {key} finishes a block of steps but does not record its block_sha256; "
+            "rebuild the run with `rewind mirror RUN`"
+        )
+    return extend_digest(envelope.blocks_sha256, envelope.block_sha256)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cycle collector paused while a checkpoint's document is built (synchronous
+    code, no await inside). Parsing and replaying a long chain makes some hundred thousand
+    dicts and lists, all of them acyclic JSON the collector cannot free, and each of its
+    passes goes through them again: ~15% of a 2,000-step cold load. Left as it was found
+    (an application that disabled it keeps it disabled)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def first_round(run_id: str, pieces: Sequence[Piece]) -> list[str]:
+    """What reading a chain's pieces asks for first: the packs of its finished blocks (a block
+    of one step: its object) and the objects of the steps after them."""
+    return [p.key(run_id) if p.first < p.last else step_key(run_id, p.branch_id, p.first) for p in pieces]
+
+
+def chain_ids(run_id: str, chain: Chain) -> list[str]:
+    """The checkpoint ids a chain names, root first."""
+    ids: list[str] = []
+    for branch, lo, hi in chain:
+        # Each range's ends checked once (as checkpoint_id would check every step): a
+        # chain names every step from the root, so per-step checks were quadratic in
+        # the run's length for a reader walking a whole run.
+        steps = range(lo, hi + 1)
+        if steps:
+            checkpoint_id(run_id, branch, lo)
+            checkpoint_id(run_id, branch, hi)
+        ids += [f"{run_id}:{branch}:{step}" for step in steps]
+    return ids
+
+
+def _ranges(ids: list[str]) -> Chain:
+    chain: Chain = []
+    for cid in ids:
+        _run, branch, step = parse_checkpoint_id(cid)
+        chain = chain_after(chain, branch, step)
+    return chain
+
+
+class ChainReader:
+    """Full, current-version checkpoint documents (plain dicts) by checkpoint id."""
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        *,
+        cache_size: int = 64,
+        window: int = 64,
+        concurrency: int = 32,
+    ) -> None:
+        self._objects = objects
+        self._cache: LRU[dict[str, Any]] = LRU(cache_size)
+        self._heads: LRU[HeadInfo] = LRU(4096)
+        self._window = window
+        self._concurrency = concurrency
+
+    # -- caches ---------------------------------------------------------------
+
+    def remember(self, cid: str, doc: dict[str, Any]) -> None:
+        """Cache a document. Callers must not mutate it afterwards (it is shared)."""
+        self._cache.put(cid, doc)
+
+    def cached(self, cid: str) -> dict[str, Any] | None:
+        return self._cache.get(cid)
+
+    def remember_head(self, cid: str, info: HeadInfo) -> None:
+        self._heads.put(cid, info)
+
+    # -- reading --------------------------------------------------------------
+
+    async def document(self, cid: str) -> dict[str, Any]:
+        """The full document of ``cid`` (cached, shared: never mutate it);
+        CheckpointNotFoundError if it was never stored."""
+        cached = self.cached(cid)
+        if cached is not None:
+            return cached
+        run_id, branch_id, step = parse_checkpoint_id(cid)
+        # Step N of "main" (a run's own line) is, but for a rare snapshot in the middle, a delta
+        # whose chain is main's steps 0..N-1: those are asked for with the head, in one round,
+        # and used if the head's chain is that. (On other branches the chain's start is unknown.)
+        guess: Chain | None = None
+        if branch_id == "main" and step > 0 and self.cached(checkpoint_id(run_id, "main", step - 1)) is None:
+            guess = [("main", 0, step - 1)]
+        early = None
+        if guess is not None:
+            early = asyncio.ensure_future(read_many(self._objects, first_round(run_id, plan(guess)),
+                                                    max(self._concurrency - 1, 1)))
+        try:
+            key, envelope = await self._head(cid)
+            if envelope.kind == "snapshot":
+                doc = migrate(envelope.payload, key)
+            elif envelope.chain is not None:
+                parent = self._checked_parent(cid, key, envelope)
+                doc = self.cached(parent)
+                if doc is not None:
+                    doc = apply_delta(doc, envelope.payload, key)
+                elif envelope.blocks_sha256 is not None:
+                    first = await early if early is not None and envelope.chain == guess else None
+                    doc = await self._replay_blocks(cid, key, envelope, first)
+                else:
+                    doc = await self._replay(cid, key, envelope)
+            else:
+                doc, _ = await self._walk_v1(cid, key, envelope)
+        finally:
+            if early is not None:
+                early.cancel()  # a wrong guess: what it has not read yet is not needed
+                await asyncio.gather(early, return_exceptions=True)
+        self.remember(cid, doc)
+        return doc
+
+    async def head_info(self, cid: str) -> HeadInfo:
+        """Counts, chain and digest of `cid` for writing its child: cached, one GET, or (for a
+        format-v1 object, or a fork's first step that changed the system prompt) the document."""
+        info = self._heads.get(cid)
+        if info is not None:
+            return info
+        key, envelope = await self._head(cid)
+        _run, branch, step = parse_checkpoint_id(cid)
+        payload = envelope.payload
+        digest = child_digest(envelope, key, cid)
+        if envelope.kind == "snapshot":
+            info = HeadInfo(len(payload["messages"]), len(payload["tool_call_cache"]), [(branch, step, step)], digest)
+        elif envelope.chain is not None and payload.get("system_prompt") is None:
+            info = HeadInfo(
+                payload["base_message_count"] + len(payload["new_messages"]),
+                payload["base_tool_count"] + len(payload["new_tool_records"]),
+                chain_after(envelope.chain, branch, step), digest,
+            )
+        elif envelope.chain is not None:
+            doc = await self.document(cid)
+            info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]),
+                            chain_after(envelope.chain, branch, step), digest)
+        else:
+            # Format v1: the whole walk (not from a cached document) tells the chain.
+            doc, ids = await self._walk_v1(cid, key, envelope, use_cache=False)
+            self.remember(cid, doc)
+            info = HeadInfo(len(doc["messages"]), len(doc["tool_call_cache"]), _ranges(ids))
+        self.remember_head(cid, info)
+        return info
+
+    @staticmethod
+    def _checked_parent(cid: str, key: str, head: Envelope) -> str:
+        """The parent a delta names, which must be where its chain ends."""
+        assert head.chain is not None
+        last = head.chain[-1] if head.chain else None
+        parent = head.payload.get("parent_id")
+        expected = f"{parse_checkpoint_id(cid)[0]}:{last[0]}:{last[2]}" if last else None
+        if expected is None or parent != expected:
+            raise CorruptCheckpointError(
+                f"checkpoint object {key} is a delta of {parent!r:.80}, but its chain "
+                f"ends at {expected or 'nothing'!r}; rebuild the run with `rewind mirror RUN`"
+            )
+        return parent
+
+    async def _replay_blocks(
+        self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None = None,
+    ) -> dict[str, Any]:
+        """A v3 delta: its chain's finished blocks (from packs) and the steps after them, read
+        at once (``first``: that round, read already), checked against the head's digest, replayed."""
+        run_id = parse_checkpoint_id(cid)[0]
+        assert head.chain is not None
+        pieces = plan(head.chain)
+        steps = [step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level]
+        if first is None:
+            first = await read_many(self._objects, first_round(run_id, pieces), self._concurrency)
+        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
+        got = {k: first[k] for k in steps}
+        blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
+        replay = Replay()
+        with gc_paused():
+            for piece in pieces:
+                if piece.level:
+                    for lo, _hi in blocks_in(piece):
+                        replay.add_block(blocks[(piece.branch_id, lo)].content, step_key(run_id, piece.branch_id, lo))
+                    continue
+                link = checkpoint_id(run_id, piece.branch_id, piece.first)
+                link_key = step_key(run_id, piece.branch_id, piece.first)
+                data = got[link_key]
+                if data is None:
+                    raise self.missing(link, link_key, cid)
+                replay.add_step(decode_as(link, link_key, data, link=True), link_key, link, cid)
+            return apply_delta(replay.document(), head.payload, key)
+
+    async def checked_blocks(
+        self, run_id: str, pieces: Sequence[Piece], blocks: dict[tuple[str, int], Merged], start: str,
+        end: str | None, *, where: str,
+    ) -> dict[tuple[str, int], Merged]:
+        """``blocks`` (of ``pieces``, from ``merged_blocks``) if their hashes, chained from the
+        digest ``start`` in order, give the digest ``end`` the chain records; else with the blocks
+        taken from packs read again from their step objects (a pack that is well-formed and holds
+        what it says, but not what the chain holds: another run's, an older one's)."""
+        if _digest(pieces, blocks, start) == end:
+            return blocks
+        again = [(p.branch_id, lo, hi) for p in pieces if p.level for lo, hi in blocks_in(p)
+                 if blocks[(p.branch_id, lo)].from_pack]
+        if again:
+            blocks = {**blocks, **await self.merged_blocks(run_id, [], blocks=again, chain_of=where)}
+        if _digest(pieces, blocks, start) != end:
+            log.warning("the chain of %s records a blocks_sha256 that its step objects do not give; "
+                        "read from the step objects", where)
+        return blocks
+
+    async def merged_blocks(
+        self, run_id: str, pieces: Sequence[Piece], *, blocks: Sequence[tuple[str, int, int]] = (),
+        chain_of: str, first: dict[str, bytes | None] | None = None,
+    ) -> dict[tuple[str, int], Merged]:
+        """The finished blocks of ``pieces`` (levels >= 1) and ``blocks`` ((branch, first, last),
+        read from their step objects), by (branch, first step); ``first``: the first round's
+        objects, read already.
+
+        A block comes from its piece's pack; a pack that is missing, damaged or not the
+        piece's is replaced by the level below (one more round), a block the pack does not
+        hold intact by its step objects. Blocks taken from packs are not checked against the
+        chain here: the caller compares their hashes with the digest the chain records
+        (``checked_blocks``). Blocks merged from step objects are checked as a chain's links are."""
+        out: dict[tuple[str, int], Merged] = {}
+        packs = [p for p in pieces if p.first < p.last]
+        from_steps = [(p.branch_id, p.first, p.last) for p in pieces if p.first == p.last] + list(blocks)
+        while packs or from_steps:
+            step_keys = [step_key(run_id, b, s) for b, lo, hi in from_steps for s in range(lo, hi + 1)]
+            keys = [p.key(run_id) for p in packs] + step_keys
+            got = first if first is not None else await read_many(self._objects, keys, self._concurrency)
+            first = None
+            with gc_paused():
+                packs, from_steps = self._decoded(run_id, packs, from_steps, got, out, chain_of)
+        return out
+
+    def _decoded(
+        self, run_id: str, packs: list[Piece], from_steps: list[tuple[str, int, int]], got: dict[str, bytes | None],
+        out: dict[tuple[str, int], Merged], chain_of: str,
+    ) -> tuple[list[Piece], list[tuple[str, int, int]]]:
+        """One round of ``merged_blocks``: the blocks its objects hold, into ``out``; returns what
+        the next round reads (the level below a pack that failed, the steps of a block that did)."""
+        next_packs: list[Piece] = []
+        next_steps: list[tuple[str, int, int]] = []
+        for piece in packs:
+            data = got[piece.key(run_id)]
+            parts = decode_pack_v2(run_id, piece, data) if data is not None else None
+            if parts is None:
+                if piece.level > 1 or piece.cumulative:
+                    lower = fallback_pieces(piece)
+                    next_packs += [p for p in lower if p.first < p.last]
+                    next_steps += [(p.branch_id, p.first, p.last) for p in lower if p.first == p.last]
+                else:
+                    next_steps.append((piece.branch_id, piece.first, piece.last))
+                continue
+            for (lo, hi), part in zip(blocks_in(piece), parts):
+                content = parse_block(part[0], run_id, piece.branch_id, lo, hi) if part is not None else None
+                if content is None or part is None:
+                    next_steps.append((piece.branch_id, lo, hi))
+                else:
+                    out[(piece.branch_id, lo)] = Merged(content, part[1], part[0], True)
+        for branch_id, lo, hi in from_steps:
+            links = []
+            for step in range(lo, hi + 1):
+                link, link_key = checkpoint_id(run_id, branch_id, step), step_key(run_id, branch_id, step)
+                data = got[link_key]
+                if data is None:
+                    raise self.missing(link, link_key, checkpoint_id(run_id, branch_id, step + 1) if step < hi else chain_of)
+                links.append((link_key, decode_as(link, link_key, data, link=True)))
+            content = merge_block(run_id, branch_id, lo, links)
+            data, sha = content_bytes(content)
+            out[(branch_id, lo)] = Merged(content, sha, data, False)
+        return next_packs, next_steps
+
+    async def _replay(self, cid: str, key: str, head: Envelope) -> dict[str, Any]:
+        """A v2 delta (a chain an older Rewind began): its whole chain fetched at once,
+        checked link by link, replayed."""
+        run_id = parse_checkpoint_id(cid)[0]
+        assert head.chain is not None
+        ids = chain_ids(run_id, head.chain)
+        start = next((i for i in range(len(ids) - 1, -1, -1) if self.cached(ids[i]) is not None), -1)
+        wanted = ids[start + 1:]
+        keys = [self._key(link) for link in wanted]
+        fetched, from_packs = await self._fetch_links(run_id, wanted, keys)
+        # The links' messages and tool records are gathered in growing lists; only
+        # the head's document is built whole (a document per link would copy the
+        # conversation once per step: quadratic in the chain's length).
+        replay = Replay(self.cached(ids[start]), ids[start]) if start >= 0 else Replay()
+        for position, (link, link_key) in enumerate(zip(wanted, keys)):
+            data = fetched[link_key]
+            if data is None:
+                child = wanted[position + 1] if position + 1 < len(wanted) else cid
+                raise self.missing(link, link_key, child)
+            try:
+                envelope = decode_as(link, link_key, data, link=True)
+            except CorruptCheckpointError:
+                if link_key not in from_packs:
+                    raise
+                # The pack's copy is damaged: the object itself is the record.
+                data = await self._get(link_key)
+                if data is None:
+                    raise self.missing(link, link_key, wanted[position + 1] if position + 1 < len(wanted) else cid) from None
+                envelope = decode_as(link, link_key, data, link=True)
+            replay.add_step(envelope, link_key, link, cid)
+        return apply_delta(replay.document(), head.payload, key)
+
+    async def _fetch_links(
+        self, run_id: str, wanted: list[str], keys: list[str],
+    ) -> tuple[dict[str, bytes | None], set[str]]:
+        """The bytes of every link (None where missing), reading finished blocks from
+        their packs: one round of parallel GETs, plus one for blocks whose pack is
+        missing or damaged. Also returns the keys whose bytes came from a pack."""
+        parsed = [parse_checkpoint_id(link) for link in wanted]
+        last_of: dict[str, int] = {}
+        for _run, branch, step in parsed:
+            last_of[branch] = max(last_of.get(branch, -1), step)
+        by_block: dict[Block, list[int]] = {}
+        singles: list[int] = []
+        for position, (_run, branch, step) in enumerate(parsed):
+            block = block_of(run_id, branch, step)
+            # A block is packed once its last step is stored: below the chain's end on that branch.
+            if block.last <= last_of[branch]:
+                by_block.setdefault(block, []).append(position)
+            else:
+                singles.append(position)
+        for block in [b for b, positions in by_block.items() if len(positions) < 2]:
+            singles += by_block.pop(block)
+        got = await read_many(self._objects, [keys[p] for p in singles] + [b.key for b in by_block], self._concurrency)
+        out: dict[str, bytes | None] = {keys[p]: got[keys[p]] for p in singles}
+        from_packs: set[str] = set()
+        fallback: list[str] = []
+        for block, positions in by_block.items():
+            data = got[block.key]
+            objects = decode_pack(block, data) if data is not None else None
+            for position in positions:
+                step = parsed[position][2]
+                if objects is not None and step in objects:
+                    out[keys[position]] = objects[step]
+                    from_packs.add(keys[position])
+                else:
+                    fallback.append(keys[position])
+        if fallback:
+            out.update(await read_many(self._objects, fallback, self._concurrency))
+        return out, from_packs
+
+    async def _walk_v1(
+        self, cid: str, key: str, head: Envelope, *, use_cache: bool = True,
+    ) -> tuple[dict[str, Any], list[str]]:
+        """A format-v1 delta: walk parent links back to a snapshot (or, with `use_cache`,
+        a cached document), then replay forward. Returns the document and the ids walked."""
+        chain: list[tuple[str, str, Envelope]] = [(cid, key, head)]
+        fetched: dict[str, bytes | None] = {}
+        base: dict[str, Any] | None = None
+        base_id: str | None = None
+        while chain[-1][2].kind != "snapshot":
+            link_id, link_key, envelope = chain[-1]
+            parent = envelope.payload["parent_id"]
+            if not isinstance(parent, str) or any(parent == link[0] for link in chain):
+                raise CorruptCheckpointError(
+                    f"checkpoint object {link_key} is a delta with parent {parent!r:.80}, which does "
+                    "not lead back to a snapshot; rebuild the run with `rewind mirror RUN`"
+                )
+            base = self.cached(parent) if use_cache else None
+            if base is not None:
+                base_id = parent
+                break
+            run_id, branch_id, step = parse_checkpoint_id(parent)
+            parent_key = step_key(run_id, branch_id, step)
+            if parent_key not in fetched:
+                fetched.update(await self._prefetch(run_id, branch_id, step))
+            data = fetched.pop(parent_key, None)
+            if data is None:
+                raise self.missing(parent, parent_key, link_id)
+            chain.append((parent, parent_key, decode_as(parent, parent_key, data)))
+        doc = base
+        for link_id, link_key, envelope in reversed(chain):
+            if envelope.kind == "snapshot":
+                doc = migrate(envelope.payload, link_key)
+            else:
+                assert doc is not None
+                doc = apply_delta(doc, envelope.payload, link_key)
+        assert doc is not None
+        ids = [link[0] for link in reversed(chain)]
+        return doc, ([base_id] if base_id is not None else []) + ids
+
+    # -- helpers --------------------------------------------------------------
+
+    async def _head(self, cid: str) -> tuple[str, Envelope]:
+        """The object of `cid`, read and checked; CheckpointNotFoundError if there is none."""
+        key = self._key(cid)
+        data = await self._get(key)
+        if data is None:
+            raise self.missing(cid, key, None)
+        return key, decode_as(cid, key, data)
+
+    @staticmethod
+    def _key(cid: str) -> str:
+        run_id, branch_id, step = parse_checkpoint_id(cid)
+        return step_key(run_id, branch_id, step)
+
+    async def _get(self, key: str) -> bytes | None:
+        try:
+            return await self._objects.get(key)
+        except CheckpointNotFoundError:
+            return None
+
+    async def _prefetch(self, run_id: str, branch_id: str, step: int) -> dict[str, bytes | None]:
+        low = max(step - self._window + 1, 0)
+        keys = [step_key(run_id, branch_id, s) for s in range(low, step + 1)]
+        return await read_many(self._objects, keys, self._concurrency)
+
+    def missing(self, cid: str, key: str, child_id: str | None) -> CorruptCheckpointError | CheckpointNotFoundError:
+        if child_id is None:
+            return CheckpointNotFoundError(
+                f"checkpoint {cid} not found in {self._objects.url} (no object {key}); "
+                "list the run's checkpoints with `rewind tree RUN`"
+            )
+        child_key = self._key(child_id)
+        return CorruptCheckpointError(
+            f"checkpoint object {child_key} ({child_id}) is stored as a delta of {cid}, whose "
+            f"object {key} is missing; restore it, or rebuild the run with `rewind mirror RUN`"
+        )
+
+
+def _digest(pieces: Sequence[Piece], blocks: dict[tuple[str, int], Merged], digest: str) -> str:
+    """The digest ``digest`` after the finished blocks of ``pieces``, in order."""
+    for piece in pieces:
+        for lo, _hi in blocks_in(piece) if piece.level else ():
+            digest = extend_digest(digest, blocks[(piece.branch_id, lo)].sha256)
+    return digest

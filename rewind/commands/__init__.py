@@ -1,2 +1,0 @@
-"""The commands of `rewind`, one module per group; rewind/cli.py builds the
-parser from each group's `register` and runs the chosen command."""

@@ -1,0 +1,309 @@
+"""Packs: a chain's finished blocks of steps, merged, in levels of 4, 16, 64, 256
+and 1,024 steps, so a deep checkpoint loads in one round of few requests (two
+off "main"); the step objects stay the record. Below the top level, a level's
+pack holds its blocks since the start of the enclosing block of the level
+above (1 to 3 of them), so a chain takes one pack per level.
+
+Whatever a reader takes from a pack must add up to the digest its head records:
+a pack that is missing, damaged, of a newer format, another block's, or
+well-formed but wrong loads the same checkpoint from the level below or from
+the step objects, never a partial one. Listings never show packs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+
+import pytest
+from checkpoint_factory import make_run, next_step
+from counting_objects import CountingObjects
+from store_backends import Backend
+
+from checkpoint_bridge.document.packs import PACK_FORMAT_V2, Piece, blocks_in, decode_pack_v2, encode_pack_v2
+from checkpoint_bridge.checkpoints.store import CheckpointStore
+
+MAIN = "runs/run-1/branches/main"
+PACK_0_47 = f"{MAIN}/packs/00000000-00000047.json.gz"  # level 2, cumulative: blocks 0-3 .. 44-47
+
+
+async def _saved(store: CheckpointStore, steps: int) -> list:
+    run = make_run(steps, result_size=256)
+    for cp in run:
+        await store.save(cp)
+    return run
+
+
+async def _branch(store: CheckpointStore, parent, branch_id: str, last: int) -> list:  # type: ignore[no-untyped-def]
+    """A branch forked from `parent`, stored up to step `last`."""
+    steps = [next_step(parent, branch_id=branch_id)]
+    while steps[-1].step_index < last:
+        steps.append(next_step(steps[-1]))
+    for cp in steps:
+        await store.save(cp)
+    return steps
+
+
+async def _load_counting(backend: Backend, store: CheckpointStore, cid: str, hold: int = 0):  # type: ignore[no-untyped-def]
+    counting = CountingObjects(backend.reopen(store.objects), hold=hold, head=True)
+    backend.opened.append(counting.inner)
+    cp = await CheckpointStore(counting, concurrency=256).load(cid)  # type: ignore[arg-type]
+    return cp, counting
+
+
+def _packs(raw: dict[str, bytes], branch: str = "main") -> list[str]:
+    return sorted(k[len(f"runs/run-1/branches/{branch}/packs/"):] for k in raw
+                  if k.startswith(f"runs/run-1/branches/{branch}/packs/"))
+
+
+async def test_each_finished_level_is_packed_as_merged_blocks_since_the_level_above(store: CheckpointStore) -> None:
+    await _saved(store, 70)  # steps 0..69
+    raw = await store.raw_objects("run-1")
+    # Level 1 within each block of 16 steps (1, 2, 3 blocks of 4); level 2 within 0-63; level 3.
+    expected = sorted([f"{lo:08d}-{lo + n - 1:08d}.json.gz" for lo in range(0, 64, 16) for n in (4, 8, 12)]
+                      + ["00000064-00000067.json.gz", "00000000-00000015.json.gz", "00000000-00000031.json.gz",
+                         "00000000-00000047.json.gz", "00000000-00000063.json.gz"])
+    assert _packs(raw) == expected
+    parts = [bytes(p[0]) for p in decode_pack_v2("run-1", Piece("main", 0, 47, 2, cumulative=True), raw[PACK_0_47]) or []
+             if p]
+    assert len(parts) == 12
+    block = json.loads(parts[9])  # steps 36-39, merged: 2 messages and a tool record each
+    assert (block["first"], block["last"], block["parent_id"]) == (36, 39, "run-1:main:35")
+    assert len(block["messages"]) == 8 and len(block["tool_records"]) == 4
+    # A tool output that is the tool message's content is stored once, in the message.
+    assert all(r["tool_output"] is None for r in block["tool_records"]) and len(block["outputs"]) == 4
+    header = json.loads(gzip.decompress(raw[PACK_0_47]).split(b"\n", 1)[0])
+    assert header["format"] == PACK_FORMAT_V2 and [b[:2] for b in header["blocks"]] == [[lo, lo + 3] for lo in range(0, 48, 4)]
+    # Each step records the digest of the blocks before it; the last of a block its block's hash too.
+    step_39 = json.loads(raw[f"{MAIN}/steps/00000039.json"])
+    assert step_39["format"] == "rewind.checkpoint/v3"
+    assert step_39["payload"]["block_sha256"] == hashlib.sha256(parts[9]).hexdigest()
+    assert "block_sha256" not in json.loads(raw[f"{MAIN}/steps/00000038.json"])["payload"]
+    # Listings and the tree see steps only.
+    assert [s.step_index for s in await store.list_checkpoints("run-1")] == list(range(70))
+
+
+async def test_a_deep_checkpoint_loads_in_one_round_of_few_requests(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 100)
+    cp, counting = await _load_counting(backend, store, "run-1:main:99", hold=6)
+    assert cp == run[99]
+    # All at once: the head, packs 0-63 and 64-95 (two blocks of 16), steps 96, 97, 98.
+    assert counting.gets == 1 + 5 and counting.most_in_flight == 6
+
+
+async def test_a_missing_pack_is_read_from_the_level_below(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 100)
+    await store.objects.delete_prefix(f"{MAIN}/packs/00000000-00000063.json.gz")
+    cp, counting = await _load_counting(backend, store, "run-1:main:99")
+    assert cp == run[99]
+    # ... then the levels below 0-63: packs 0-47 and 48-59, and 60-63 (none: only an older
+    # Rewind packed a 4th block on its own), so at last its steps.
+    assert counting.gets == 1 + 5 + 3 + 4
+    await store.objects.delete_prefix(PACK_0_47)
+    cp, counting = await _load_counting(backend, store, "run-1:main:99")
+    # ... and for 0-47: packs 0-31 and 32-47 (none), then 32-43 and 44-47 (none), steps 44-47.
+    assert cp == run[99] and counting.gets == 1 + 5 + 3 + (4 + 2) + 2 + 4
+
+
+async def test_a_missing_pack_of_one_block_is_read_from_its_steps(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 70)
+    cp, counting = await _load_counting(backend, store, "run-1:main:69")
+    assert cp == run[69] and counting.gets == 1 + 2 + 1  # the head; packs 0-63, 64-67; step 68
+    await store.objects.delete_prefix(f"{MAIN}/packs/00000064-00000067.json.gz")
+    cp, counting = await _load_counting(backend, store, "run-1:main:69")
+    assert cp == run[69] and counting.gets == 1 + 2 + 1 + 4  # ... and then steps 64..67
+
+
+def _flip_a_byte(data: bytes) -> bytes:
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2] ^= 0x10
+    return bytes(damaged)
+
+
+def _header_changed(change):  # type: ignore[no-untyped-def]
+    """A damage that edits the pack's header (and keeps its content)."""
+    def damage(data: bytes) -> bytes:
+        header, _, rest = gzip.decompress(data).partition(b"\n")
+        edited = json.loads(header)
+        change(edited)
+        return gzip.compress(json.dumps(edited).encode() + b"\n" + rest)
+    return damage
+
+
+_wrong_hash = _header_changed(lambda h: h["blocks"][1].__setitem__(3, "0" * 64))
+_other_steps = _header_changed(lambda h: h.update(first=48, last=63))
+_future_format = _header_changed(lambda h: h.update(format="rewind.pack/v3"))
+
+
+@pytest.mark.parametrize("damage", [_flip_a_byte, lambda d: d[: len(d) // 2], lambda d: b"not gzip at all", _wrong_hash,
+                                    _other_steps, _future_format],
+                         ids=["flipped-byte", "truncated", "not-gzip", "wrong-hash", "other-steps", "future-format"])
+async def test_a_damaged_pack_loads_the_same_checkpoint_from_the_level_below(
+    damage, store: CheckpointStore, backend: Backend,  # type: ignore[no-untyped-def]
+) -> None:
+    run = await _saved(store, 50)
+    raw = await store.raw_objects("run-1")
+    backend.tamper(store.objects, PACK_0_47, damage(raw[PACK_0_47]))
+    cp, counting = await _load_counting(backend, store, "run-1:main:49")
+    assert cp == run[49]
+    if damage is _wrong_hash:  # the head, pack 0-47, step 48; then the one block's 4 steps
+        assert counting.gets == 1 + 1 + 1 + 4
+    else:  # ... then packs 0-31 and 32-47 (none), then 32-43 and 44-47 (none), steps 44-47
+        assert counting.gets == 1 + 1 + 1 + 2 + 2 + 4
+
+
+async def test_a_well_formed_pack_that_is_not_the_chains_is_read_from_the_steps(
+    store: CheckpointStore, backend: Backend,
+) -> None:
+    run = await _saved(store, 50)
+    raw = await store.raw_objects("run-1")
+    # Another step's tool output, with the pack's own hashes made to match: only the digest
+    # the head records (over every block of its chain) tells.
+    piece = Piece("main", 0, 47, 2, cumulative=True)
+    parts = [bytes(p[0]) for p in decode_pack_v2("run-1", piece, raw[PACK_0_47]) or [] if p]
+    assert len(parts) == 12
+    altered = parts[9].replace(b"part 37", b"part 38")
+    assert altered != parts[9]
+    contents = [*parts[:9], altered, *parts[10:]]
+    header = {"format": PACK_FORMAT_V2, "run_id": "run-1", "branch_id": "main", "first": 0, "last": 47,
+              "blocks": [[lo, hi, len(c), hashlib.sha256(c).hexdigest()] for (lo, hi), c in zip(blocks_in(piece), contents)]}
+    backend.tamper(store.objects, PACK_0_47, gzip.compress(json.dumps(header).encode() + b"\n" + b"".join(contents)))
+    cp, counting = await _load_counting(backend, store, "run-1:main:49")
+    assert cp == run[49]
+    # Every block taken from a pack is then read from its steps: 0-47, one more round.
+    assert counting.gets == 1 + 2 + 48
+
+
+async def test_a_fork_that_starts_mid_block_packs_its_own_part(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 70)  # main 0..69
+    fork = await _branch(store, run[40], "b", 66)  # b starts at 41, inside blocks 40-43, 32-47 and 0-63
+    raw = await store.raw_objects("run-1")
+    # Level 1: 41-43 (key 32-43: blocks 32-35 .. 40-43, of which b holds 41-43), 48-51 .. 48-59;
+    # level 2: 41-47 (key 0-47); level 3: 41-63 (key 0-63).
+    assert _packs(raw, "b") == sorted(["00000032-00000043.json.gz", "00000000-00000047.json.gz", "00000048-00000051.json.gz",
+                                       "00000048-00000055.json.gz", "00000048-00000059.json.gz", "00000000-00000063.json.gz"])
+    parts = decode_pack_v2("run-1", Piece("b", 41, 63, 3), raw["runs/run-1/branches/b/packs/00000000-00000063.json.gz"])
+    first = json.loads(bytes(parts[0][0])) if parts and parts[0] else {}
+    assert (first["first"], first["parent_id"]) == (41, "run-1:main:40")
+    cp, counting = await _load_counting(backend, store, "run-1:b:66")
+    assert cp == fork[-1]
+    # The head; main's packs 0-31, 32-39 and step 40 (the chain leaves main inside block
+    # 40-43); b's pack 41-63 and steps 64, 65.
+    assert counting.gets == 1 + 2 + 1 + 1 + 2
+
+
+async def test_a_fork_from_the_last_step_of_a_block_has_a_block_of_one_step(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 30)
+    fork = await _branch(store, run[10], "b", 17)  # b starts at 11, the last step of block 8-11
+    raw = await store.raw_objects("run-1")
+    # One step is not packed on its own (its object is as good), but is the first block of 11-15
+    # (level 2; block 12-15 is the 4th of its block of 16: no level-1 pack).
+    assert _packs(raw, "b") == ["00000000-00000015.json.gz"]
+    cp, counting = await _load_counting(backend, store, "run-1:b:14")
+    assert cp == fork[3]
+    # The head; main's pack 0-7, steps 8, 9, 10; b's step 11 (a finished block), steps 12, 13.
+    assert counting.gets == 1 + 1 + 3 + 1 + 2
+    cp, counting = await _load_counting(backend, store, "run-1:b:17")
+    assert cp == fork[-1]
+    assert counting.gets == 1 + 1 + 3 + 1 + 1  # ... b's pack 11-15 and step 16
+
+
+async def test_a_rolled_back_revision_loads_through_its_own_packs(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 40)
+    await store.invalidate_after("run-1", "main", 21, "rolled back")
+    revision = await _branch(store, run[21], "main.r1", 45)
+    cp, counting = await _load_counting(backend, store, "run-1:main.r1:45")
+    assert cp == revision[-1]
+    # The head; main's packs 0-15, 16-19 and steps 20, 21; main.r1's packs 22-31 (key 0-31),
+    # 32-43 and step 44.
+    assert counting.gets == 1 + 2 + 2 + 2 + 1
+    assert (await backend.twin(store).load("run-1:main:30")).status == "invalidated"
+
+
+async def _finished_by_another_writer(store: CheckpointStore, backend: Backend, damage=None):  # type: ignore[no-untyped-def]
+    """Steps 0..59 by `store`, 60..63 by another writer (its own process): that one finishes
+    block 0-63 and reads the packs below it (0-47, 48-59). Returns what is stored, and what
+    one writer of the whole run stores."""
+    run = make_run(64, result_size=256)
+    for cp in run[:60]:
+        await store.save(cp)
+    if damage is not None:
+        raw = await store.raw_objects("run-1")
+        backend.tamper(store.objects, PACK_0_47, damage(raw[PACK_0_47]))
+    return await _continued_by_another_writer(store, backend, run, 60)
+
+
+async def _continued_by_another_writer(store: CheckpointStore, backend: Backend, run: list, first: int):  # type: ignore[no-untyped-def]
+    """Steps `first`.. of `run` saved by another writer (its own process) after `store`'s: what is
+    stored then, and what one writer of the whole run stores."""
+    other = backend.twin(store)
+    for cp in run[first:]:
+        await other.save(cp)
+    one_writer = backend.checkpoint_store()
+    for cp in run:
+        await one_writer.save(cp)
+    return await store.raw_objects("run-1"), await one_writer.raw_objects("run-1")
+
+
+async def test_a_writer_that_did_not_merge_the_blocks_reads_them_for_the_next_level(
+    store: CheckpointStore, backend: Backend,
+) -> None:
+    # ... and checks them against the digests the steps record.
+    got, expected = await _finished_by_another_writer(store, backend)
+    assert got == expected
+
+
+async def test_a_writer_does_not_copy_a_damaged_pack_into_the_next_level(store: CheckpointStore, backend: Backend) -> None:
+    got, expected = await _finished_by_another_writer(store, backend, _flip_a_byte)
+    assert got[f"{MAIN}/packs/00000000-00000063.json.gz"] == expected[f"{MAIN}/packs/00000000-00000063.json.gz"]
+
+
+async def test_saving_a_run_again_writes_nothing_new(store: CheckpointStore, backend: Backend) -> None:
+    run = await _saved(store, 64)
+    before = await store.raw_objects("run-1")
+    again = backend.twin(store)
+    for cp in run:
+        await again.save(cp)
+    assert await again.raw_objects("run-1") == before
+
+
+async def _one_pack_per_block(store: CheckpointStore, backend: Backend, steps: int) -> None:
+    """Replace a run's packs with the layout an older Rewind wrote (rewind.pack/v2 too): one
+    pack per block of each level, levels 1-3, for the finished blocks of steps 0..steps-1."""
+    raw = await store.raw_objects("run-1")
+    blocks: dict[int, bytes] = {}
+    for key, data in raw.items():
+        if "/packs/" in key:
+            first, last = (int(n) for n in key.rsplit("/", 1)[1].split(".")[0].split("-"))
+            steps_in = last + 1 - first  # 4, 8 or 12 steps: level 1; 16, 32, 48: level 2; 64: level 3
+            level = 1 if steps_in < 16 else 2 if steps_in < 64 else 3
+            piece = Piece("main", first, last, level, cumulative=steps_in not in (4, 16, 64))
+            for (lo, _hi), part in zip(blocks_in(piece), decode_pack_v2("run-1", piece, data) or []):
+                if part is not None:
+                    blocks[lo] = bytes(part[0])
+            await store.objects.delete_prefix(key)
+    for span, level in ((4, 1), (16, 2), (64, 3)):
+        for first in range(0, steps - span + 1, span):
+            piece = Piece("main", first, first + span - 1, level)
+            contents = [blocks[lo] for lo, _hi in blocks_in(piece)]
+            await store.objects.put_if_absent(piece.key("run-1"), encode_pack_v2("run-1", piece, contents))
+
+
+async def test_a_chain_packed_one_block_per_pack_loads_with_one_more_round(store: CheckpointStore, backend: Backend) -> None:
+    """Chains that an earlier Rewind packed one block per pack (the same format) still load:
+    a level's pack of 2 or 3 blocks is then missing, and its blocks' own packs are read."""
+    run = make_run(128, result_size=256)
+    for cp in run[:100]:
+        await store.save(cp)
+    await _one_pack_per_block(store, backend, 100)
+    cp, counting = await _load_counting(backend, store, "run-1:main:99")
+    # The head, packs 0-63 and 64-95 (missing), steps 96-98; then packs 64-79 and 80-95.
+    assert cp == run[99] and counting.gets == 1 + 5 + 2
+    # A writer of this Rewind continues it: its packs read the older ones where they need them,
+    # and hold what one writer of the whole run would have written.
+    mine, expected = await _continued_by_another_writer(store, backend, run, 100)
+    written = [k for k in expected if "/packs/" in k and int(k.rsplit("-", 1)[1].split(".")[0]) >= 100]
+    assert written and all(mine.get(k) == expected[k] for k in written), [k for k in written if mine.get(k) != expected[k]]
+    cp, counting = await _load_counting(backend, store, "run-1:main:127")
+    assert cp == run[127]
