@@ -21,7 +21,7 @@ def _guide(name: str) -> str:
 
 
 def test_the_configuration_table_lists_every_variable_the_product_reads():
-    source = (REPO / "rewind" / "config.py").read_text()
+    source = (REPO / "rewind" / "settings" / "config.py").read_text()
     read = set(re.findall(r'read\.(?:str|raw|int|float|flag)\("([A-Z0-9_]+)"', source))
     assert {"REWIND_STORE", "REWIND_PAYLOADS", "OPENAI_BASE_URL", "AWS_ENDPOINT_URL"} <= read
     table = _guide("configuration.md")
