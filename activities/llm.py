@@ -38,7 +38,7 @@ from workflows.contracts import LlmRequest, LlmResponse, Usage
 from workflows.errors import StoreUnavailableError
 from workflows.text import scrub_surrogates
 from workflows import tracing as names
-from workflows.wire import CALL_LLM, LLM_REJECTED
+from workflows.wire import CALL_LLM, LABEL_HEADER, LLM_REJECTED
 
 RETRYABLE_STATUS = {408, 409, 429}
 REJECTED_ERROR_TYPE = LLM_REJECTED
@@ -219,16 +219,20 @@ class LlmActivities:
         }
         if tools:
             kwargs["tools"] = tools
-        for option in ("temperature", "seed"):
+        for option in ("temperature", "seed", "response_format"):
             if getattr(request, option) is not None:
                 kwargs[option] = getattr(request, option)
+        # A pipeline call's label goes along as a header: servers ignore it, proxies and the
+        # scripted model (which answers by label) read it.
+        options = {"headers": {LABEL_HEADER: request.label}} if request.label else {}
         try:
             # The openai client's own `chat.completions.create` first walks every
             # message through its TypedDict transform: pure-Python work that grew
             # with the conversation (a third of a long run's CPU). The request is
             # plain JSON already, so it is posted as it is, through the same client
             # (auth, base URL, timeouts, the same APIStatusError on failure).
-            data = await self._get_client().post("/chat/completions", body=kwargs, cast_to=object)
+            data = await self._get_client().post("/chat/completions", body=kwargs, cast_to=object,
+                                                options=options)  # type: ignore[arg-type]
             if not isinstance(data, dict):
                 raise TypeError(f"the response is not a JSON object: {str(data)[:200]!r}")
             choice = data["choices"][0]

@@ -270,7 +270,8 @@ class ToolActivities:
             if kind == "refused":
                 return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {value}"),
                                error_kind="tool_error")
-            if self._outputs is not None and not registered.spec.side_effects and worth_a_reference(value):
+            if (self._outputs is not None and not registered.spec.side_effects and not request.inline_output
+                    and worth_a_reference(value)):
                 return outcome(**await self._by_reference(request.tool_name, value))
         return outcome(output=value, replayed_from_record=kind == "recorded")
 

@@ -103,13 +103,15 @@ class RegisteredTool:
         return fn
 
 
-def _args_model(fn: Callable[..., Any], name: str, cap_chars: int = DEFAULT_MAX_ARG_CHARS) -> type[pydantic.BaseModel]:
+def _args_model(fn: Callable[..., Any], name: str, cap_chars: int = DEFAULT_MAX_ARG_CHARS, *, skip: int = 0,
+                what: str = "tool") -> type[pydantic.BaseModel]:
+    """The arguments of `fn` (but its first `skip`: a pipeline's ctx) as a pydantic model."""
     fields: dict[str, Any] = {}
-    for param in inspect.signature(fn).parameters.values():
+    for param in list(inspect.signature(fn).parameters.values())[skip:]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolRegistryError(f"tool {name!r}: *args/**kwargs cannot be described to a model; list every argument")
+            raise ToolRegistryError(f"{what} {name!r}: *args/**kwargs cannot be described as JSON; list every argument")
         if param.annotation is inspect.Parameter.empty:
-            raise ToolRegistryError(f"tool {name!r}: argument {param.name!r} needs a type hint")
+            raise ToolRegistryError(f"{what} {name!r}: argument {param.name!r} needs a type hint")
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (param.annotation, default)
     hints = {k: v for k, v in inspect.get_annotations(fn, eval_str=True).items() if k in fields}
@@ -360,10 +362,11 @@ class ToolRegistry:
         for module_name in module_names:
             module = import_tool_module(module_name)
             found = [v for v in vars(module).values() if isinstance(v, RegisteredTool)]
-            if not found:
+            # A module may hold pipelines alone (activities/pipelines.py registers those).
+            if not found and not any(getattr(v, "is_rewind_pipeline", False) for v in vars(module).values()):
                 raise ToolRegistryError(
-                    f"tool module {module_name!r} ({getattr(module, '__file__', '?')}) defines no @tool functions "
-                    "or sub-agents"
+                    f"tool module {module_name!r} ({getattr(module, '__file__', '?')}) defines no @tool functions, "
+                    "sub-agents or @pipeline functions"
                 )
             for t in found:
                 registry.add(t.with_arg_cap(max_arg_chars))

@@ -3,7 +3,8 @@
 The public API, in one place:
 
     from rewind import tool, subagent, tool_context, ToolError  # writing tools and agents
-    from rewind import Settings, connect, start_run, agent_input, wait_for_outcome, run_view
+    from rewind import pipeline, OutputInvalid, ToolCallFailed   # your own orchestration code (docs/pipelines.md)
+    from rewind import Settings, connect, start_run, agent_input, pipeline_input, wait_for_outcome, run_view
     from rewind import checkpoint_store, tree, fork, redo, rollback, diff, compensate, mirror_run, store_stats
     from rewind import delete_run, gc                                     # erasing runs
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
@@ -40,6 +41,14 @@ _EXPORTS = {
     "tool_context": "activities.tools",
     "ToolError": "workflows.errors",
     "RelativePath": "activities.arg_types",
+    # pipelines: your own orchestration code, each ctx call a checkpointed step
+    "pipeline": "activities.pipelines",
+    "PipelineContext": "workflows.pipeline",
+    "PipelineError": "workflows.errors",
+    "ModelCallFailed": "workflows.errors",
+    "OutputInvalid": "workflows.errors",
+    "ToolCallFailed": "workflows.errors",
+    "pipeline_input": "rewind.client",
     "NotAnOption": "activities.arg_types",
     # configuration and runs
     "Settings": "rewind.settings.config",

@@ -29,6 +29,7 @@ from checkpoint_bridge.temporal.runs import (
     start_agent,
 )
 from rewind.settings.config import Settings
+from workflows.pipeline_ids import explain_code_change
 from workflows.summaries import summary_step
 from workflows.errors import RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
@@ -177,6 +178,23 @@ async def agent_input(
     )
 
 
+def pipeline_input(settings: Settings, pipeline: str, arguments: dict[str, Any] | None = None, *,
+                   run_id: str | None = None, model: str | None = None, limits: RunLimits | None = None,
+                   **fields: Any) -> AgentInput:
+    """The input of a run of `@pipeline` `pipeline` with `arguments` (its parameters as JSON;
+    the worker that runs it validates them, docs/pipelines.md). Start it with `start_run`.
+    `model`: for the pipeline's model calls that name none and whose pipeline names none."""
+    from workflows.contracts import AgentInput, PipelineRun
+    from workflows.defaults import PIPELINE_MAX_STEPS
+
+    arguments = dict(arguments or {})
+    return AgentInput(
+        run_id=run_id or new_run_id(), task=f"pipeline {pipeline}", model=model or settings.model,
+        pipeline=PipelineRun(name=pipeline, arguments=arguments),
+        limits=limits or RunLimits(max_steps=PIPELINE_MAX_STEPS), **fields,
+    )
+
+
 def new_run_id() -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"run-{stamp}-{uuid.uuid4().hex[:6]}"
@@ -218,6 +236,8 @@ class RunView(BaseModel):
     # With a Redis hot tier (REWIND_HOT_STORE): how far the durable store is behind it
     # (`run_pending` of this run's objects, `pending` of all, the oldest's age), or why it cannot tell.
     hot_tier: dict[str, Any] | None = None
+    # A pipeline run stopped because its code changed under it: the call that differs, and the fix.
+    code_change: str | None = None
 
 
 async def _failure_message(client: Client, failure: Failure) -> str:
@@ -241,7 +261,9 @@ def status_from_checkpoint(cp: AgentCheckpoint, state: RunState | None = None) -
         total_tokens=cp.llm_tokens_used, cost_usd=cp.llm_cost_usd,
     )
     final = None
-    if cp.step_label == "final answer" and cp.messages and cp.messages[-1].get("role") == "assistant":
+    # The loop's last step is its final answer; a pipeline's is its result (not one of its calls).
+    ends = cp.step_label == "final answer" or (cp.step_label == "result" and cp.pipeline is None)
+    if ends and cp.messages and cp.messages[-1].get("role") == "assistant":
         final = cp.messages[-1].get("content") or ""
     default_state: RunState = "failed" if cp.status == "failed" else ("completed" if final is not None else "running")
     return AgentStatus(
@@ -315,6 +337,8 @@ async def run_view(
         view.state = view.status.state
     else:
         view.state = {"canceled": "cancelled"}.get(workflow_status, workflow_status)
+    if view.failure is not None:
+        view.code_change = explain_code_change(view.failure, run_id)
     return view
 
 

@@ -211,7 +211,8 @@ class AgentWorkflow:
             self._trace.run_ended(self._status, state="cancelled")
             raise
 
-    async def _run(self, inp: AgentInput) -> AgentResult:
+    def _begin(self, inp: AgentInput) -> AgentStatus:
+        """The run's state and status from its input (a pipeline run starts the same way)."""
         self._input = inp
         self._index = RunIndex(inp.indexed)
         self._state = inp.resume.model_copy(deep=True) if inp.resume else LoopState()
@@ -221,6 +222,10 @@ class AgentWorkflow:
         )
         self._trace.run_started(inp.run_id, inp.branch_id, inp.model)
         self._sync_status()
+        return status
+
+    async def _run(self, inp: AgentInput) -> AgentResult:
+        status = self._begin(inp)
         routed = workflow.patched(TOOL_QUEUES_PATCH)
         describing = describe_routed(inp.tools, inp.tool_wait_s) if routed else describe_here(inp.tools)
         seeded, self._state.tool_specs = self._state.tool_specs, None  # used once: a continued run describes
@@ -296,7 +301,8 @@ class AgentWorkflow:
                 "(or REWIND_TOOL_MODULES) naming the modules that define them"
             )
         self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed, gate=self._gate,
-                               trace=self._trace, budget_left=self._budget_left, on_change=self._subagents_changed)
+                               trace=self._trace, budget_left=self._budget_left, on_change=self._subagents_changed,
+                               inline_outputs=inp.pipeline is not None)
         return [t.openai_schema() for t in described.tools]
 
     # -- redo -----------------------------------------------------------------
@@ -398,31 +404,8 @@ class AgentWorkflow:
             temperature=tuning.temperature, seed=tuning.seed,
             tool_result_chars=tuning.tool_result_chars,
         )
-        retry = RetryPolicy(
-            initial_interval=timedelta(seconds=tuning.initial_retry_s),
-            maximum_interval=timedelta(seconds=tuning.max_retry_s),
-            backoff_coefficient=2.0,
-            maximum_attempts=tuning.max_attempts,
-            non_retryable_error_types=[LLM_REJECTED],
-        )
         try:
-            if inp.fast:
-                # On this worker, no round trip through the server; recorded with
-                # the workflow task (AgentInput.fast says what that gives up).
-                response = await workflow.execute_local_activity(
-                    CALL_LLM, request, result_type=LlmResponse, summary=model_call_summary(state.step, inp.model),
-                    start_to_close_timeout=timedelta(seconds=tuning.timeout_s), retry_policy=retry,
-                    schedule_to_close_timeout=timedelta(seconds=max(tuning.retry_for_s, tuning.timeout_s)),
-                )
-            else:
-                response = await workflow.execute_activity(
-                    CALL_LLM, request, result_type=LlmResponse, summary=model_call_summary(state.step, inp.model),
-                    start_to_close_timeout=timedelta(seconds=tuning.timeout_s),
-                    # The whole call, retries included: a provider outage up to this long costs nothing.
-                    schedule_to_close_timeout=timedelta(seconds=max(tuning.retry_for_s, tuning.timeout_s)),
-                    heartbeat_timeout=timedelta(seconds=tuning.heartbeat_s),
-                    retry_policy=retry,
-                )
+            response = await self._model_activity(request, model_call_summary(state.step, inp.model))
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err
@@ -433,6 +416,41 @@ class AgentWorkflow:
         )
         if response.tools_ref is not None:
             self._stored_tools = (tools_text, response.tools_ref)
+        self._count_model(response)
+        return response
+
+    async def _model_activity(self, request: LlmRequest, summary: str, activity_id: str | None = None) -> LlmResponse:
+        """The call_llm activity with the run's retry policy and timeouts (raises ActivityError
+        once retrying is over). `activity_id`: a pipeline call's (workflows/pipeline_ids.py)."""
+        inp = self._input
+        assert inp is not None
+        tuning = inp.llm
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=tuning.initial_retry_s),
+            maximum_interval=timedelta(seconds=tuning.max_retry_s),
+            backoff_coefficient=2.0,
+            maximum_attempts=tuning.max_attempts,
+            non_retryable_error_types=[LLM_REJECTED],
+        )
+        if inp.fast:
+            # On this worker, no round trip through the server; recorded with
+            # the workflow task (AgentInput.fast says what that gives up).
+            return await workflow.execute_local_activity(
+                CALL_LLM, request, result_type=LlmResponse, summary=summary, activity_id=activity_id,
+                start_to_close_timeout=timedelta(seconds=tuning.timeout_s), retry_policy=retry,
+                schedule_to_close_timeout=timedelta(seconds=max(tuning.retry_for_s, tuning.timeout_s)),
+            )
+        return await workflow.execute_activity(
+            CALL_LLM, request, result_type=LlmResponse, summary=summary, activity_id=activity_id,
+            start_to_close_timeout=timedelta(seconds=tuning.timeout_s),
+            # The whole call, retries included: a provider outage up to this long costs nothing.
+            schedule_to_close_timeout=timedelta(seconds=max(tuning.retry_for_s, tuning.timeout_s)),
+            heartbeat_timeout=timedelta(seconds=tuning.heartbeat_s),
+            retry_policy=retry,
+        )
+
+    def _count_model(self, response: LlmResponse) -> None:
+        """A model call's tokens, cost and retries into this step's ledger."""
         usage = response.usage
         ledger = self._model_ledger
         ledger.prompt_tokens += usage.prompt_tokens
@@ -443,7 +461,6 @@ class AgentWorkflow:
         ledger.model_retries += response.attempt - 1
         ledger.unpriced_calls += 0 if response.priced else 1
         self._sync_status()
-        return response
 
     def _add_messages(self, *messages: dict[str, Any]) -> None:
         self._state.unsent.extend(messages)
@@ -480,8 +497,11 @@ class AgentWorkflow:
         status.last_error = state.last_error
 
     # -- checkpoints ----------------------------------------------------------
-    def _record_step(self, label: str, *, failed: dict[str, Any] | None = None, model_view: dict[str, Any] | None = None) -> None:
-        """Hand what this step added to the mirror, off the loop's critical path."""
+    def _record_step(self, label: str, *, failed: dict[str, Any] | None = None, model_view: dict[str, Any] | None = None,
+                     variables: dict[str, Any] | None = None, pipeline: dict[str, Any] | None = None,
+                     model: str | None = None) -> None:
+        """Hand what this step added to the mirror, off the loop's critical path. A pipeline
+        gives its state as `variables`, which call of its code the step is and its model."""
         inp, state = self._input, self._state
         assert inp is not None
         step_ledger = self._step_ledger()
@@ -491,21 +511,22 @@ class AgentWorkflow:
             run_id=inp.run_id, branch_id=inp.branch_id, step_index=state.step,
             parent_id=state.parent_checkpoint, step_label=label,
             new_messages=self._step_messages, new_tool_calls=self._step_calls,
-            agent_variables=inp.variables, created_at=workflow.now(), model=inp.model,
+            agent_variables=inp.variables if variables is None else variables, created_at=workflow.now(),
+            model=model or inp.model,
             prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,
             llm_tokens_used=totals.total_tokens, llm_cost_usd=totals.cost_usd,
             status="failed" if failed else "completed", error_info=failed,
             step_ledger=step_ledger, branch_ledger=totals.minus(state.inherited), total_ledger=totals,
             system_prompt=state.announce_system_prompt,
-            model_view=model_view, agent=_agent_info(inp),
+            model_view=model_view, agent=_agent_info(inp), pipeline=pipeline,
         )
         state.announce_system_prompt = None
         if step_ledger.model_calls:
             meter = workflow.metric_meter()  # records nothing while replaying
-            metrics.count(meter, metrics.STEPS, model=inp.model)
-            metrics.count(meter, metrics.TOKENS, step_ledger.prompt_tokens, model=inp.model, kind="prompt")
-            metrics.count(meter, metrics.TOKENS, step_ledger.completion_tokens, model=inp.model, kind="completion")
-            metrics.count(meter, metrics.COST, round(step_ledger.cost_usd * 1e6), model=inp.model)
+            metrics.count(meter, metrics.STEPS, model=record.model)
+            metrics.count(meter, metrics.TOKENS, step_ledger.prompt_tokens, model=record.model, kind="prompt")
+            metrics.count(meter, metrics.TOKENS, step_ledger.completion_tokens, model=record.model, kind="completion")
+            metrics.count(meter, metrics.COST, round(step_ledger.cost_usd * 1e6), model=record.model)
         self._last_step_ledger = record.step_ledger
         self._trace.step_ended(record)
         state.parent_checkpoint = checkpoint_id(inp.run_id, inp.branch_id, state.step)

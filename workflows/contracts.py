@@ -294,11 +294,23 @@ class AgentInput(BaseModel):
     lineage_effects: list["LineageEffect"] = Field(default_factory=list)
     # What side-effecting calls do on this branch (SideEffectMode); handed down to sub-agents.
     side_effects: SideEffectMode = "run"
+    # A pipeline run (PipelineWorkflow): the user's own code in place of the loop.
+    pipeline: "PipelineRun | None" = None
 
     @field_validator("task", "system_prompt")
     @classmethod
     def _storable_text(cls, value: str) -> str:
         return scrub_text(value)
+
+
+class PipelineRun(BaseModel):
+    """`AgentInput.pipeline`: this run executes a @pipeline (workflows/pipeline.py), not the loop."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)  # as given; the worker validates them
+    # Overrides by call label (a fork, an experiment's variant): the system prompt, the model.
+    prompts: dict[str, str] = Field(default_factory=dict)
+    models: dict[str, str] = Field(default_factory=dict)
 
 
 class Usage(BaseModel):
@@ -329,6 +341,10 @@ class LlmRequest(BaseModel):
     context_tokens: int | None = None
     keep_last: int = 6
     tool_result_chars: int = 400
+    # A pipeline's structured output (`ctx.llm(output=Model)`): OpenAI's response_format.
+    response_format: dict[str, Any] | None = None
+    # A pipeline call's label, sent as the X-Rewind-Label header (the scripted model answers by it).
+    label: str | None = None
 
 
 class LlmResponse(BaseModel):
@@ -449,6 +465,8 @@ class StepRecord(BaseModel):
     model_view: dict[str, Any] | None = None
     # The declared agent the branch runs, and for a sub-agent who called it (AgentCheckpoint.agent).
     agent: dict[str, Any] | None = None
+    # A pipeline's step: which call of its code this is (AgentCheckpoint.pipeline, PipelineCall).
+    pipeline: dict[str, Any] | None = None
 
     # -- the wire form: what this step added, once ---------------------------------
     # A StepRecord rides in Temporal history (the mirror's input), next to the tool

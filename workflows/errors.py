@@ -12,6 +12,10 @@
     ├── RunExistsError                   a run id (or branch) is already taken
     ├── ToolRegistryError                a tool module or tool definition is wrong
     ├── ToolError                        raised by a tool: a failure the model should see, not retried
+    ├── PipelineError                    a pipeline's call cannot be made as written (raised into its code)
+    │   ├── ModelCallFailed              a ctx.llm call failed after its retries, or was refused (a 4xx)
+    │   ├── OutputInvalid                a structured answer stayed invalid after its repairs
+    │   └── ToolCallFailed               a ctx.tool / ctx.agent call failed after its retries, or was rejected
     ├── TranscriptError                  a transcript segment is missing, corrupt or of the wrong length
     ├── ProjectionError                  a history cannot be turned into checkpoints
     ├── PayloadIntegrityError            an externally stored Temporal payload is missing or altered
@@ -96,6 +100,23 @@ class ToolRegistryError(RewindError):
 
 class ToolError(RewindError):
     """Raise from a tool to report a failure the model should see, without retries."""
+
+
+class PipelineError(RewindError):
+    """A pipeline's `ctx` call cannot be made as written; raised into the pipeline's code,
+    which may catch it (uncaught, the run fails with its message)."""
+
+
+class ModelCallFailed(PipelineError):
+    """A `ctx.llm` call failed after its retries, or the API refused it (a 4xx)."""
+
+
+class OutputInvalid(PipelineError):
+    """A `ctx.llm(output=...)` answer stayed invalid after its repairs; names the label and the error."""
+
+
+class ToolCallFailed(PipelineError):
+    """A `ctx.tool` / `ctx.agent` call failed after its retries, was rejected, or names no tool."""
 
 
 class TranscriptError(RewindError):

@@ -125,11 +125,15 @@ class ToolRequest(BaseModel):
     idempotency_key: str | None = None
     # Run the tool's dry_run implementation, not the tool (a dry-run branch): no effect.
     dry_run: bool = False
+    # Return the output itself, never by reference (a pipeline's ctx.tool hands it to its code).
+    inline_output: bool = False
 
 
 class PendingApproval(ToolRequest):
     """A tool call waiting for a decision (what `rewind status` and `rewind pending` show):
     the call as its tool activity would get it, and when and why it waits."""
+
+    inline_output: bool = Field(default=False, exclude=True)  # how the call returns: not the person's concern
 
     requested_at: datetime
     deadline: datetime | None = None  # when approval_default is taken

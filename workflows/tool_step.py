@@ -67,9 +67,13 @@ class ToolStep:
         self, inp: AgentInput, specs: list[ToolSpec], cache: dict[str, Any], *, routed: bool = False,
         gate: ApprovalGate | None = None, trace: Any = None,
         budget_left: Callable[[], tuple[float | None, int | None]] = lambda: (None, None),
-        on_change: Callable[[], None] = lambda: None,
+        on_change: Callable[[], None] = lambda: None, inline_outputs: bool = False,
     ) -> None:
         self._inp = inp
+        # A pipeline hands outputs to its code: never by reference (ToolRequest.inline_output).
+        self._inline_outputs = inline_outputs
+        # A pipeline call's activity id (workflows/pipeline_ids.py), by tool call id.
+        self._activity_ids: dict[str, str] = {}
         self.gate = gate or ApprovalGate()
         self._trace = trace  # workflows.tracing.RunTrace: a span per sub-agent call
         # Each call on its tool's own task queue (see workflows.wire.tool_task_queue).
@@ -92,6 +96,22 @@ class ToolStep:
         """The tool calls of a new step are about to be answered (its sub-agents share the budget)."""
         names = [str((c.get("function") or {}).get("name", "")) for c in calls]
         self.agents.begin_step(sum(1 for n in names if (s := self._specs.get(n)) is not None and s.agent is not None))
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    async def call(self, step: int, call: dict[str, Any], *, activity_id: str | None = None) -> ToolCallLog:
+        """A pipeline's tool call (`ctx.tool`): answered as the loop answers one, returned as its log.
+        `activity_id` names the call's activity, so a replay on changed code is told apart."""
+        call_id = str(call.get("id", ""))
+        if activity_id is not None:
+            self._activity_ids[call_id] = activity_id
+        try:
+            await self.answer(step, call)
+        finally:
+            self._activity_ids.pop(call_id, None)
+        index = max(i for i, log in enumerate(self._log) if log.tool_call_id == call_id)
+        return self._log.pop(index)
 
     def take_log(self) -> list[ToolCallLog]:
         """The calls logged since the last take (one step's worth)."""
@@ -263,43 +283,46 @@ class ToolStep:
         request = ToolRequest(
             run_id=self._inp.run_id, branch_id=self._inp.branch_id, step=step, tool_call_id=call_id,
             tool_name=spec.name, arguments=args, idempotency_key=idem_key, dry_run=dry_run,
+            inline_output=self._inline_outputs,
         )
         try:
             return await self._dispatch(RUN_TOOL, request, ToolOutcome, spec,
                                       here=spec.fast or (self._inp.fast and not spec.side_effects),
-                                      summary=tool_call_summary(step, spec.name, args))
+                                      summary=tool_call_summary(step, spec.name, args),
+                                      activity_id=self._activity_ids.get(call_id))
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err  # the run is being stopped
             return f"{spec.name} failed after retries: {failure_text(err)}"
 
     async def _dispatch(self, activity: str, request: Any, result_type: type, spec: ToolSpec, *, summary: str,
-                        here: bool = False) -> Any:
+                        here: bool = False, activity_id: str | None = None) -> Any:
         """On the run's own queue (or as a local activity, `here`), then on the tool's queue
         if the worker that took it lacks the tool (see `_execute`)."""
         try:
             if here:
-                return await self._run_here(request, spec, summary)
-            return await self._schedule(activity, request, result_type, spec, None, summary)
+                return await self._run_here(request, spec, summary, activity_id)
+            return await self._schedule(activity, request, result_type, spec, None, summary, activity_id)
         except ActivityError as err:
             if not (self._routed and isinstance(err.cause, ApplicationError) and err.cause.type == TOOL_NOT_REGISTERED):
                 raise
         return await self._schedule(activity, request, result_type, spec, tool_task_queue(workflow.info().task_queue, spec.name),
-                                    summary)
+                                    summary, None if activity_id is None else f"{activity_id}:queue")
 
-    async def _run_here(self, request: ToolRequest, spec: ToolSpec, summary: str) -> ToolOutcome:
+    async def _run_here(self, request: ToolRequest, spec: ToolSpec, summary: str,
+                        activity_id: str | None = None) -> ToolOutcome:
         """A fast call: a local activity on the workflow's own worker (if that worker
         lacks the tool it refuses, and the call goes to the tool's queue as usual)."""
         return await workflow.execute_local_activity(
-            RUN_TOOL, request, result_type=ToolOutcome, summary=summary,
+            RUN_TOOL, request, result_type=ToolOutcome, summary=summary, activity_id=activity_id,
             start_to_close_timeout=timedelta(seconds=spec.timeout_s),
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),
         )
 
     async def _schedule(self, activity: str, request: Any, result_type: type, spec: ToolSpec, task_queue: str | None,
-                        summary: str) -> Any:
+                        summary: str, activity_id: str | None = None) -> Any:
         return await workflow.execute_activity(
-            activity, request, result_type=result_type, task_queue=task_queue, summary=summary,
+            activity, request, result_type=result_type, task_queue=task_queue, summary=summary, activity_id=activity_id,
             start_to_close_timeout=timedelta(seconds=spec.timeout_s),
             heartbeat_timeout=timedelta(seconds=spec.heartbeat_s),
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, non_retryable_error_types=[TOOL_NOT_REGISTERED]),

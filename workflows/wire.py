@@ -16,6 +16,7 @@ COMPENSATION_WORKFLOW = "CompensationWorkflow"
 EXPERIMENT_WORKFLOW = "ExperimentWorkflow"   # one checkpoint forked N ways x K repetitions
 SCORE_WORKFLOW = "ScoreWorkflow"             # a scorer over an experiment's branches
 DESCRIBE_TOOLS_WORKFLOW = "DescribeToolsWorkflow"  # what a named tool or agent is, for a client
+PIPELINE_WORKFLOW = "PipelineWorkflow"     # a @pipeline: the user's own code, each ctx call a step
 
 # -- activities --------------------------------------------------------------
 CALL_LLM = "call_llm"
@@ -28,6 +29,7 @@ CHECK_TOOL_CALL = "check_tool_call"  # validate arguments / ask a tool's approva
 START_EXPERIMENT_BRANCH = "start_experiment_branch"  # fork one branch of an experiment (idempotent)
 WATCH_EXPERIMENT_BRANCH = "watch_experiment_branch"  # until the branch ends or pauses for its budget
 SCORE_BRANCH = "score_branch"                        # a user's scorer on a branch's final checkpoint
+DESCRIBE_PIPELINE = "describe_pipeline"  # a pipeline's code location and checked arguments, the tools it may call
 
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"
@@ -52,6 +54,11 @@ SA_BRANCH = "RewindBranch"
 SA_MODEL = "RewindModel"
 SA_STATE = "RewindState"    # running, waiting_for_approval, budget_exceeded, completed, failed, cancelled
 SEARCH_ATTRIBUTES = (SA_RUN_ID, SA_BRANCH, SA_MODEL, SA_STATE)
+
+# -- HTTP ---------------------------------------------------------------------
+# A pipeline's model call names its label in this request header (servers ignore it;
+# the scripted model answers by it).
+LABEL_HEADER = "X-Rewind-Label"
 
 # -- external payload storage (driver names inside history's payload references) --
 LOCAL_PAYLOAD_DRIVER = "rewind.local"   # rewind/temporal/payloads.py LocalStorageDriver (a payload folder)

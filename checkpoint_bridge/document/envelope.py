@@ -1,7 +1,7 @@
 """The stored form of a step: a hashed envelope around a snapshot or a delta.
 
     {"format": "rewind.checkpoint/v3", "kind": "snapshot" | "delta",
-     "schema_version": 7, "sha256": <hex of canonical payload>, "payload": {...}}
+     "schema_version": 8, "sha256": <hex of canonical payload>, "payload": {...}}
 
 A snapshot payload is the whole checkpoint document: only the root of a run
 (step 0) is stored whole. Every other step is a delta of its parent (also the

@@ -25,6 +25,8 @@ History of the schema:
       absent, so a v5 document only changes its version.
   v7  tool records' ``dry_run`` (a dry-run branch's call whose effect did not happen),
       absent when false.
+  v8  ``pipeline``: which call of a pipeline's code a step is (absent for the agent loop's
+      steps), so a v7 document only changes its version.
 """
 
 from __future__ import annotations
@@ -91,8 +93,13 @@ def _v6_to_v7(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 7}
 
 
+def _v7_to_v8(doc: dict[str, Any]) -> dict[str, Any]:
+    # v8 added the checkpoint's `pipeline` (a pipeline's step), absent otherwise.
+    return {**doc, "schema_version": 8}
+
+
 MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6,
-                                    6: _v6_to_v7}
+                                    6: _v6_to_v7, 7: _v7_to_v8}
 """``MIGRATIONS[n]`` turns a version-n document into a version-(n+1) one."""
 
 

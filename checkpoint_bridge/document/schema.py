@@ -45,7 +45,7 @@ __all__ = [
     "format_datetime",
 ]
 
-CURRENT_SCHEMA_VERSION = 7
+CURRENT_SCHEMA_VERSION = 8
 
 CheckpointStatus = Literal["completed", "failed", "in_progress", "invalidated"]
 
@@ -168,14 +168,21 @@ class AgentCheckpoint(BaseModel):
     """The declared agent this branch runs (v6; left out for a plain run): ``name``, and for a
     sub-agent's run ``called_by`` (the caller's checkpoint of the calling step),
     ``tool_call_id`` and ``depth``."""
+    pipeline: dict[str, Any] | None = None
+    """A pipeline's step (v8; left out for the agent loop's): which call of the pipeline's
+    code it is: ``pipeline`` (its name), ``position`` (the order in which the code made its
+    calls, from 0), ``label``, ``kind`` (llm, tool, agent), ``digest`` (sha256 of what the call
+    asked), ``attempt`` (a structured output's repair, 0 for the call itself) and, for a
+    repaired answer, ``invalid`` (why the answer failed its schema)."""
 
     _utc = field_validator("created_at")(_to_utc)
 
     @model_serializer(mode="wrap")
     def _agent_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        if data.get("agent") is None:
-            data.pop("agent", None)
+        for name in ("agent", "pipeline"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
     @model_validator(mode="after")

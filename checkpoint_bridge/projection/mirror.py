@@ -87,12 +87,13 @@ async def run_branches(client: Client, store: CheckpointStore, run_id: str) -> l
     (or never had) a branch's checkpoints still gets it rebuilt. `main` first."""
     from temporalio.service import RPCError as _RPCError
 
-    from workflows.wire import AGENT_WORKFLOW
+    from workflows.wire import AGENT_WORKFLOW, PIPELINE_WORKFLOW
 
     found = set(await store.branches(run_id)) | {"main"}
     prefix = f"{run_id}--"
     try:
-        async for wf in client.list_workflows(f"WorkflowType = '{AGENT_WORKFLOW}' AND WorkflowId STARTS_WITH '{prefix}'"):
+        async for wf in client.list_workflows(f"(WorkflowType = '{AGENT_WORKFLOW}' OR WorkflowType = "
+                                              f"'{PIPELINE_WORKFLOW}') AND WorkflowId STARTS_WITH '{prefix}'"):
             if wf.id.startswith(prefix):
                 found.add(wf.id[len(prefix):])
     except _RPCError as exc:

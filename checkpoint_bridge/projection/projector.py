@@ -122,6 +122,7 @@ def _checkpoint(record: StepRecord, messages: list[dict[str, Any]], tools: list[
         },
         model_view=record.model_view,
         agent=record.agent,
+        pipeline=record.pipeline,
     )
 
 

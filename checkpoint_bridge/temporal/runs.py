@@ -39,7 +39,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from checkpoint_bridge.checkpoints.lineage import is_revision_name, revision_branch, split_revision
 from workflows.errors import RunExistsError, UsageError
 from workflows.ids import echo, validate_id, workflow_id_for
-from workflows.wire import AGENT_WORKFLOW, DESCRIBE_TOOLS_WORKFLOW, tool_task_queue
+from workflows.wire import AGENT_WORKFLOW, DESCRIBE_TOOLS_WORKFLOW, PIPELINE_WORKFLOW, tool_task_queue
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
@@ -136,7 +136,8 @@ async def completed_result(client: Client, description: DescribeWorkflowExecutio
 
 
 # The open runs `rewind pending` asks: every running AgentWorkflow (branches and sub-agents too).
-OPEN_RUNS_QUERY = f"WorkflowType = '{AGENT_WORKFLOW}' AND ExecutionStatus = 'Running'"
+OPEN_RUNS_QUERY = (f"(WorkflowType = '{AGENT_WORKFLOW}' OR WorkflowType = '{PIPELINE_WORKFLOW}') "
+                   "AND ExecutionStatus = 'Running'")
 
 
 async def open_runs(client: Client, query: str = OPEN_RUNS_QUERY, *, page_size: int = 1000) -> list[tuple[str, str, str]]:
@@ -335,7 +336,7 @@ async def start_agent(
     })
     try:
         return await client.start_workflow(
-            AGENT_WORKFLOW,
+            PIPELINE_WORKFLOW if agent_input.pipeline is not None else AGENT_WORKFLOW,
             agent_input,
             id=workflow_id_for(agent_input.run_id, agent_input.branch_id),
             task_queue=task_queue,

@@ -42,6 +42,7 @@ from workflows.errors import PayloadIntegrityError
 from workflows.tool_calls import OUTPUT_REF
 from workflows.wire import (
     AGENT_WORKFLOW,
+    PIPELINE_WORKFLOW,
     CALL_LLM,
     COMPENSATION_WORKFLOW,
     EXPERIMENT_WORKFLOW,
@@ -53,7 +54,7 @@ from workflows.wire import (
 __all__ = ["Claim", "References", "Execution", "REWIND_WORKFLOWS", "list_executions", "read_execution", "read_executions"]
 
 # Every workflow type Rewind starts (each names its run in its input's `run_id`, if it has one).
-REWIND_WORKFLOWS = (AGENT_WORKFLOW, COMPENSATION_WORKFLOW, EXPERIMENT_WORKFLOW, SCORE_WORKFLOW)
+REWIND_WORKFLOWS = (AGENT_WORKFLOW, COMPENSATION_WORKFLOW, EXPERIMENT_WORKFLOW, SCORE_WORKFLOW, PIPELINE_WORKFLOW)
 
 # Any sha256-looking string: what another run may share (a superset, so more stays, never less).
 _DIGEST = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")

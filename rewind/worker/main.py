@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import PollerBehaviorAutoscaling, UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
 from activities.experiment import ExperimentActivities
 from activities.idempotency import IdempotencyLedger
 from activities.llm import LlmActivities, ModelEndpoint
+from activities.pipelines import PipelineActivities, PipelineRegistry
 from activities.pricing import PriceTable
 from activities.redaction import Redactor
 from activities.tool_runner import ToolActivities
@@ -48,6 +49,7 @@ from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from rewind.temporal import tracing
 from rewind.worker import startup
+from rewind.worker.sandbox import workflow_runner
 from rewind.client import connect
 from rewind.settings.config import Settings
 from rewind.stores import check_stores, checkpoint_objects, object_store
@@ -56,8 +58,9 @@ from workflows.agent import AgentWorkflow
 from workflows.compensation import CompensationWorkflow
 from workflows.describe import DescribeToolsWorkflow
 from workflows.experiment import ExperimentWorkflow, ScoreWorkflow
+from workflows.pipeline import PipelineWorkflow
 from workflows.errors import ConfigError, RewindError
-from workflows.wire import tool_task_queue
+from workflows.wire import PIPELINE_WORKFLOW, tool_task_queue
 
 log = logging.getLogger("rewind.worker")
 
@@ -144,10 +147,13 @@ def build_worker(
     workflows: list[type] | None = None,
     redactor: Redactor | None = None,
     mcp: Any = None,
+    pipelines: PipelineRegistry | None = None,
 ) -> RewindWorker:
     """Workers for `settings.task_queue` and for each tool's queue. `workflows`
     replaces the workflow classes (tests deploy changed workflow code with it).
-    `redactor` defaults to the settings' one plus the model key in use."""
+    `redactor` defaults to the settings' one plus the model key in use; `pipelines`
+    are the @pipeline functions of the tool modules (none by default)."""
+    pipelines = pipelines if pipelines is not None else PipelineRegistry()
     runtime = client.service_client.config.runtime
     objects = checkpoint_objects(settings, meter=runtime.metric_meter if runtime is not None else None)
     payloads = object_store(settings, settings.payload_url)
@@ -172,24 +178,25 @@ def build_worker(
                                                             redactor.redact_text))
     tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool, tools.check_tool_call]
     options: dict[str, Any] = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
-    if not settings.workflow_sandbox:
-        # The default (REWIND_WORKFLOW_SANDBOX=1 turns the sandbox on): the workflow code is
-        # Rewind's own (users write tools, which run as activities, and declare agents as
-        # data), and the test suite runs it in the sandbox (its in-process workers and the
-        # replay of every recorded shape), so a nondeterministic call in it fails there.
-        # Without it each workflow task skips the sandbox's per-payload context lookups
-        # (exec'd snippets): about a fifth of a worker's CPU per step (docs/performance.md).
-        # Temporal's Go and Java SDKs have no sandbox at all.
-        options["workflow_runner"] = UnsandboxedWorkflowRunner()
+    # Rewind's own workflow code runs without the sandbox unless REWIND_WORKFLOW_SANDBOX=1:
+    # it is Rewind's own (users write tools, which run as activities, and declare agents as
+    # data), and the test suite runs it in the sandbox (its in-process workers and the
+    # replay of every recorded shape), so a nondeterministic call in it fails there.
+    # Without it each workflow task skips the sandbox's per-payload context lookups
+    # (exec'd snippets): about a fifth of a worker's CPU per step (docs/performance.md).
+    # Temporal's Go and Java SDKs have no sandbox at all. A pipeline is the user's own
+    # code running as workflow code: always in the sandbox (rewind/worker/sandbox.py).
+    options["workflow_runner"] = workflow_runner(PIPELINE_WORKFLOW, pipelines.modules(), settings.workflow_sandbox)
     main = Worker(
         client,
         task_queue=settings.task_queue,
         workflows=workflows or [AgentWorkflow, CompensationWorkflow, ExperimentWorkflow, ScoreWorkflow,
-                                DescribeToolsWorkflow],
+                                DescribeToolsWorkflow, PipelineWorkflow],
         # The tool activities stay on the main queue too, for runs started
         # before tool queues (they schedule tool calls here).
         activities=[llm.call_llm, mirror.mirror_step, mirror.mirror_steps, *tool_activities,
-                    experiment.start_branch, experiment.watch_branch, experiment.score_branch],
+                    experiment.start_branch, experiment.watch_branch, experiment.score_branch,
+                    PipelineActivities(pipelines, registry).describe_pipeline],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
         # A bug in workflow code fails the run visibly instead of retrying its
@@ -282,6 +289,7 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
+    pipelines = PipelineRegistry.from_modules(tool_modules)
     servers = settings.mcp_servers()
     give_up = startup.deadline(settings.startup_wait_s)
     await startup.when_up(lambda: check_stores(settings, probe_writes=True), give_up)
@@ -295,20 +303,20 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
             registry.add(mcp_tool)
         log.info("MCP servers: %s (stdio servers' stderr in %s/mcp-NAME.log)", "; ".join(hub.describe()), settings.home)
     try:
-        await _serve(settings, registry, hub, announce_json, group, give_up)
+        await _serve(settings, registry, hub, announce_json, group, give_up, pipelines)
     finally:
         if hub is not None:
             await hub.close()
 
 
 async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_json: bool,
-                 group: WorkerGroup | None, give_up: float) -> None:
+                 group: WorkerGroup | None, give_up: float, pipelines: PipelineRegistry) -> None:
     runtime = metrics_runtime(settings)
     client = await startup.when_up(lambda: connect(settings, runtime, service="rewind-worker"), give_up)
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     endpoint, offline = model_endpoint(settings)
-    worker = build_worker(client, settings, registry, endpoint, mcp=hub)
+    worker = build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -318,16 +326,18 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
         async with worker:
             log.info(
                 "worker on %s (namespace %r, %s), task queue %r, tools: %s, checkpoints in %s, live data in %s, "
-                "model calls to %s%s",
+                "model calls to %s%s%s",
                 settings.temporal_address, settings.namespace, settings.temporal.describe(), settings.task_queue, ", ".join(registry.names()) or "none",
                 settings.store_url, settings.payload_url,
                 "the scripted offline model" if offline is not None else endpoint.base_url,
                 ", workflow sandbox on (REWIND_WORKFLOW_SANDBOX=1)" if settings.workflow_sandbox else "",
+                f", pipelines: {', '.join(pipelines.names())}" if pipelines.names() else "",
             )
             if announce_json:  # `rewind worker --json`: one document once the worker polls
                 print(json.dumps({
                     "task_queue": settings.task_queue, "temporal_address": settings.temporal_address,
-                    "tools": registry.names(), "store": settings.store_url, "payloads": settings.payload_url,
+                    "tools": registry.names(), "pipelines": pipelines.names(),
+                    "store": settings.store_url, "payloads": settings.payload_url,
                     "model": "scripted offline model" if offline is not None else endpoint.base_url,
                     "pid": os.getpid(),
                 }), flush=True)

@@ -9,7 +9,9 @@ ids), which is what durable replay needs. Nothing about the conversation is
 kept between requests; only faults, scripts and the request log are state.
 
 Models:
-    script:NAME   plays the turns registered with `add_script(NAME, ...)`; a turn with
+    script:NAME   plays the turns registered with `add_script(NAME, ...)` (a pipeline's script is
+                  {"LABEL": [turns], ...}: each call plays its label's turns, the label read
+                  from the X-Rewind-Label header); a turn with
                   "by_seed": {"2": turn} plays that turn for requests with seed 2, one with
                   "by_user": {"Initech": turn} that turn when the first user message
                   contains "Initech" (a sub-agent per company), and a turn
@@ -48,6 +50,7 @@ from aiohttp import web
 
 from workflows.contracts import DEFAULT_MODEL
 from workflows.errors import ScriptError
+from workflows.wire import LABEL_HEADER
 
 __all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
 
@@ -612,7 +615,21 @@ class ScriptedModelServer:
 
     # -- state
 
-    def add_script(self, name: str, turns: list[dict]) -> None:
+    def add_script(self, name: str, turns: list[dict] | dict[str, list[dict]]) -> None:
+        """`turns`: a list of turns, or (for a pipeline) {label: [turns]}, each label's calls
+        answered from its own list (the call's X-Rewind-Label header names it)."""
+        if isinstance(turns, dict):
+            if not turns or not all(isinstance(k, str) and isinstance(v, list) for k, v in turns.items()):
+                raise ScriptError(f"script {name!r}: a script by label is {{\"LABEL\": [turns], ...}}, got {turns!r}")
+            for label, label_turns in turns.items():
+                self._check_turns(f"{name}[{label}]", label_turns)
+        else:
+            self._check_turns(name, turns)
+        with self._lock:
+            self._scripts[name] = json.loads(json.dumps(turns))  # private copy
+
+    @staticmethod
+    def _check_turns(name: str, turns: Any) -> None:
         if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
             raise ScriptError(f"script {name!r}: turns must be a list of objects, got {turns!r}")
         for i, t in enumerate(turns):
@@ -624,8 +641,6 @@ class ScriptedModelServer:
                 error = variant.get("error")
                 if error is not None and not (isinstance(error, dict) and 400 <= int(error.get("status", 400)) <= 599):
                     raise ScriptError(f"script {name!r} turn {i}: error must be {{\"status\": 400-599, \"message\": ...}}")
-        with self._lock:
-            self._scripts[name] = json.loads(json.dumps(turns))  # private copy
 
     def inject_fault(self, status: int, count: int = 1, retry_after: float | None = None,
                      message: str | None = None, delay_s: float = 0.0, within_s: float | None = None) -> None:
@@ -672,10 +687,11 @@ class ScriptedModelServer:
             body = None
             status, payload, headers = 400, _error_body(400, "Request body is not valid JSON."), {}
         else:
-            status, payload, headers = await self._answer(body)
+            status, payload, headers = await self._answer(body, request.headers.get(LABEL_HEADER))
         b = body if isinstance(body, dict) else {}
         with self._lock:
             self._log.append({
+                "label": request.headers.get(LABEL_HEADER),
                 "model": b.get("model"),
                 "messages": b.get("messages"),
                 "tools": [t["function"].get("name") for t in b.get("tools") or []
@@ -686,7 +702,7 @@ class ScriptedModelServer:
             })
         return web.json_response(payload, status=status, headers=headers)
 
-    async def _answer(self, body: Any) -> tuple[int, dict, dict[str, str]]:
+    async def _answer(self, body: Any, label: str | None = None) -> tuple[int, dict, dict[str, str]]:
         if self.latency_ms:
             await asyncio.sleep(self.latency_ms / 1000)
         fault = self._next_fault()
@@ -715,6 +731,11 @@ class ScriptedModelServer:
                                          f"registered (scripts known to this server: {known}; a worker loads them "
                                          "from REWIND_SCRIPTS, tests with add_script or POST /_admin/scripts/NAME).",
                                     code="model_not_found", param="model")
+                if isinstance(turns, dict):  # a pipeline's script: each label's calls have their own turns
+                    if label not in turns:
+                        raise _ApiError(400, f"Script {name!r} answers the labels {', '.join(sorted(turns))}; this "
+                                             f"call is labelled {label!r} (the {LABEL_HEADER} header).")
+                    turns = turns[label]
                 reply = _script_reply(turns, messages, turn, body.get("seed"))
             else:
                 reply = _builtin_reply(body, messages)

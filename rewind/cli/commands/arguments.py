@@ -49,6 +49,42 @@ SECONDS = at_least(0, float, "a number of seconds", strictly=True)
 SIDE_EFFECT_MODES = ("run", "reuse", "dry-run")
 
 
+def pipeline_arguments(text: str) -> dict[str, Any]:
+    """`--input`: a JSON object, or `@FILE` holding one."""
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"cannot read {echo(path, 80)}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{echo(text, 40)} is not JSON ({exc}); give a JSON object of the "
+                                         "pipeline's arguments, or @FILE") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"is a JSON {type(value).__name__}; give a JSON object of the pipeline's "
+                                         'arguments ({"name": value, ...})')
+    return value
+
+
+def check_start_shape(args: argparse.Namespace) -> None:
+    """`rewind start` runs the agent loop (--task) or a pipeline (--pipeline), and each takes its own options."""
+    if args.pipeline and args.task:
+        raise UsageError("give --task (an agent run) or --pipeline (a pipeline run), not both")
+    if not args.pipeline and not args.task:
+        raise UsageError("say what to run: --task TEXT (an agent run) or --pipeline NAME --input JSON (a pipeline run)")
+    if args.pipeline:
+        loop_only = [flag for flag, given in (("--agent", args.agent), ("--system-prompt", args.system_prompt),
+                                              ("--tools", args.tools)) if given]
+        if loop_only:
+            raise UsageError(f"{', '.join(loop_only)} belong to agent runs; a pipeline's code names its own "
+                             "prompts and tools")
+    elif args.input is not None:
+        raise UsageError("--input gives a pipeline's arguments; add --pipeline NAME")
+
+
 def task_text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty; say what the agent should do")

@@ -7,7 +7,15 @@ import sys
 from typing import Callable
 
 from rewind.cli.commands.approvals import pending_lines
-from rewind.cli.commands.arguments import SECONDS, STEPS, TOKENS, USD, task_text
+from rewind.cli.commands.arguments import (
+    SECONDS,
+    STEPS,
+    TOKENS,
+    USD,
+    check_start_shape,
+    pipeline_arguments,
+    task_text,
+)
 from rewind.cli.commands.common import (
     client_for,
     connection_for,
@@ -21,6 +29,7 @@ from rewind.cli.commands.common import (
 )
 from rewind.settings.config import Settings
 from workflows.errors import RewindError, UsageError
+from workflows.defaults import PIPELINE_MAX_STEPS
 from workflows.ids import validate_id
 from workflows.text import usd
 
@@ -35,12 +44,21 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
         validate_id("run", args.run_id)
     if args.agent:
         validate_id("agent", args.agent)
+    check_start_shape(args)
     # A store that cannot work is one line naming its variable now, not a run that no worker takes.
     from rewind.stores import check_stores
 
     await check_stores(settings)
     client = await client_for(settings)
-    if args.agent:
+    if args.pipeline:
+        from rewind.client import pipeline_input
+
+        agent_input = pipeline_input(
+            settings, args.pipeline, args.input, run_id=args.run_id, model=args.model, fast=args.fast,
+            limits=RunLimits(max_steps=args.max_steps or PIPELINE_MAX_STEPS, max_cost_usd=args.max_cost,
+                             max_tokens=args.max_tokens),
+        )
+    elif args.agent:
         # The agent's own prompt, tools, model and max_steps, as its declaration says, except what is given.
         agent_input = await declared_input(
             client, settings, args.agent, args.task, run_id=args.run_id, system_prompt=args.system_prompt,
@@ -60,10 +78,15 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
             fast=args.fast,
             **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
         )
-    warned = bool(agent_input.tools) and not await pollers(client, settings.task_queue, workflows=True)
+    warned = (bool(agent_input.tools) or agent_input.pipeline is not None) and \
+        not await pollers(client, settings.task_queue, workflows=True)
     if warned:
-        print(f"rewind: no worker polls task queue {settings.task_queue!r} yet, so --tools could not be checked; "
-              f"the run waits for a worker ({agent_input.tool_wait_s:g} s for each named tool)", file=sys.stderr)
+        if agent_input.pipeline is not None:
+            print(f"rewind: no worker polls task queue {settings.task_queue!r} yet; the pipeline run waits for one "
+                  "whose --tool-modules define it", file=sys.stderr)
+        else:
+            print(f"rewind: no worker polls task queue {settings.task_queue!r} yet, so --tools could not be checked; "
+                  f"the run waits for a worker ({agent_input.tool_wait_s:g} s for each named tool)", file=sys.stderr)
     handle = await start_run(client, settings, agent_input)
     info = {"run_id": agent_input.run_id, "workflow_id": handle.id}
     if not args.wait:
@@ -148,7 +171,9 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if p.get("summary"):
             what = f"{p['summary']} ({what})"
         lines.append(f"  running      {what} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
-    if view.failure:
+    if view.code_change:
+        lines.append(f"  stopped      {view.code_change}")
+    elif view.failure:
         lines.append(f"  failure      {view.failure}")
     if view.note:
         lines.append(f"  note         {view.note}")
@@ -257,8 +282,13 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
-    p = command("start", "start an agent run; prints its run id", handler=cmd_start)
-    p.add_argument("--task", required=True, type=task_text)
+    p = command("start", "start an agent run (--task) or a pipeline run (--pipeline); prints its run id",
+                handler=cmd_start)
+    p.add_argument("--task", type=task_text, help="what the agent should do (its first user message)")
+    p.add_argument("--pipeline", metavar="NAME",
+                   help="run a @pipeline of the worker's tool modules instead of the agent loop (docs/pipelines.md)")
+    p.add_argument("--input", metavar="JSON", type=pipeline_arguments,
+                   help="a pipeline's arguments: a JSON object, or @FILE holding one (default: {})")
     p.add_argument("--agent", metavar="NAME",
                    help="run a declared agent (subagent(...) in a tools module): its prompt, tools, model and "
                         "max_steps, unless given here")
@@ -266,7 +296,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names (default: all the worker has)")
     p.add_argument("--model")
     p.add_argument("--run-id")
-    p.add_argument("--max-steps", type=STEPS, help="steps at most (default 50, or the agent's max_steps)")
+    p.add_argument("--max-steps", type=STEPS, help="steps at most (default 50, or the agent's max_steps; "
+                                                  f"a pipeline's steps are its calls: {PIPELINE_MAX_STEPS})")
     p.add_argument("--max-cost", type=USD, help="pause before a step that would pass this many USD")
     p.add_argument("--max-tokens", type=TOKENS, help="pause before a step that would pass this many tokens")
     p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")

@@ -108,7 +108,7 @@ async def test_tree_show_export_and_mirror(worker, settings, model, events_file,
     code, out, err = await rewind(settings, "show", "cli-tree-1:main:3", "--json")
     assert code == 0, err
     full = json.loads(out)
-    assert full["status"] == "completed" and full["schema_version"] == 7
+    assert full["status"] == "completed" and full["schema_version"] == 8
     assert full["messages"][-1]["role"] == "assistant" and len(full["tool_call_cache"]) == 3
 
     code, out, err = await rewind(settings, "show", "cli-tree-1:main:2")

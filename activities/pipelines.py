@@ -1,0 +1,150 @@
+"""The `@pipeline` decorator and what the worker knows of the pipelines it offers.
+
+A pipeline is an async function whose first argument is the run's `ctx`
+(workflows/pipeline.py) and whose other arguments, with type hints, are the
+run's input (`rewind start --pipeline NAME --input JSON`). It lives in a tools
+module next to `@tool` functions; the worker finds it there, says what it is
+and checks a run's arguments (`describe_pipeline`), and the workflow imports
+the module inside its sandbox to run it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import pydantic
+from temporalio import activity
+
+from activities.tools import ToolRegistry, _args_model, _json_schema, import_tool_module
+from workflows.errors import ToolRegistryError
+from workflows.pipeline_contracts import DescribePipelineRequest, PipelineDescription, PipelineSpec
+from workflows.wire import DESCRIBE_PIPELINE
+
+
+@dataclass(frozen=True)
+class RegisteredPipeline:
+    """A decorated pipeline: still callable directly with a ctx, plus what the worker needs."""
+
+    fn: Callable[..., Awaitable[Any]]
+    name: str
+    description: str
+    model: str | None
+    arguments_model: type[pydantic.BaseModel]
+    is_rewind_pipeline = True  # what the tool registry looks for in a module of pipelines alone
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.fn(*args, **kwargs)
+
+    def spec(self, module: str, attribute: str) -> PipelineSpec:
+        return PipelineSpec(name=self.name, module=module, attribute=attribute, description=self.description,
+                            model=self.model, parameters=_json_schema(self.arguments_model))
+
+
+def pipeline(fn: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None, model: str | None = None,
+             description: str | None = None) -> Any:
+    """Declare an async function `(ctx, **arguments)` as a pipeline: your own orchestration
+    code as a durable run whose every `ctx.llm` / `ctx.tool` / `ctx.agent` call is a
+    checkpointed step (docs/pipelines.md).
+
+    name: what `rewind start --pipeline NAME` calls it (default: the function's name).
+    model: the model of its `ctx.llm` calls that name none (default: the run's `--model`).
+    description: what `rewind tools` says of it (default: the docstring's first paragraph).
+    """
+
+    def wrap(f: Callable[..., Awaitable[Any]]) -> RegisteredPipeline:
+        pipeline_name = name or f.__name__
+        if not inspect.iscoroutinefunction(f):
+            raise ToolRegistryError(f"pipeline {pipeline_name!r} must be an async function (async def)")
+        params = list(inspect.signature(f).parameters.values())
+        if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+            raise ToolRegistryError(f"pipeline {pipeline_name!r}: its first argument is the run's ctx "
+                                    f"(async def {f.__name__}(ctx, ...))")
+        doc = inspect.getdoc(f) or ""
+        return RegisteredPipeline(fn=f, name=pipeline_name, description=description or doc.split("\n\n")[0].strip(),
+                                  model=model, arguments_model=_args_model(f, pipeline_name, skip=1,
+                                                                           what="pipeline"))
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class PipelineRegistry:
+    """The pipelines one worker offers, by name, with where each is defined."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, tuple[RegisteredPipeline, str, str]] = {}
+
+    @classmethod
+    def from_modules(cls, module_names: list[str]) -> "PipelineRegistry":
+        registry = cls()
+        for module_name in module_names:
+            module = import_tool_module(module_name)
+            for attribute, value in vars(module).items():
+                if isinstance(value, RegisteredPipeline):
+                    registry.add(value, module_name, attribute)
+        return registry
+
+    def add(self, found: RegisteredPipeline, module: str, attribute: str) -> None:
+        existing = self._found.get(found.name)
+        if existing is not None and existing[0].fn is not found.fn:
+            raise ToolRegistryError(f"two different pipelines are named {found.name!r} ({existing[1]} and {module}); "
+                                    "pass name= to @pipeline to rename one")
+        self._found[found.name] = (found, module, attribute)
+
+    def names(self) -> list[str]:
+        return sorted(self._found)
+
+    def modules(self) -> list[str]:
+        return sorted({module for _, module, _ in self._found.values()})
+
+    def specs(self) -> list[PipelineSpec]:
+        return [self.spec(name) for name in self.names()]
+
+    def spec(self, name: str) -> PipelineSpec:
+        found, module, attribute = self._found[name]
+        return found.spec(module, attribute)
+
+    def get(self, name: str) -> RegisteredPipeline | None:
+        found = self._found.get(name)
+        return found[0] if found is not None else None
+
+
+class PipelineActivities:
+    """`describe_pipeline`: what a pipeline is, its arguments checked, and the tools it may call."""
+
+    def __init__(self, pipelines: PipelineRegistry, tools: ToolRegistry) -> None:
+        self._pipelines = pipelines
+        self._tools = tools
+
+    @activity.defn(name=DESCRIBE_PIPELINE)
+    async def describe_pipeline(self, request: DescribePipelineRequest) -> PipelineDescription:
+        found = self._pipelines.get(request.name)
+        if found is None:
+            offered = ", ".join(self._pipelines.names()) or "none"
+            return PipelineDescription(error=f"no pipeline named {request.name!r} on this worker (it offers: {offered}); "
+                                             "start a worker whose --tool-modules define it with @pipeline")
+        try:
+            arguments = found.arguments_model.model_validate(request.arguments).model_dump(mode="json")
+        except pydantic.ValidationError as exc:
+            return PipelineDescription(error=f"the input of pipeline {request.name!r} is invalid: {_first(exc)}; "
+                                             f"it takes {_signature(found)}")
+        return PipelineDescription(spec=self._pipelines.spec(request.name), arguments=arguments,
+                                   tools=self._tools.specs())
+
+
+def _first(exc: pydantic.ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err["loc"]) or "input"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _signature(found: RegisteredPipeline) -> str:
+    fields = found.arguments_model.model_fields
+    return "{" + ", ".join(f'"{n}": {getattr(f.annotation, "__name__", str(f.annotation))}'
+                           for n, f in fields.items()) + "}"
+
+
+__all__ = ["pipeline", "RegisteredPipeline", "PipelineRegistry", "PipelineActivities"]

@@ -1,0 +1,318 @@
+"""Pipelines as a user meets them: your own orchestration code (`@pipeline` in a tools
+module) run as a durable run by `rewind worker`, started with `rewind start --pipeline`,
+with the worker killed in the middle of a fan-out, structured outputs repaired, a
+pipeline that reads the clock itself, and code that changed under a run. Tools count
+their executions in files; the scripted model answers by call label."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+
+from as_user import UserWorker, one_line_error, rewind, rewind_json
+
+RESEARCH = '''
+import asyncio
+import os
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from rewind import OutputInvalid, pipeline, tool
+
+LOG = Path({log!r})
+RELEASE = Path({release!r})
+SLOW = {slow!r}
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+@tool
+async def search_company(company: str) -> str:
+    """What the web says about one company."""
+    count(f"start {{company}}")
+    while company in SLOW and not RELEASE.exists():
+        await asyncio.sleep(0.05)
+    count(f"done {{company}}")
+    return f"{{company}}: revenue up"
+
+
+@tool(side_effects=True)
+async def save_report(text: str) -> str:
+    """Save the report (a side effect)."""
+    count("save")
+    return "saved"
+
+
+class Verdict(BaseModel):
+    ok: bool
+    missing: list[str] = []
+
+
+@pipeline
+async def competitive_report(ctx, companies: list[str]) -> str:
+    """Research companies in parallel, synthesize, validate, save."""
+    plan = await ctx.llm("plan", system="You plan research.", user="Plan: " + ", ".join(companies))
+    found = await asyncio.gather(*(ctx.tool("search_company", company=c) for c in companies))
+    ctx.state["found"] = len(found)
+    draft = await ctx.llm("synthesize", system="You write reports.", user=plan + "\\n" + "\\n".join(found))
+    try:
+        verdict = await ctx.llm("validate", user="Check: " + draft, output=Verdict, repairs={repairs})
+        ctx.state["verdict"] = verdict.ok
+    except OutputInvalid as exc:
+        ctx.state["verdict"] = "invalid"
+        return "no verdict: " + str(exc)
+    await ctx.tool("save_report", text=draft)
+    return draft
+'''
+
+SCRIPT = {
+    "plan": [{"content": "search each company"}],
+    "synthesize": [{"content": "DRAFT: all five grow"}],
+    "validate": [{"content": '{"ok": true, "missing": []}'}],
+}
+COMPANIES = ["Acme", "Globex", "Initech", "Umbrella", "Hooli"]
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def write_module(folder: Path, tmp_path: Path, *, slow: tuple[str, ...] = (), repairs: int = 2,
+                 source: str = RESEARCH) -> tuple[Path, Path]:
+    log, release = tmp_path / f"calls-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
+    (folder / "research.py").write_text(source.format(log=str(log), release=str(release), slow=list(slow),
+                                                      repairs=repairs))
+    return log, release
+
+
+def script(model, by_label: dict) -> str:
+    name = f"p-{uuid.uuid4().hex[:8]}"
+    model.add_script(name, by_label)
+    return f"script:{name}"
+
+
+def labels_asked(model, name: str) -> list[str]:
+    return [r.get("label") for r in model.requests() if r.get("model") == name and r.get("status") == 200]
+
+
+async def tree_labels(cli: Path, env: dict, run_id: str) -> list[str]:
+    """The labels of the run's main branch, step by step (`rewind tree --json`)."""
+    tree = await rewind_json(cli, env, "tree", run_id)
+    rows = tree["branches"]["main"]
+    assert [r["step_index"] for r in rows] == list(range(len(rows))), rows
+    return [r["step_label"] for r in rows]
+
+
+async def wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_state(cli: Path, env: dict, run_id: str, states: tuple[str, ...], timeout_s: float = 90.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = await rewind_json(cli, env, "status", run_id)
+        if view["state"] in states:
+            return view
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} still {view['state']} after {timeout_s:.0f}s: {view}")
+        await asyncio.sleep(0.25)
+
+
+async def test_a_killed_worker_costs_no_completed_call_of_a_pipeline(world, tmp_path):
+    folder = world.folder("research")
+    log, release = write_module(folder, tmp_path, slow=("Umbrella", "Hooli"))
+    env = world.env(folder, REWIND_SCRIPTS=None)
+    model = script(world.model, SCRIPT)
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    first = UserWorker(folder / "w1", {**env, "PYTHONPATH": str(folder)}, "--tool-modules", "research")
+    try:
+        await first.wait_ready()
+        started = await rewind_json(cli, cli_env, "start", "--pipeline", "competitive_report", "--input",
+                                    json.dumps({"companies": COMPANIES}), "--model", model, "--run-id", "pipe-crash")
+        assert started["run_id"] == "pipe-crash", started
+        # Three searches done, two running: the machine dies.
+        await wait_for(lambda: sum(x.startswith("done") for x in lines(log)) == 3
+                       and sum(x.startswith("start") for x in lines(log)) == 5, "3 of 5 searches")
+        first.kill()
+    finally:
+        first.stop()
+    release.touch()
+    with UserWorker(folder / "w2", {**env, "PYTHONPATH": str(folder)}, "--tool-modules", "research") as second:
+        await second.wait_ready()
+        view = await wait_state(cli, cli_env, "pipe-crash", ("completed", "failed"))
+    assert view["state"] == "completed", view
+    assert view["status"]["final_answer"] == "DRAFT: all five grow"
+    done = [x for x in lines(log) if x.startswith("done")]
+    assert sorted(done) == sorted(f"done {c}" for c in COMPANIES), lines(log)  # each search completed once
+    assert lines(log).count("save") == 1
+    assert labels_asked(world.model, model) == ["plan", "synthesize", "validate"]  # no model call twice
+
+    labels = await tree_labels(cli, cli_env, "pipe-crash")
+    assert labels[0] == "start" and labels[-1] == "result", labels
+    assert sorted(labels[1:-1]) == sorted(["plan", *["search_company"] * 5, "synthesize", "validate", "save_report"])
+    validate_step = labels.index("validate")
+    shown = await rewind_json(cli, cli_env, "show", f"pipe-crash:main:{validate_step}")
+    assert shown["pipeline"]["label"] == "validate" and shown["pipeline"]["kind"] == "llm", shown["pipeline"]
+    assert shown["pipeline"]["position"] == 7  # plan 0, five searches 1-5, synthesize 6, then this one
+    assert shown["agent_variables"] == {"found": 5, "verdict": True}
+
+
+async def test_structured_output_is_repaired_then_given_up_on_with_a_typed_error(world, tmp_path):
+    folder = world.folder("research")
+    bad_twice = {**SCRIPT, "validate": [{"content": "looks fine to me"}, {"content": '{"ok": "maybe"}'},
+                                       {"content": '{"ok": true}'}]}
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    for repairs, run_id in ((2, "pipe-repaired"), (1, "pipe-unrepaired")):
+        log, release = write_module(folder, tmp_path, repairs=repairs)
+        model = script(world.model, bad_twice)
+        env = {**world.env(folder), "PYTHONPATH": str(folder)}
+        with UserWorker(folder / f"w-{run_id}", env, "--tool-modules", "research") as worker:
+            await worker.wait_ready()
+            run = await rewind_json(cli, cli_env, "start", "--pipeline", "competitive_report", "--input",
+                                    json.dumps({"companies": ["Acme"]}), "--model", model, "--run-id", run_id,
+                                    "--wait")
+        assert run["status"]["state"] == "completed", run
+        labels = await tree_labels(cli, cli_env, run_id)
+        if repairs == 2:
+            assert run["status"]["final_answer"] == "DRAFT: all five grow"
+            assert labels.count("validate") == 1 and "validate (repair 2)" in labels, labels
+            repaired = await rewind_json(cli, cli_env, "show", f"{run_id}:main:{labels.index('validate (repair 1)')}")
+            assert "ok: Input should be a valid boolean" in repaired["pipeline"]["invalid"], repaired["pipeline"]
+            assert lines(log).count("save") == 1
+        else:
+            assert run["status"]["final_answer"].startswith("no verdict: model call 'validate': the answer is not "
+                                                            "a valid Verdict after 1 repair(s)"), run
+            assert "validate (repair 2)" not in labels and lines(log).count("save") == 0
+
+
+CLOCK = '''
+import time
+
+from rewind import pipeline
+
+
+@pipeline
+async def stamped(ctx, note: str) -> str:
+    started = time.time()
+    return f"{note} at {started}"
+
+
+@pipeline
+async def reads_a_file(ctx, path: str) -> str:
+    with open(path) as f:
+        return f.read()
+'''
+
+
+async def finished(cli: Path, env: dict, *args: str) -> dict:
+    """`rewind start ... --wait --json` of a run that ends (exit 1 when it failed): its document."""
+    code, out, err = await rewind(cli, env, *args, "--wait", "--json")
+    assert code in (0, 1) and out.strip(), (code, out, err)
+    return json.loads(out)
+
+
+async def test_a_pipeline_that_reads_the_clock_or_a_file_itself_fails_with_the_fix(world, tmp_path):
+    folder = world.folder("clock")
+    (folder / "clocked.py").write_text(CLOCK)
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "clocked") as worker:
+        await worker.wait_ready()
+        run = await finished(cli, cli_env, "start", "--pipeline", "stamped", "--input", '{"note": "hi"}',
+                             "--run-id", "pipe-clock")
+        assert run["state"] == "failed", run
+        error = run["error"]
+        assert "pipeline stamped called time.time in stamped (clocked.py:9)" in error, error
+        assert "use ctx.now()" in error
+        run = await finished(cli, cli_env, "start", "--pipeline", "reads_a_file", "--input",
+                             json.dumps({"path": str(folder / "clocked.py")}), "--run-id", "pipe-file")
+        assert run["state"] == "failed", run
+        assert "pipeline reads_a_file called open in reads_a_file (clocked.py:15)" in run["error"], run
+        # A pipeline that is not there, and input that does not fit: one line each, before any call.
+        run = await finished(cli, cli_env, "start", "--pipeline", "stamped", "--input", '{"note": 3}',
+                             "--run-id", "pipe-bad-input")
+        assert "the input of pipeline 'stamped' is invalid: note: Input should be a valid string" in run["error"], run
+        code, out, err = await rewind(cli, cli_env, "start", "--pipeline", "stamped", "--input", "{not json")
+        one_line_error(code, err, "--input")
+
+
+CHANGING = '''
+import asyncio
+from pathlib import Path
+
+from rewind import pipeline, tool
+
+RELEASE = Path({release!r})
+
+
+@tool
+async def wait_here(n: int) -> int:
+    """Waits until released."""
+    while not RELEASE.exists():
+        await asyncio.sleep(0.05)
+    return n
+
+
+@pipeline
+async def changing(ctx) -> str:
+    first = await ctx.llm("{label}", user="hello")
+    await ctx.tool("wait_here", n=1)
+    {extra}
+    return first
+'''
+
+
+async def test_code_changed_under_a_run_stops_it_at_the_first_call_that_differs(world, tmp_path):
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    for run_id, label_after, extra, expect in (
+        ("pipe-added", "outline", "await ctx.llm('extra', user='more')", "completed"),
+        ("pipe-changed", "summary", "", "failed"),
+    ):
+        folder = world.folder(run_id)
+        release = tmp_path / f"release-{run_id}"
+        model = script(world.model, {"outline": [{"content": "o"}], "summary": [{"content": "s"}],
+                                     "extra": [{"content": "x"}]})
+        source = CHANGING.replace("{release!r}", repr(str(release)))
+        (folder / "changing.py").write_text(source.replace("{label}", "outline").replace("{extra}", ""))
+        env = {**world.env(folder), "PYTHONPATH": str(folder)}
+        first = UserWorker(folder / "w1", env, "--tool-modules", "changing")
+        try:
+            await first.wait_ready()
+            await rewind_json(cli, cli_env, "start", "--pipeline", "changing", "--input", "{}", "--model", model,
+                              "--run-id", run_id)
+            await wait_for(lambda: "outline" in labels_asked(world.model, model), "the first model call")
+            await asyncio.sleep(1.0)  # the tool call is scheduled and waits
+            first.kill()
+        finally:
+            first.stop()
+        # A new deploy: the label of the recorded model call changed, or a call was added after the record.
+        (folder / "changing.py").write_text(source.replace("{label}", label_after).replace("{extra}", extra))
+        release.touch()
+        with UserWorker(folder / "w2", env, "--tool-modules", "changing") as second:
+            await second.wait_ready()
+            view = await wait_state(cli, cli_env, run_id, ("completed", "failed"))
+        assert view["state"] == expect, view
+        if expect == "completed":
+            assert labels_asked(world.model, model) == ["outline", "extra"]
+        else:
+            said = view["code_change"] or ""
+            assert "call 0 is llm call 'outline'" in said and "the code now makes llm call 'summary'" in said, view
+            assert f"rewind fork {run_id} --step" in said
+            code, out, err = await rewind(cli, cli_env, "status", run_id)
+            assert "the pipeline's code changed under the run: call 0" in out, out
+            assert labels_asked(world.model, model) == ["outline"]  # the changed call was not answered

@@ -1,0 +1,382 @@
+"""PipelineWorkflow: the user's own async function as a durable, checkpointed run.
+
+A pipeline (`@pipeline` in a tools module) is ordinary Python control flow
+(if, for, while, try, asyncio.gather) that reaches the outside world only
+through its `ctx`: `ctx.llm`, `ctx.tool` and `ctx.agent` are activities (or
+child runs) exactly as the agent loop's calls are, with the same retries,
+cache, idempotency keys, effects once across the lineage, approvals and
+ledger; `ctx.state` is a JSON dict recorded in every checkpoint; `ctx.now()`,
+`ctx.random()` and `ctx.sleep()` are the workflow's deterministic ones.
+
+Every completed call is a step: an AgentCheckpoint labelled by the call,
+whose `pipeline` field says which call of the code it is (its position in
+the order the code made its calls, label, kind, digest of its arguments).
+
+The code runs inside Temporal's workflow sandbox whatever the worker's
+setting (rewind/worker/main.py), so a pipeline that reads the clock or opens
+a file directly fails with a line that names the call and what to use
+instead. After a worker crash the run replays its history: each call's
+activity id is its position, kind, label and digest, so code that changed
+under the run (another call at a recorded position) is told apart from the
+record at the first call that differs, and the run stops there, naming both
+(`pipeline_ids.explain_code_change`), instead of answering the new call with
+the old one's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import traceback
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    import pydantic
+
+    from workflows.agent import AgentWorkflow
+    from workflows.canonical import canonical_json
+    from workflows.contracts import AgentInput, AgentResult, DescribeToolsResponse, LlmRequest, ToolCallLog
+    from workflows.errors import ModelCallFailed, OutputInvalid, PipelineError, ToolCallFailed
+    from workflows.pipeline_contracts import (
+        DescribePipelineRequest,
+        PipelineCall,
+        PipelineDescription,
+    )
+    from workflows.pipeline_ids import call_activity_id, call_digest
+    from workflows.summaries import model_call_summary
+    from workflows.tool_calls import failure_text
+    from workflows.wire import DESCRIBE_PIPELINE, PIPELINE_WORKFLOW
+
+# What a structured output's schema is sent as (OpenAI's `response_format`).
+_REPAIR_PROMPT = ("Your answer is not valid for the required JSON schema: {error}. "
+                  "Answer again with only a JSON object that matches the schema.")
+
+
+class PipelineContext:
+    """What a pipeline's code reaches the world through (the `ctx` argument)."""
+
+    def __init__(self, run: "PipelineWorkflow", state: dict[str, Any]) -> None:
+        self._run = run
+        self.state: dict[str, Any] = state
+        """A JSON dict the pipeline keeps across its calls; recorded in every checkpoint."""
+
+    async def llm(self, label: str, messages: list[dict[str, Any]] | None = None, *, system: str | None = None,
+                  user: str | None = None, model: str | None = None, tools: list[str] | None = None,
+                  output: type[pydantic.BaseModel] | None = None, repairs: int = 2,
+                  temperature: float | None = None) -> Any:
+        """One model call, labelled `label`. Give `messages`, or `system` and `user`.
+
+        Returns the answer's text; with `output=Model` a validated `Model` (a malformed
+        answer goes back to the model with the validation error at most `repairs` times,
+        then OutputInvalid); with `tools=[names]` the assistant message itself (a dict
+        with its `tool_calls`), for an agent loop of your own."""
+        return await self._run.call_model(label, messages, system=system, user=user, model=model, tools=tools,
+                                          output=output, repairs=repairs, temperature=temperature)
+
+    async def tool(self, name: str, /, **arguments: Any) -> Any:
+        """Call a registered @tool (or an MCP server's tool) with `arguments`; its output.
+        Raises ToolCallFailed when the tool fails after its retries or is rejected."""
+        return await self._run.call_tool(name, arguments, kind="tool")
+
+    async def agent(self, name: str, task: str) -> str:
+        """Run a declared agent (`subagent(...)`) on `task` as a durable child run; its answer."""
+        return await self._run.call_tool(name, {"task": task}, kind="agent")
+
+    def now(self) -> datetime:
+        """The run's clock: the same on every replay."""
+        return workflow.now()
+
+    def random(self) -> float:
+        """A random float in [0, 1): the same on every replay."""
+        return workflow.random().random()
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable timer: a worker restart does not shorten or repeat it."""
+        await workflow.sleep(timedelta(seconds=seconds))
+
+
+@workflow.defn(name=PIPELINE_WORKFLOW, failure_exception_types=[workflow.NondeterminismError])
+class PipelineWorkflow(AgentWorkflow):
+    """AgentWorkflow's status, approvals, budgets, ledger and mirror, driven by a pipeline."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._positions = 0
+        self._ctx: PipelineContext | None = None
+        self._pipeline_name = ""
+        self._default_model = ""
+
+    @workflow.run
+    async def run(self, inp: AgentInput) -> AgentResult:
+        return await AgentWorkflow.run(self, inp)
+
+    async def _run(self, inp: AgentInput) -> AgentResult:
+        plan = inp.pipeline
+        if plan is None:
+            raise PipelineError("a PipelineWorkflow needs AgentInput.pipeline")
+        self._begin(inp)
+        described = await workflow.execute_activity(
+            DESCRIBE_PIPELINE, DescribePipelineRequest(name=plan.name, arguments=plan.arguments),
+            result_type=PipelineDescription, start_to_close_timeout=timedelta(seconds=30),
+        )
+        self._pipeline_name = plan.name
+        if described.error is not None or described.spec is None:
+            await self._fail(described.error or f"no worker offers pipeline {plan.name!r}")
+        spec = described.spec
+        assert spec is not None
+        self._default_model = spec.model or inp.model
+        self._status.model = self._default_model  # type: ignore[union-attr]
+        await self._use_tools(_described_tools(described), routed=False)
+        self._add_messages({"role": "user", "content": f"{plan.name}({canonical_json(described.arguments)})"})
+        self._record_step("start", variables={}, model=self._default_model)
+        self._ctx = PipelineContext(self, {})
+        try:
+            fn, arguments = self._load(spec.module, spec.attribute, described.arguments)
+            result = await fn(self._ctx, **arguments)
+        except (asyncio.CancelledError, ApplicationError):
+            raise  # stopped from outside; a Temporal failure the code raised on purpose
+        except _BudgetSpent:
+            return await self._finish_run()  # paused for its budget, and nobody raised it in time
+        except Exception as exc:  # noqa: BLE001 - the pipeline's own failure ends the run, said in one line
+            await self._fail(_pipeline_failure(plan.name, spec.module, exc))
+        answer = _answer_text(result)
+        status = self._status
+        assert status is not None
+        self._add_messages({"role": "assistant", "content": answer})
+        self._state.step += 1
+        self._record_step("result", variables=_state_copy(self._ctx.state), model=self._default_model)
+        status.final_answer = answer
+        status.state = "completed"
+        self._show_state()
+        return await self._finish_run()
+
+    def _load(self, module_name: str, attribute: str, arguments: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The pipeline's function, imported here (inside the sandbox), and its arguments as
+        its type hints want them (validated again: the worker checked the JSON)."""
+        module = importlib.import_module(module_name)
+        registered = getattr(module, attribute)
+        values = registered.arguments_model.model_validate(arguments)
+        return registered.fn, {name: getattr(values, name) for name in registered.arguments_model.model_fields}
+
+    # -- calls ------------------------------------------------------------------
+    async def _within_budget(self) -> None:
+        """Before a call: a spent budget pauses the run until `rewind continue` raises it."""
+        while True:
+            reason = self._budget_exceeded()
+            if reason is None:
+                return
+            if not await self._pause_for_budget(reason):
+                raise _BudgetSpent(reason)
+
+    def _next_call(self, label: str, kind: str, request: Any) -> PipelineCall:
+        position = self._positions
+        self._positions += 1
+        return PipelineCall(pipeline=self._pipeline_name, position=position, label=label, kind=kind,
+                            digest=call_digest(kind, label, request))
+
+    async def call_model(self, label: str, messages: list[dict[str, Any]] | None, *, system: str | None,
+                         user: str | None, model: str | None, tools: list[str] | None,
+                         output: type[pydantic.BaseModel] | None, repairs: int, temperature: float | None) -> Any:
+        inp = self._input
+        assert inp is not None and inp.pipeline is not None
+        conversation = _conversation(label, messages, system, user)
+        prompt = inp.pipeline.prompts.get(label)
+        if prompt is not None:
+            conversation = _with_system(conversation, prompt)
+        chosen = inp.pipeline.models.get(label) or model or self._default_model
+        schemas = [self._tool_schema(name, label) for name in tools or []]
+        response_format = _response_format(output) if output is not None else None
+        call = self._next_call(label, "llm", {"messages": conversation, "model": chosen, "tools": tools or [],
+                                             "output": response_format})
+        sent = list(conversation)  # the whole conversation, the repairs included
+        new = list(conversation)  # what this attempt adds to it (its step's messages)
+        attempt = 0
+        while True:
+            await self._within_budget()
+            request = LlmRequest(
+                run_id=inp.run_id, step=self._state.step + 1, model=chosen, new_messages=sent, tools=schemas,
+                context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
+                temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
+                tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
+            )
+            this = call.model_copy(update={"attempt": attempt})
+            try:
+                response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),
+                                                      activity_id=call_activity_id(this))
+            except ActivityError as err:
+                if isinstance(err.cause, CancelledError):
+                    raise asyncio.CancelledError() from err
+                raise ModelCallFailed(f"model call {label!r} failed: {failure_text(err)}") from None
+            message = response.message
+            self._count_model(response)
+            if output is None:
+                self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen)
+                return message if tools else (message.get("content") or "")
+            problem, value = _parse_output(output, message)
+            self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen,
+                              invalid=problem)
+            if problem is None:
+                return value
+            if attempt >= repairs:
+                raise OutputInvalid(f"model call {label!r}: the answer is not a valid {output.__name__} after "
+                                    f"{repairs} repair(s): {problem}")
+            attempt += 1
+            new = [{"role": "user", "content": _REPAIR_PROMPT.format(error=problem)}]
+            sent = [*sent, message, *new]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], *, kind: str) -> Any:
+        tools = self._tools
+        assert tools is not None
+        spec = tools.spec(name)
+        if spec is None:
+            raise ToolCallFailed(f"no tool named {name!r} on the worker that runs this pipeline; "
+                                 f"available: {', '.join(sorted(tools.names())) or 'none'}")
+        if kind == "agent" and spec.agent is None:
+            raise ToolCallFailed(f"{name!r} is a tool, not a declared agent: call it with ctx.tool({name!r}, ...)")
+        call = self._next_call(name, "agent" if spec.agent is not None else "tool", arguments)
+        await self._within_budget()
+        request = {"id": f"call_{call.position}", "type": "function",
+                   "function": {"name": name, "arguments": canonical_json(arguments)}}
+        log = await tools.call(self._state.step + 1, request, activity_id=call_activity_id(call))
+        self._record_call(call, [], [log])
+        if log.error is not None:
+            raise ToolCallFailed(f"{name}: {log.error}")
+        if log.approval is not None and log.approval.verdict == "rejected":
+            raise ToolCallFailed(f"{name} was rejected by {log.approval.by}"
+                                 + (f": {log.approval.reason}" if log.approval.reason else ""))
+        return log.output
+
+    def _tool_schema(self, name: str, label: str) -> dict[str, Any]:
+        spec = self._tools.spec(name) if self._tools is not None else None
+        if spec is None:
+            raise ToolCallFailed(f"model call {label!r} offers tool {name!r}, which no worker of this run holds")
+        return spec.openai_schema()
+
+    def _record_call(self, call: PipelineCall, messages: list[dict[str, Any]], logs: list[ToolCallLog], *,
+                     model_view: dict[str, Any] | None = None, model: str | None = None,
+                     invalid: str | None = None) -> None:
+        """The call's step: its messages, tool record and the state, right when it completed
+        (nothing awaits in between, so the ledgers hold this call's spending alone)."""
+        self._step_messages = list(messages)
+        self._state.step += 1
+        for log in logs:
+            log.step = self._state.step
+        self._step_calls = list(logs)
+        label = call.label if call.attempt == 0 else f"{call.label} (repair {call.attempt})"
+        details = call.model_dump()
+        if invalid is not None:
+            details["invalid"] = invalid
+        assert self._ctx is not None
+        self._record_step(label, variables=_state_copy(self._ctx.state), model_view=model_view, pipeline=details,
+                          model=model)
+
+
+class _BudgetSpent(BaseException):
+    """The run's budget ran out and its pause ended: unwinds the pipeline's code (a
+    BaseException, so an `except Exception` in it does not swallow the end of the run)."""
+
+
+def _described_tools(described: PipelineDescription) -> DescribeToolsResponse:
+    return DescribeToolsResponse(tools=described.tools, missing=[])
+
+
+def _state_copy(state: dict[str, Any]) -> dict[str, Any]:
+    """ctx.state as the checkpoint keeps it: a JSON copy (what is not JSON is an error now,
+    not a checkpoint that cannot be written)."""
+    try:
+        return json.loads(json.dumps(state))
+    except (TypeError, ValueError) as exc:
+        raise PipelineError(f"ctx.state holds a value that is not JSON ({exc}); keep str, numbers, bools, None, "
+                            "lists and dicts in it (a pydantic model: .model_dump(mode='json'))") from None
+
+
+def _conversation(label: str, messages: list[dict[str, Any]] | None, system: str | None,
+                  user: str | None) -> list[dict[str, Any]]:
+    if messages is not None:
+        if system is not None or user is not None:
+            raise PipelineError(f"model call {label!r}: give messages=, or system= and user=, not both")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+            raise PipelineError(f"model call {label!r}: messages must be a list of chat messages "
+                                "({'role': ..., 'content': ...})")
+        return [dict(m) for m in messages]
+    if user is None:
+        raise PipelineError(f"model call {label!r} has nothing to say: give user= (and system=) or messages=")
+    out = [{"role": "system", "content": system}] if system is not None else []
+    return [*out, {"role": "user", "content": user}]
+
+
+def _with_system(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    rest = [m for m in messages if m.get("role") != "system"]
+    return [{"role": "system", "content": prompt}, *rest]
+
+
+def _response_format(output: type[pydantic.BaseModel]) -> dict[str, Any]:
+    return {"type": "json_schema",
+            "json_schema": {"name": output.__name__, "schema": output.model_json_schema(), "strict": False}}
+
+
+def _parse_output(output: type[pydantic.BaseModel], message: dict[str, Any]) -> tuple[str | None, Any]:
+    text = message.get("content")
+    if not isinstance(text, str) or not text.strip():
+        return "the answer has no text content", None
+    try:
+        return None, output.model_validate_json(_json_part(text))
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the answer"
+        more = len(exc.errors()) - 1
+        return f"{where}: {first['msg']}" + (f" (+{more} more)" if more else ""), None
+
+
+def _json_part(text: str) -> str:
+    """The JSON in an answer, without a Markdown fence a model may wrap it in."""
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
+        stripped = stripped.rsplit("```", 1)[0]
+    return stripped.strip()
+
+
+def _answer_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, pydantic.BaseModel):
+        return result.model_dump_json()
+    if result is None:
+        return ""
+    try:
+        return json.dumps(result, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise PipelineError(f"the pipeline returned a {type(result).__name__}, which is not JSON ({exc}); "
+                            "return a str, a dict / list of JSON values or a pydantic model") from None
+
+
+def _pipeline_failure(name: str, module: str, exc: BaseException) -> str:
+    """One line: what the pipeline raised and where in its code."""
+    where = _user_frame(exc, module)
+    restricted = type(exc).__name__ == "RestrictedWorkflowAccessError"
+    if restricted:
+        what = getattr(exc, "qualified_name", "") or str(exc).split(" from inside", 1)[0].removeprefix("Cannot access ")
+        what = what.removesuffix(".__call__").removeprefix("__builtins__.").removeprefix("builtins.")
+        return (f"pipeline {name} called {what}{where}: pipeline code runs as durable workflow code and must not "
+                "read the clock, draw random numbers or do I/O itself; use ctx.now(), ctx.random() or "
+                "ctx.sleep(), and put I/O in a @tool called with ctx.tool(...)")
+    if isinstance(exc, PipelineError):
+        return f"pipeline {name}{where}: {exc}"
+    return f"pipeline {name} raised {type(exc).__name__}{where}: {exc}"
+
+
+def _user_frame(exc: BaseException, module: str) -> str:
+    """` in FUNCTION (FILE:LINE)`: the innermost frame of the pipeline's own module."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    path = module.replace(".", "/")
+    mine = [f for f in frames if f.filename.endswith(f"{path}.py") or f.filename.endswith(f"{path}/__init__.py")]
+    if not mine:
+        return ""
+    frame = mine[-1]
+    return f" in {frame.name} ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
