@@ -17,10 +17,23 @@ from typing import Any, Awaitable, Callable
 import pydantic
 from temporalio import activity
 
+from temporalio.exceptions import ApplicationError
+
 from activities.tools import ToolRegistry, _args_model, _json_schema, import_tool_module
-from workflows.errors import ToolRegistryError
-from workflows.pipeline_contracts import DescribePipelineRequest, PipelineDescription, PipelineSpec
-from workflows.wire import DESCRIBE_PIPELINE
+from checkpoint_bridge.checkpoints.store import CheckpointStore
+from checkpoint_bridge.document.schema import ToolCallRecord
+from checkpoint_bridge.projection.projector import log_of
+from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, ToolRegistryError
+from workflows.ids import parse_checkpoint_id
+from workflows.pipeline_contracts import (
+    DescribePipelineRequest,
+    LoadRecordRequest,
+    PipelineDescription,
+    PipelineRecord,
+    PipelineSpec,
+    RecordedCall,
+)
+from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, LOAD_PIPELINE_RECORD
 
 
 @dataclass(frozen=True)
@@ -111,11 +124,29 @@ class PipelineRegistry:
 
 
 class PipelineActivities:
-    """`describe_pipeline`: what a pipeline is, its arguments checked, and the tools it may call."""
+    """`describe_pipeline`: what a pipeline is, its arguments checked, and the tools it may call;
+    `load_pipeline_record`: the calls a fork of a pipeline answers again from its lineage."""
 
-    def __init__(self, pipelines: PipelineRegistry, tools: ToolRegistry) -> None:
+    def __init__(self, pipelines: PipelineRegistry, tools: ToolRegistry, checkpoints: CheckpointStore | None = None) -> None:
         self._pipelines = pipelines
         self._tools = tools
+        self._checkpoints = checkpoints
+
+    @activity.defn(name=LOAD_PIPELINE_RECORD)
+    async def load_pipeline_record(self, request: LoadRecordRequest) -> PipelineRecord:
+        """Every call recorded on the lineage up to the fork point, with its answer: one listing
+        and one read per step of the lineage, whatever the number of calls (a store that is
+        down is retried by Temporal)."""
+        store = self._checkpoints
+        if store is None:
+            raise ApplicationError("this worker has no checkpoint store to read a pipeline's record from",
+                                   non_retryable=True)
+        try:
+            return await pipeline_record(store, request.checkpoint_id)
+        except StoreUnavailableError as exc:
+            raise ApplicationError(f"checkpoint store: {exc}") from None
+        except CheckpointError as exc:  # missing or corrupt: retrying cannot fix it
+            raise ApplicationError(str(exc), type=CHECKPOINT_CONFLICT, non_retryable=True) from None
 
     @activity.defn(name=DESCRIBE_PIPELINE)
     async def describe_pipeline(self, request: DescribePipelineRequest) -> PipelineDescription:
@@ -131,6 +162,35 @@ class PipelineActivities:
                                              f"it takes {_signature(found)}")
         return PipelineDescription(spec=self._pipelines.spec(request.name), arguments=arguments,
                                    tools=self._tools.specs())
+
+
+async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> PipelineRecord:
+    """The calls of the lineage of `checkpoint_id` (itself included) and their answers."""
+    run_id, _, _ = parse_checkpoint_id(checkpoint_id)
+    summaries = {s.checkpoint_id: s for s in await store.list_checkpoints(run_id)}
+    line = []
+    at: str | None = checkpoint_id
+    while at is not None:
+        summary = summaries.get(at)
+        if summary is None:
+            raise CheckpointNotFoundError(f"checkpoint {at} of run {run_id!r}'s lineage is not in {store.url}; "
+                                          f"rebuild it with `rewind mirror {run_id}`")
+        line.append(summary)
+        at = summary.parent_id
+    line.reverse()
+    calls = []
+    for summary, end in zip(line, await store.step_ends([s.checkpoint_id for s in line]), strict=True):
+        call = end.fields.get("pipeline")
+        if not isinstance(call, dict):
+            continue
+        recorded = RecordedCall(position=call["position"], attempt=call.get("attempt", 0), kind=call["kind"],
+                                label=call["label"], digest=call["digest"], step=summary.step_index)
+        if recorded.kind == "llm":
+            recorded.message = end.last_message
+        elif end.last_tool_record is not None:
+            recorded.tool = log_of(ToolCallRecord.model_validate(end.last_tool_record), summary.step_index)
+        calls.append(recorded)
+    return PipelineRecord(calls=calls)
 
 
 def _first(exc: pydantic.ValidationError) -> str:

@@ -29,7 +29,7 @@ from checkpoint_bridge.temporal.runs import (
     start_agent,
 )
 from rewind.settings.config import Settings
-from workflows.pipeline_ids import explain_code_change
+from workflows.pipeline_ids import changed_call, explain_code_change
 from workflows.summaries import summary_step
 from workflows.errors import RunNotFoundError
 from workflows.ids import validate_id, workflow_id_for
@@ -337,9 +337,32 @@ async def run_view(
         view.state = view.status.state
     else:
         view.state = {"canceled": "cancelled"}.get(workflow_status, workflow_status)
-    if view.failure is not None:
-        view.code_change = explain_code_change(view.failure, run_id)
+    if view.failure is not None and changed_call(view.failure) is not None:
+        fork_step = await _before_call(store, run_id, storage_branch, changed_call(view.failure)[0]["position"])
+        view.code_change = explain_code_change(view.failure, run_id, fork_step)
     return view
+
+
+async def _before_call(store: CheckpointStore | None, run_id: str, branch: str, position: int) -> int | None:
+    """The last step of the branch before a pipeline's call at `position` (every call recorded
+    up to it came earlier in the code), or None when the store cannot tell."""
+    from checkpoint_bridge.checkpoints.lineage import display_name, lineage_in
+
+    if store is None:
+        return None
+    try:
+        summaries = await store.list_checkpoints(run_id)
+        line = lineage_in(summaries, display_name(branch), store.url)
+        ends = await store.step_ends([s.checkpoint_id for s in line])
+    except Exception:  # noqa: BLE001 - the line says "a step before it" instead
+        return None
+    before = None
+    for summary, end in zip(line, ends, strict=True):
+        call = end.fields.get("pipeline")
+        if isinstance(call, dict) and call.get("position", -1) >= position:
+            break
+        before = summary.step_index
+    return before
 
 
 async def _ask_the_run(client: Client, handle: WorkflowHandle[Any, AgentResult], desc: Any, view: RunView,

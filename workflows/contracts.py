@@ -309,8 +309,17 @@ class PipelineRun(BaseModel):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)  # as given; the worker validates them
     # Overrides by call label (a fork, an experiment's variant): the system prompt, the model.
+    # ("*": every call's model).
     prompts: dict[str, str] = Field(default_factory=dict)
     models: dict[str, str] = Field(default_factory=dict)
+    # ctx.state keys set by forks of the lineage (`--set`), each at its fork point: when the
+    # code, run again, has been answered every recorded call up to that step.
+    state_sets: list["StateSet"] = Field(default_factory=list)
+
+
+class StateSet(BaseModel):
+    after_step: int
+    values: dict[str, Any] = Field(default_factory=dict)
 
 
 class Usage(BaseModel):
@@ -605,6 +614,7 @@ class RedoPlan(BaseModel):
     model_ledger: Ledger = Field(default_factory=Ledger)
 
 
+PipelineRun.model_rebuild()
 AgentInput.model_rebuild()
 SubagentCall.model_rebuild()
 

@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -44,13 +45,16 @@ with workflow.unsafe.imports_passed_through():
     from workflows.errors import ModelCallFailed, OutputInvalid, PipelineError, ToolCallFailed
     from workflows.pipeline_contracts import (
         DescribePipelineRequest,
+        LoadRecordRequest,
         PipelineCall,
         PipelineDescription,
+        PipelineRecord,
+        RecordedCall,
     )
     from workflows.pipeline_ids import call_activity_id, call_digest
     from workflows.summaries import model_call_summary
     from workflows.tool_calls import failure_text
-    from workflows.wire import DESCRIBE_PIPELINE, PIPELINE_WORKFLOW
+    from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, LOAD_PIPELINE_RECORD, PIPELINE_WORKFLOW
 
 # What a structured output's schema is sent as (OpenAI's `response_format`).
 _REPAIR_PROMPT = ("Your answer is not valid for the required JSON schema: {error}. "
@@ -108,6 +112,10 @@ class PipelineWorkflow(AgentWorkflow):
         super().__init__()
         self._positions = 0
         self._ctx: PipelineContext | None = None
+        # A fork's record: the lineage's calls up to the fork point, answered again by position.
+        self._record: dict[tuple[int, int], RecordedCall] = {}
+        self._answered_calls: list[RecordedCall] = []
+        self._sets_applied = 0
         self._pipeline_name = ""
         self._default_model = ""
 
@@ -132,9 +140,20 @@ class PipelineWorkflow(AgentWorkflow):
         self._default_model = spec.model or inp.model
         self._status.model = self._default_model  # type: ignore[union-attr]
         await self._use_tools(_described_tools(described), routed=False)
-        self._add_messages({"role": "user", "content": f"{plan.name}({canonical_json(described.arguments)})"})
-        self._record_step("start", variables={}, model=self._default_model)
         self._ctx = PipelineContext(self, {})
+        if inp.resume is None:
+            self._add_messages({"role": "user", "content": f"{plan.name}({canonical_json(described.arguments)})"})
+            self._record_step("start", variables={}, model=self._default_model)
+        elif inp.resume.parent_checkpoint is not None:
+            # A fork or rollback: the code runs again from its start, and every call the lineage
+            # recorded up to the fork point is answered from the record (no activity, no step).
+            record = await workflow.execute_activity(
+                LOAD_PIPELINE_RECORD, LoadRecordRequest(checkpoint_id=inp.resume.parent_checkpoint),
+                result_type=PipelineRecord, start_to_close_timeout=timedelta(seconds=120),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), non_retryable_error_types=[CHECKPOINT_CONFLICT]),
+            )
+            self._record = {(c.position, c.attempt): c for c in record.calls}
+        self._maybe_set_state()
         try:
             fn, arguments = self._load(spec.module, spec.attribute, described.arguments)
             result = await fn(self._ctx, **arguments)
@@ -173,6 +192,33 @@ class PipelineWorkflow(AgentWorkflow):
             if not await self._pause_for_budget(reason):
                 raise _BudgetSpent(reason)
 
+    def _from_record(self, call: PipelineCall) -> RecordedCall | None:
+        """The recorded answer of this call, if the lineage made the same call (position, kind,
+        label, digest) before the fork point; the code's own request decides, not the overrides."""
+        recorded = self._record.get((call.position, call.attempt))
+        if recorded is None or (recorded.kind, recorded.label, recorded.digest) != (call.kind, call.label, call.digest):
+            return None
+        self._answered_calls.append(recorded)
+        return recorded
+
+    def _maybe_set_state(self, live: bool = False) -> None:
+        """Each fork's `--set` of the lineage lands in ctx.state at its fork point: once every call
+        recorded up to that step has been answered again, or before the first call that is not
+        answered from the record (whichever comes first)."""
+        inp = self._input
+        assert inp is not None and inp.pipeline is not None and self._ctx is not None
+        for index, found in enumerate(inp.pipeline.state_sets):
+            if index < self._sets_applied:
+                continue
+            due = sum(1 for c in self._record.values() if c.step <= found.after_step)
+            if not live and self._answered_upto(found.after_step) < due:
+                return
+            self._ctx.state.update(json.loads(json.dumps(found.values)))
+            self._sets_applied = index + 1
+
+    def _answered_upto(self, step: int) -> int:
+        return sum(1 for c in self._answered_calls if c.step <= step)
+
     def _next_call(self, label: str, kind: str, request: Any) -> PipelineCall:
         position = self._positions
         self._positions += 1
@@ -185,18 +231,37 @@ class PipelineWorkflow(AgentWorkflow):
         inp = self._input
         assert inp is not None and inp.pipeline is not None
         conversation = _conversation(label, messages, system, user)
+        schemas = [self._tool_schema(name, label) for name in tools or []]
+        response_format = _response_format(output) if output is not None else None
+        # The call is what the code asked; a fork's overrides change how it is answered when it runs.
+        call = self._next_call(label, "llm", {"messages": conversation, "model": model or self._default_model,
+                                             "tools": tools or [], "output": response_format})
         prompt = inp.pipeline.prompts.get(label)
         if prompt is not None:
             conversation = _with_system(conversation, prompt)
-        chosen = inp.pipeline.models.get(label) or model or self._default_model
-        schemas = [self._tool_schema(name, label) for name in tools or []]
-        response_format = _response_format(output) if output is not None else None
-        call = self._next_call(label, "llm", {"messages": conversation, "model": chosen, "tools": tools or [],
-                                             "output": response_format})
+        chosen = inp.pipeline.models.get(label) or inp.pipeline.models.get("*") or model or self._default_model
         sent = list(conversation)  # the whole conversation, the repairs included
         new = list(conversation)  # what this attempt adds to it (its step's messages)
         attempt = 0
         while True:
+            this = call.model_copy(update={"attempt": attempt})
+            recorded = self._from_record(this)
+            if recorded is not None and recorded.message is not None:
+                message = recorded.message
+                self._maybe_set_state()
+                if output is None:
+                    return message if tools else (message.get("content") or "")
+                problem, value = _parse_output(output, message)
+                if problem is None:
+                    return value
+                if attempt >= repairs:
+                    raise OutputInvalid(f"model call {label!r}: the answer is not a valid {output.__name__} after "
+                                        f"{repairs} repair(s): {problem}")
+                attempt += 1
+                new = [{"role": "user", "content": _REPAIR_PROMPT.format(error=problem)}]
+                sent = [*sent, message, *new]
+                continue
+            self._maybe_set_state(live=True)
             await self._within_budget()
             request = LlmRequest(
                 run_id=inp.run_id, step=self._state.step + 1, model=chosen, new_messages=sent, tools=schemas,
@@ -204,7 +269,6 @@ class PipelineWorkflow(AgentWorkflow):
                 temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
                 tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
             )
-            this = call.model_copy(update={"attempt": attempt})
             try:
                 response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),
                                                       activity_id=call_activity_id(this))
@@ -239,11 +303,17 @@ class PipelineWorkflow(AgentWorkflow):
         if kind == "agent" and spec.agent is None:
             raise ToolCallFailed(f"{name!r} is a tool, not a declared agent: call it with ctx.tool({name!r}, ...)")
         call = self._next_call(name, "agent" if spec.agent is not None else "tool", arguments)
-        await self._within_budget()
-        request = {"id": f"call_{call.position}", "type": "function",
-                   "function": {"name": name, "arguments": canonical_json(arguments)}}
-        log = await tools.call(self._state.step + 1, request, activity_id=call_activity_id(call))
-        self._record_call(call, [], [log])
+        recorded = self._from_record(call)
+        if recorded is not None and recorded.tool is not None:
+            log = recorded.tool
+            self._maybe_set_state()
+        else:
+            self._maybe_set_state(live=True)
+            await self._within_budget()
+            request = {"id": f"call_{call.position}", "type": "function",
+                       "function": {"name": name, "arguments": canonical_json(arguments)}}
+            log = await tools.call(self._state.step + 1, request, activity_id=call_activity_id(call))
+            self._record_call(call, [], [log])
         if log.error is not None:
             raise ToolCallFailed(f"{name}: {log.error}")
         if log.approval is not None and log.approval.verdict == "rejected":

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from workflows.contracts import ToolSpec
+from workflows.contracts import ToolCallLog, ToolSpec
 
 CallKind = Literal["llm", "tool", "agent"]
 
@@ -53,3 +53,27 @@ class PipelineCall(BaseModel):
     kind: CallKind
     digest: str
     attempt: int = 0  # a structured-output repair: 1, 2, ... (0: the call itself)
+
+
+class LoadRecordRequest(BaseModel):
+    """The fork point of a pipeline's branch: the calls of its lineage up to it answer again."""
+
+    checkpoint_id: str
+
+
+class RecordedCall(BaseModel):
+    """One call of the lineage's record and its answer: an llm call's assistant message, or a
+    tool or agent call's log as the run logged it."""
+
+    position: int
+    attempt: int = 0
+    kind: CallKind
+    label: str
+    digest: str
+    step: int
+    message: dict[str, Any] | None = None
+    tool: ToolCallLog | None = None
+
+
+class PipelineRecord(BaseModel):
+    calls: list[RecordedCall] = Field(default_factory=list)

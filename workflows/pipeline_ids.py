@@ -53,16 +53,28 @@ def describe_call(parts: dict[str, Any]) -> str:
     return f"{parts['kind']} call {parts['label']!r} (arguments {parts['digest']})"
 
 
-def explain_code_change(message: str, run_id: str) -> str | None:
-    """One line for a pipeline run stopped because its code changed, or None when the
-    message is not about a pipeline call."""
+def changed_call(message: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the recorded call, the code's call) Temporal's nondeterminism message names, or None."""
     found = _MISMATCH.search(message)
     if found is None:
         return None
     recorded, now = parse_activity_id(found.group(1)), parse_activity_id(found.group(2))
     if recorded is None or now is None:
         return None
+    return recorded, now
+
+
+def explain_code_change(message: str, run_id: str, fork_step: int | None = None) -> str | None:
+    """One line for a pipeline run stopped because its code changed, or None when the
+    message is not about a pipeline call. `fork_step`: the last step before the call."""
+    found = changed_call(message)
+    if found is None:
+        return None
+    recorded, now = found
+    where = (f"`rewind fork {run_id} --step {fork_step} --branch NAME` continues from the last step before it"
+             if fork_step is not None else
+             f"`rewind fork {run_id} --step K --branch NAME` with K a step before call {recorded['position']} "
+             f"(`rewind tree {run_id}` lists them) continues from there")
     return (f"the pipeline's code changed under the run: call {recorded['position']} is "
-            f"{describe_call(recorded)} in the record, and the code now makes {describe_call(now)}; "
-            f"to continue on the new code, fork from before it: `rewind fork {run_id} --step K` "
-            f"with K a step before call {recorded['position']} (`rewind tree {run_id}` lists them)")
+            f"{describe_call(recorded)} in the record, and the code now makes {describe_call(now)}; {where} "
+            "on the new code, every call before it answered from the record")

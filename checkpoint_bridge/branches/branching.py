@@ -62,6 +62,7 @@ from workflows.contracts import (
     LoopState,
     RedoPlan,
     SIDE_EFFECT_MODES,
+    StateSet,
     STOPPED_MIRROR_DRAIN_S,
     RunLimits,
     ToolSpec,
@@ -166,12 +167,15 @@ def lineage_effects_of(
 
 async def seed_from(
     cp: AgentCheckpoint, transcripts: TranscriptWriter, system_prompt: str | None,
-    lineage_effects: list[LineageEffect] | None = None,
+    lineage_effects: list[LineageEffect] | None = None, *, conversation: bool = True,
 ) -> LoopState:
-    messages = [dict(m) for m in cp.messages]
+    """The state a branch from `cp` starts with. `conversation`: the loop's branch continues the
+    checkpoint's conversation (written to the transcript store); a pipeline's runs its code
+    again against its record instead (workflows/pipeline.py), so it needs none."""
+    messages = [dict(m) for m in cp.messages] if conversation else []
     if system_prompt is not None:
         messages = with_system_prompt(messages, system_prompt)
-    head = await transcripts.append(None, 0, messages)
+    head = await transcripts.append(None, 0, messages) if conversation else None
     totals = ledger_of(cp)
     return LoopState(
         step=cp.step_index, parent_checkpoint=cp.checkpoint_id,
@@ -316,8 +320,13 @@ async def fork(
     tools: list[str] | None = None, variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
     limit_overrides: dict[str, Any] | None = None, llm_overrides: dict[str, Any] | None = None,
     subagent_overrides: dict[str, dict[str, str]] | None = None, side_effects: str = "run",
+    prompts: dict[str, str] | None = None, models: dict[str, str] | None = None,
 ) -> ForkResult:
     """Start branch `branch` of `run_id` from checkpoint `step` of `from_branch`.
+
+    A pipeline's branch runs its code again, each call recorded up to the fork point answered
+    from the record: `prompts` / `models` ({label: ...}; a plain `model` is every call's)
+    change the calls made after it, and `variables` are set in its ctx.state at the fork point.
 
     `side_effects` ("run", "reuse" or "dry-run", workflows.contracts.SideEffectMode): what the
     branch's side-effecting calls do; "run" unless told, whatever the source branch did.
@@ -356,11 +365,48 @@ async def fork(
         base = base.model_copy(update={"limits": (limits or base.limits).model_copy(update=limit_overrides or {}),
                                        "llm": base.llm.model_copy(update=llm_overrides or {})})
         limits = None
+    base = with_pipeline_overrides(base, system_prompt=system_prompt, tools=tools, prompts=prompts, models=models,
+                                   model=model)
+    if base.pipeline is not None:
+        model = None
     return await _start_from(client, launcher, cp, base, branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
                              effects=lineage_effects_of(cp, source.input) + await subagent_effects(store, cp),
                              subagent_overrides=subagent_overrides, side_effects=side_effects,
                              described=source.tools if tools is None else None)
+
+
+def with_pipeline_overrides(base: AgentInput, *, system_prompt: str | None = None, tools: list[str] | None = None,
+                            prompts: dict[str, str] | None = None, models: dict[str, str] | None = None,
+                            model: str | None = None) -> AgentInput:
+    """A pipeline branch's input: its source's overrides by label plus these. The loop's
+    options that a pipeline has not (its code names its own prompts and tools) are refused,
+    and the label overrides on a loop run."""
+    if base.pipeline is None:
+        if prompts or models:
+            raise UsageError("--prompt LABEL=TEXT and --model LABEL=M override a pipeline's calls by label; this run "
+                             "is an agent run: use --system-prompt and --model M")
+        return base
+    if system_prompt is not None or tools is not None:
+        raise UsageError("a pipeline's code names its own prompts and tools: override a call's system prompt with "
+                         "--prompt LABEL=TEXT (and its model with --model LABEL=M)")
+    every = {"*": model} if model else {}
+    pipeline = base.pipeline.model_copy(update={
+        "prompts": {**base.pipeline.prompts, **(prompts or {})},
+        "models": {**base.pipeline.models, **every, **(models or {})},
+    })
+    return base.model_copy(update={"pipeline": pipeline})
+
+
+def pipeline_from(base: AgentInput, fork_point: int, variables: dict[str, Any] | None) -> AgentInput:
+    """A pipeline branch from step `fork_point`: the state its lineage set at fork points up to
+    there (a later one belongs to steps the branch does not have), and `variables` at its own."""
+    if base.pipeline is None:
+        return base
+    sets = [s for s in base.pipeline.state_sets if s.after_step <= fork_point]
+    if variables:
+        sets.append(StateSet(after_step=fork_point, values=dict(variables)))
+    return base.model_copy(update={"pipeline": base.pipeline.model_copy(update={"state_sets": sets})})
 
 
 async def _start_from(
@@ -373,14 +419,17 @@ async def _start_from(
 ) -> ForkResult:
     """`described`: the source's tool specs, when the branch keeps its tools: its first model
     call goes out with them while its workflow describes the tools again (LoopState.tool_specs)."""
-    if system_prompt is None:
+    looped = base.pipeline is None
+    if system_prompt is None and looped:
         # The branch keeps its own system prompt, also when it continues from a
         # checkpoint of the branch it was forked from (a rollback to its fork
         # point): that checkpoint still holds the parent branch's prompt.
         current = next((m.get("content") for m in cp.messages if m.get("role") == "system"), None)
         if current is not None and current != base.system_prompt:
             system_prompt = base.system_prompt
-    seed = await seed_from(cp, launcher.transcripts, system_prompt, effects)
+    seed = await seed_from(cp, launcher.transcripts, system_prompt, effects, conversation=looped)
+    if not looped:
+        base, variables = pipeline_from(base, cp.step_index, variables), None
     seed.tool_specs = described
     if adjust is not None:
         adjust(seed)

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from workflows.canonical import canonical_json
-from workflows.errors import CheckpointExistsError, CorruptCheckpointError
+from workflows.errors import CheckpointExistsError, CheckpointNotFoundError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
 from checkpoint_bridge.checkpoints.chain import ChainReader, HeadInfo, decode_as, first_round, gc_paused, read_many
@@ -473,6 +473,31 @@ class CheckpointStore:
             out.append(StepFacts(fields=fields, tool_records=own, invalidated=invalidated))
         return out
 
+    async def step_ends(self, checkpoint_ids: list[str]) -> list[StepEnd]:
+        """What each step object says of its own step, in the order given: its fields but its
+        lists, the last message and the last tool record it holds (a step's own for a delta;
+        for a snapshot, the last of the whole line, which is its step's too when the step
+        added any). One read per step, no chain replayed: a pipeline's record (the calls a
+        fork answers again) is read from the steps of its lineage this way."""
+        points = [parse_checkpoint_id(cid) for cid in checkpoint_ids]
+        keys = [step_key(run, branch, step) for run, branch, step in points]
+        found = await read_many(self.objects, keys, self._concurrency)
+        out = []
+        for cid, key in zip(checkpoint_ids, keys, strict=True):
+            data = found[key]
+            if data is None:
+                raise CheckpointNotFoundError(f"checkpoint {cid} ({key}) is not in {self.url}; rebuild the run "
+                                              "with `rewind mirror RUN`")
+            envelope = decode_as(cid, key, data)
+            payload = envelope.payload
+            messages = payload.get("new_messages" if envelope.kind == "delta" else "messages") or []
+            records = payload.get("new_tool_records" if envelope.kind == "delta" else "tool_call_cache") or []
+            fields = migrate({k: v for k, v in payload.items()
+                              if k not in ("messages", "new_messages", "tool_call_cache", "new_tool_records")}, key)
+            out.append(StepEnd(fields, messages[-1] if messages else None, records[-1] if records else None,
+                               len(messages), len(records), envelope.kind == "delta"))
+        return out
+
     async def stored_steps(self, run_id: str) -> dict[str, tuple[set[int], int | None]]:
         """Each branch's stored step indices and its invalidation cutoff (the lowest
         ``after_step`` of its markers, or None), branches in creation order: one listing,
@@ -556,6 +581,19 @@ class CheckpointStore:
                 ) from exc
             out.append(summary.model_copy(update={"status": "invalidated"}) if invalidated else summary)
         return out
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """One step object's own fields and the last message and tool record it holds
+    (``CheckpointStore.step_ends``); ``own`` is true for a delta, whose lists are the step's."""
+
+    fields: dict[str, Any]
+    last_message: dict[str, Any] | None
+    last_tool_record: dict[str, Any] | None
+    messages: int
+    tool_records: int
+    own: bool
 
 
 def _fresh(value: Any) -> Any:

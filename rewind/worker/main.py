@@ -176,6 +176,7 @@ def build_worker(
     # An experiment forks its branches from a worker, as `rewind fork` does from the CLI.
     experiment = ExperimentActivities(checkpoints, Launcher(settings.task_queue, TranscriptStore(payloads),
                                                             redactor.redact_text))
+    pipeline = PipelineActivities(pipelines, registry, checkpoints)
     tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool, tools.check_tool_call]
     options: dict[str, Any] = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     # Rewind's own workflow code runs without the sandbox unless REWIND_WORKFLOW_SANDBOX=1:
@@ -196,7 +197,7 @@ def build_worker(
         # before tool queues (they schedule tool calls here).
         activities=[llm.call_llm, mirror.mirror_step, mirror.mirror_steps, *tool_activities,
                     experiment.start_branch, experiment.watch_branch, experiment.score_branch,
-                    PipelineActivities(pipelines, registry).describe_pipeline],
+                    pipeline.describe_pipeline, pipeline.load_pipeline_record],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
         # A bug in workflow code fails the run visibly instead of retrying its

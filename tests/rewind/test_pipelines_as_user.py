@@ -122,7 +122,8 @@ async def wait_state(cli: Path, env: dict, run_id: str, states: tuple[str, ...],
     deadline = time.monotonic() + timeout_s
     while True:
         view = await rewind_json(cli, env, "status", run_id)
-        if view["state"] in states:
+        # The run says "completed" while it writes its last checkpoints: wait for its workflow to end.
+        if view["state"] in states and view["workflow_status"] != "running":
             return view
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} still {view['state']} after {timeout_s:.0f}s: {view}")
@@ -166,7 +167,9 @@ async def test_a_killed_worker_costs_no_completed_call_of_a_pipeline(world, tmp_
     shown = await rewind_json(cli, cli_env, "show", f"pipe-crash:main:{validate_step}")
     assert shown["pipeline"]["label"] == "validate" and shown["pipeline"]["kind"] == "llm", shown["pipeline"]
     assert shown["pipeline"]["position"] == 7  # plan 0, five searches 1-5, synthesize 6, then this one
-    assert shown["agent_variables"] == {"found": 5, "verdict": True}
+    assert shown["agent_variables"] == {"found": 5}  # as it was when the call completed
+    saved = await rewind_json(cli, cli_env, "show", f"pipe-crash:main:{labels.index('save_report')}")
+    assert saved["agent_variables"] == {"found": 5, "verdict": True}
 
 
 async def test_structured_output_is_repaired_then_given_up_on_with_a_typed_error(world, tmp_path):
@@ -267,8 +270,17 @@ async def wait_here(n: int) -> int:
     return n
 
 
+@tool(side_effects=True)
+async def notify(who: str) -> str:
+    """Tells someone (a side effect, counted)."""
+    with open(str(RELEASE) + ".notified", "a") as f:
+        f.write(who + "\\n")
+    return "told " + who
+
+
 @pipeline
 async def changing(ctx) -> str:
+    await ctx.tool("notify", who="ann")
     first = await ctx.llm("{label}", user="hello")
     await ctx.tool("wait_here", n=1)
     {extra}
@@ -311,8 +323,58 @@ async def test_code_changed_under_a_run_stops_it_at_the_first_call_that_differs(
             assert labels_asked(world.model, model) == ["outline", "extra"]
         else:
             said = view["code_change"] or ""
-            assert "call 0 is llm call 'outline'" in said and "the code now makes llm call 'summary'" in said, view
-            assert f"rewind fork {run_id} --step" in said
+            assert "call 1 is llm call 'outline'" in said and "the code now makes llm call 'summary'" in said, view
+            assert f"`rewind fork {run_id} --step 1 --branch NAME` continues from the last step before it" in said
             code, out, err = await rewind(cli, cli_env, "status", run_id)
-            assert "the pipeline's code changed under the run: call 0" in out, out
+            assert "the pipeline's code changed under the run: call 1" in out, out
             assert labels_asked(world.model, model) == ["outline"]  # the changed call was not answered
+            # The documented way onto the new code: a fork from before the change; notify is not sent again.
+            with UserWorker(folder / "w3", env, "--tool-modules", "changing") as third:
+                await third.wait_ready()
+                forked = await rewind_json(cli, cli_env, "fork", run_id, "--step", "1", "--branch", "new-code",
+                                           "--wait")
+            assert forked["status"]["state"] == "completed" and forked["status"]["final_answer"] == "s", forked
+            assert labels_asked(world.model, model) == ["outline", "summary"]
+        notified = Path(str(release) + ".notified").read_text().splitlines()
+        assert notified == ["ann"], notified  # the side effect ran once, whatever the code did after
+
+
+async def test_a_fork_answers_every_call_before_its_point_from_the_record(world, tmp_path):
+    folder = world.folder("research")
+    log, _ = write_module(folder, tmp_path)
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, SCRIPT)
+    other = script(world.model, {"synthesize": [{"content": "DRAFT: a shorter one"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "research") as worker:
+        await worker.wait_ready()
+        run = await rewind_json(cli, cli_env, "start", "--pipeline", "competitive_report", "--input",
+                                json.dumps({"companies": COMPANIES}), "--model", model, "--run-id", "pipe-fork",
+                                "--wait")
+        assert run["status"]["state"] == "completed", run
+        labels = await tree_labels(cli, cli_env, "pipe-fork")
+        before = len(lines(log))
+        # From the last search on: synthesize with another prompt and model, a state key set there.
+        point = max(i for i, label in enumerate(labels) if label == "search_company")
+        forked = await rewind_json(cli, cli_env, "fork", "pipe-fork", "--step", str(point), "--branch", "brief",
+                                   "--prompt", "synthesize=Be brief.", "--model", f"synthesize={other}",
+                                   "--set", "reviewer=ann", "--wait")
+        assert forked["status"]["state"] == "completed", forked
+        assert forked["status"]["final_answer"] == "DRAFT: a shorter one"
+    # 0 calls before the fork point ran again: no search, no plan; the report was saved once.
+    assert len(lines(log)) == before + 1 and lines(log)[-1] == "save", lines(log)
+    asked = [r for r in world.model.requests() if r.get("model") in (model, other) and r.get("status") == 200]
+    assert [r["label"] for r in asked] == ["plan", "synthesize", "validate", "synthesize", "validate"], asked
+    new_synthesize = asked[3]
+    assert new_synthesize["model"] == other and new_synthesize["messages"][0] == {"role": "system",
+                                                                                 "content": "Be brief."}
+    tree = await rewind_json(cli, cli_env, "tree", "pipe-fork")
+    brief = [r["step_label"] for r in tree["branches"]["brief"]]
+    assert brief == ["synthesize", "validate", "save_report", "result"], brief
+    first = tree["branches"]["brief"][0]
+    shown = await rewind_json(cli, cli_env, "show", f"pipe-fork:brief:{first['step_index']}")
+    assert shown["agent_variables"] == {"found": 5, "reviewer": "ann"}, shown["agent_variables"]
+    assert shown["pipeline"]["position"] == 6 and shown["model"] == other
+    # The fork's report is a new effect (another text): it ran, once, on the branch.
+    assert lines(log).count("save") == 2

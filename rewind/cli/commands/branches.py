@@ -29,11 +29,14 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
     client = await client_for(settings)
     async with open_checkpoints(settings) as store:
         limits = RunLimits(max_steps=args.max_steps) if args.max_steps else None
+        model, models = by_label(args.model, "--model", "M")
+        _, prompts = by_label(args.prompt, "--prompt", "TEXT", plain=False)
         result = await fork(
             client, settings, store, args.run, args.step, branch=args.branch, from_branch=args.from_branch,
-            system_prompt=args.system_prompt, model=args.model, limits=limits,
+            system_prompt=args.system_prompt, model=model, limits=limits,
             tools=names(args.tools), variables=parse_set(args.set, args.set_text),
             subagent_overrides=_subagent_overrides(args.subagent), side_effects=args.side_effects,
+            prompts=prompts or None, models=models or None,
         )
     info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id, "fork_point": result.fork_point}
     if args.wait:
@@ -44,6 +47,24 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
     emit(info, args.json, f"forked {result.fork_point} into branch {result.branch} of run {result.run_id} (workflow {result.workflow_id})")
     await say_if_no_worker(client, result.handle, waiting=False)
     return 0
+
+
+def by_label(values: list[str] | None, flag: str, what: str, *, plain: bool = True) -> tuple[str | None, dict[str, str]]:
+    """`--model M` (one, for the whole branch) and `--model LABEL=M` / `--prompt LABEL=TEXT`
+    (a pipeline's calls of that label; repeatable): (the plain value, {label: value})."""
+    from workflows.errors import UsageError
+
+    single: str | None = None
+    found: dict[str, str] = {}
+    for value in values or []:
+        label, eq, rest = value.partition("=")
+        if eq and label.strip() and rest:
+            found[label.strip()] = rest
+        elif plain and not eq and value.strip() and single is None:
+            single = value
+        else:
+            raise UsageError(f"{flag} {value!r:.60}: give LABEL={what}" + (f" (or one {what} for every call)" if plain else ""))
+    return single, found
 
 
 def _subagent_overrides(pairs: list[str] | None) -> dict[str, dict[str, str]] | None:
@@ -154,11 +175,15 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--step", type=COUNT, required=True)
     p.add_argument("--from-branch", default="main")
     p.add_argument("--branch", required=True, help="name of the new branch")
-    p.add_argument("--system-prompt")
-    p.add_argument("--model")
+    p.add_argument("--system-prompt", help="the new branch's system prompt (an agent run)")
+    p.add_argument("--model", action="append", metavar="M | LABEL=M",
+                   help="the new branch's model; for a pipeline, LABEL=M for that label's model calls (repeatable)")
+    p.add_argument("--prompt", action="append", metavar="LABEL=TEXT",
+                   help="a pipeline's model calls labelled LABEL get this system prompt (repeatable)")
     p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names for the new branch")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="set an agent variable: JSON, or text when it does not start with { [ or \"")
+                   help="set an agent variable (a pipeline's ctx.state key, at the fork point): JSON, or text when "
+                        "it does not start with { [ or \"")
     p.add_argument("--set-text", action="append", metavar="KEY=TEXT", help="set an agent variable to this text as given")
     p.add_argument("--subagent", action="append", metavar="AGENT.model=M",
                    help="what a sub-agent runs with on the new branch: AGENT.model=M or AGENT.system_prompt=TEXT")
