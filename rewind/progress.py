@@ -14,6 +14,7 @@ from typing import Any, Callable, TextIO
 from temporalio.client import Client
 
 from rewind.client import RunView, run_view
+from workflows.pipeline_ids import parse_activity_id
 
 POLL_S = 0.25
 
@@ -51,6 +52,9 @@ def subagents_text(subagents: list[Any]) -> str:
 
 
 def _activity(pending: dict[str, Any]) -> str:
+    call = parse_activity_id(pending.get("activity_id") or "")
+    if call is not None:  # a pipeline's call: its label says which
+        return call["label"]
     return f"{pending['activity']} {pending['detail']}" if pending.get("detail") else pending["activity"]
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from checkpoint_bridge.checkpoints.store import CheckpointStore
 
 __all__ = ["LineageError", "ForkPoint", "StepRow", "ToolCallRow", "Tokens", "BranchSide", "BranchDiff", "RedoneCall",
+           "PipelineCallPair",
            "fork_point", "diff_branches", "diff_text", "diff_json"]
 
 ARGUMENTS_CHARS = 40
@@ -121,6 +122,21 @@ class RedoneCall(_Row):
     b: CallResult
 
 
+class PipelineCallPair(_Row):
+    """A pipeline's call as each branch made it after the fork point, aligned by its place in
+    the code (position, label and repair attempt), not by step number: the answers side by side."""
+
+    position: int
+    label: str
+    kind: str
+    attempt: int = 0
+    a: str | None = None
+    """The answer on branch a (the model's text, the tool's output or ``error: ...``); None: not made there."""
+    b: str | None = None
+    a_step: int | None = None
+    b_step: int | None = None
+
+
 class BranchDiff(_Row):
     run_id: str
     fork_point: ForkPoint | None
@@ -131,6 +147,8 @@ class BranchDiff(_Row):
     """Plain equality: two branches that both ended without an answer count as the same."""
     redone: list[RedoneCall] = []
     """Calls one branch ran again in place of the other's (`rewind redo`), results side by side."""
+    calls: list[PipelineCallPair] = []
+    """A pipeline run's calls after the fork point, aligned by call (empty for the agent loop)."""
 
 
 def _check(lineage: Sequence[AgentCheckpoint], name: str, *, rolled_back: bool = False) -> None:
@@ -255,7 +273,37 @@ def diff_branches(run_id: str, name_a: str, lineage_a: Sequence[AgentCheckpoint]
             checkpoint_id=base.checkpoint_id, step_index=base.step_index, step_label=base.step_label),
         a=a, b=b, same_final_answer=a.final_answer == b.final_answer,
         redone=_redone(lineage_a[i + 1:], lineage_b[j + 1:]),
+        calls=_pipeline_calls(lineage_a[i + 1:], lineage_b[j + 1:]),
     )
+
+
+def _call_answers(after: Sequence[AgentCheckpoint]) -> dict[tuple[int, int], tuple[str, str, str, int]]:
+    """(position, attempt) -> (label, kind, answer, step) of a pipeline branch's calls: an llm
+    step's last message is its answer, a tool or agent step's last record its result."""
+    found: dict[tuple[int, int], tuple[str, str, str, int]] = {}
+    for cp in after:
+        call = cp.pipeline
+        if not isinstance(call, dict):
+            continue
+        if call.get("kind") == "llm":
+            last = cp.messages[-1] if cp.messages else {}
+            answer = _text(last.get("content")) or json.dumps(last.get("tool_calls") or [], sort_keys=True)
+        else:
+            answer = _result(cp.tool_call_cache[-1]).result if cp.tool_call_cache else ""
+        found[(int(call.get("position", 0)), int(call.get("attempt", 0)))] = (
+            str(call.get("label", "")), str(call.get("kind", "")), answer, cp.step_index)
+    return found
+
+
+def _pipeline_calls(after_a: Sequence[AgentCheckpoint], after_b: Sequence[AgentCheckpoint]) -> list[PipelineCallPair]:
+    a, b = _call_answers(after_a), _call_answers(after_b)
+    pairs = []
+    for key in sorted(set(a) | set(b)):
+        label, kind = (a.get(key) or b[key])[:2]
+        pairs.append(PipelineCallPair(position=key[0], attempt=key[1], label=label, kind=kind,
+                                      a=a[key][2] if key in a else None, b=b[key][2] if key in b else None,
+                                      a_step=a[key][3] if key in a else None, b_step=b[key][3] if key in b else None))
+    return pairs
 
 
 def _result(r: Any) -> CallResult:
@@ -407,6 +455,12 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
             mark = " ≠ " if k == 0 and redone.a.result != redone.b.result else " | "
             lines.append(f"{'' if k else 'result':<{label}}{(left[k] if k < len(left) else ''):<{cell}}{mark}"
                          f"{right[k] if k < len(right) else ''}".rstrip())
+    for call in d.calls:
+        name = call.label + (f" r{call.attempt}" if call.attempt else "")
+        lines.append(_shorten(f"call {call.position} {name} ({call.kind}): step "
+                              f"{call.a_step if call.a_step is not None else '-'} | "
+                              f"{call.b_step if call.b_step is not None else '-'}", width))
+        pair("", call.a if call.a is not None else "(not made)", call.b if call.b is not None else "(not made)", 3)
     if d.a.final_answer is not None and d.b.final_answer is not None:
         pair("final answer", d.a.final_answer, d.b.final_answer, ANSWER_LINES)
     else:

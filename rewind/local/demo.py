@@ -23,9 +23,10 @@ import os
 import sys
 from typing import Any, TextIO
 
+from examples import competitive_report as report
 from examples.fanout_research import FANOUT_TASK
-from examples.research_agent import DEFAULT_TASK, RESEARCH_PROMPT, outbox_dir
-from rewind.client import agent_input, new_run_id, start_run
+from examples.research_agent import DEFAULT_COMPANIES, DEFAULT_TASK, RESEARCH_PROMPT, outbox_dir
+from rewind.client import agent_input, new_run_id, pipeline_input, start_run
 from rewind.settings.config import Settings
 from rewind.temporal.dev_server import port_open
 from rewind.progress import follow
@@ -36,30 +37,36 @@ from workflows.contracts import AgentInput, AgentResult
 
 async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sys.stdout, *, quiet: bool = False,
                    approve: bool = False, ask: bool | None = None, fanout: bool = False,
-                   keep: bool = False, mcp: bool = False) -> AgentResult:
+                   keep: bool = False, mcp: bool = False, pipeline: bool = False) -> AgentResult:
     """`quiet` (rewind demo --json): nothing on `out`; the caller prints the result.
     `approve`: save_report waits for approval; `ask` (default: stdin is a terminal) asks
     for the decision there, else the demo approves on its own after showing the call.
     `fanout`: the orchestrator of examples.fanout_research, five researcher sub-agents at once.
     `keep`: the stack (server on TEMPORAL_ADDRESS's port when free, worker) keeps running after
     the run until SIGINT/SIGTERM, so `rewind fork RUN ...` from another shell works.
-    `mcp`: the agent of examples.mcp_files_agent, whose only tools are the filesystem MCP server's."""
+    `mcp`: the agent of examples.mcp_files_agent, whose only tools are the filesystem MCP server's.
+    `pipeline`: examples.competitive_report, the research as your own code (a @pipeline)."""
     if mcp:
         return await _mcp_demo(settings, task, io.StringIO() if quiet else out)
     if quiet:
         out = io.StringIO()
     if ask is None:
         ask = sys.stdin.isatty() and not quiet
-    tools = ["examples.fanout_research" if fanout else
+    tools = ["examples.competitive_report" if pipeline else "examples.fanout_research" if fanout else
              "examples.research_with_approval" if approve else "examples.research_agent"]
     port = None
     if keep:
         wanted = int(settings.temporal_address.rsplit(":", 1)[-1])
         port = wanted if not port_open("127.0.0.1", wanted) else None
-    async with embedded_stack(settings, tools, out, port=port, shared_server=keep) as stack:
+    scripts = {report.SCRIPT_NAME: report.script()} if pipeline else None
+    async with embedded_stack(settings, tools, out, port=port, shared_server=keep, scripts=scripts) as stack:
         client = stack.client
         run_id = new_run_id()
-        if fanout:
+        if pipeline:
+            model = f"script:{report.SCRIPT_NAME}" if stack.offline else settings.model
+            inp = pipeline_input(settings, "competitive_report", {"companies": DEFAULT_COMPANIES}, run_id=run_id,
+                                 model=model)
+        elif fanout:
             inp = await agent_input(client, settings, "research_orchestrator", task or FANOUT_TASK, run_id=run_id)
         else:
             inp = AgentInput(run_id=run_id, task=task or DEFAULT_TASK, system_prompt=RESEARCH_PROMPT, model=settings.model)
@@ -79,19 +86,22 @@ async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sy
                 task.cancel()
         durations = await step_durations(client, run_id)
         retries = await retried_attempts(client, run_id)
-        _report(settings, run_id, result, durations, retries, out, fanout)
+        _report(settings, run_id, result, durations, retries, out, fanout, pipeline)
         if keep:
-            await _keep_running(stack.settings.temporal_address, wanted if port else None, run_id, out)
+            await _keep_running(stack.settings.temporal_address, wanted if port else None, run_id, out, pipeline)
     return result
 
 
-async def _keep_running(address: str, default_port: int | None, run_id: str, out: TextIO) -> None:
+async def _keep_running(address: str, default_port: int | None, run_id: str, out: TextIO,
+                        pipeline: bool = False) -> None:
     """Until SIGINT/SIGTERM: the stack serves the commands of other shells."""
     import signal
 
     at = "" if default_port else f"TEMPORAL_ADDRESS={address} "
+    change = ('--step 6 --branch shorter --prompt synthesize="Answer in one line."' if pipeline else
+              '--step 2 --branch shorter --system-prompt "Answer in one line."')
     print(f"the stack keeps running (Temporal on {address}, the research worker); in another terminal here try:\n"
-          f"  {at}rewind fork {run_id} --step 2 --branch shorter --system-prompt \"Answer in one line.\" --wait\n"
+          f"  {at}rewind fork {run_id} {change} --wait\n"
           f"  {at}rewind diff {run_id} main shorter\n"
           f"Ctrl-C (or kill -TERM {os.getpid()}) stops it.", file=out, flush=True)
     stop = asyncio.Event()
@@ -107,7 +117,7 @@ async def _keep_running(address: str, default_port: int | None, run_id: str, out
 
 
 def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any, retries: Any, out: TextIO,
-            fanout: bool) -> None:
+            fanout: bool, pipeline: bool = False) -> None:
     home = settings.home
     print(f"\nfinished: {result.status.state} after {result.status.step} steps, "
           f"{result.status.total_tokens} tokens, ${result.status.cost_usd:.5f}", file=out)
@@ -128,6 +138,10 @@ def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any
     if fanout:
         print(f"each sub-agent's run is a branch of {run_id} (`rewind tree {run_id}` nests them under step 1); "
               f"run one call again with `rewind redo {run_id} --step 1 --call CALL_ID`", file=out)
+    if pipeline:
+        print(f"each call of the pipeline's code is a step labelled by the call (`rewind tree {run_id}`); "
+              f"`rewind fork {run_id} --step 6 --branch brief --prompt synthesize=\"Be brief.\"` runs the code "
+              "again with every call up to step 6 answered from the record", file=out)
 
 
 async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentResult:

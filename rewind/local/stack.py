@@ -43,6 +43,7 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     processes of this home may use the server while it runs (`rewind demo --keep`).
     `mcp_servers`: MCP servers whose tools the worker offers too; `scripts`: turns the
     offline model can play (`--model script:NAME`)."""
+    from activities.pipelines import PipelineRegistry
     from rewind.worker.main import build_worker, model_endpoint
 
     # Retried tool failures are part of the show (the demo's flaky search);
@@ -84,7 +85,8 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
             hub = McpHub(mcp_servers, approve_destructive=settings.approve_destructive, log_dir=home)
             for mcp_tool in await hub.start():
                 registry.add(mcp_tool)
-        async with build_worker(client, settings, registry, endpoint, mcp=hub):
+        pipelines = PipelineRegistry.from_modules(tool_modules)
+        async with build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines):
             yield Stack(client, settings, server, endpoint, offline is not None, registry.specs())
     finally:
         if hub is not None:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import signal
+import subprocess
 import time
 import uuid
 from pathlib import Path
 
-from as_user import UserWorker, one_line_error, rewind, rewind_json
+from as_user import UserWorker, empty_dir, one_line_error, rewind, rewind_json, user_env
+from rewind.temporal.dev_server import free_port
 
 RESEARCH = '''
 import asyncio
@@ -378,3 +382,58 @@ async def test_a_fork_answers_every_call_before_its_point_from_the_record(world,
     assert shown["pipeline"]["position"] == 6 and shown["model"] == other
     # The fork's report is a new effect (another text): it ran, once, on the branch.
     assert lines(log).count("save") == 2
+    # The diff lines the two branches up by call: the two drafts and verdicts side by side.
+    diffed = await rewind_json(cli, cli_env, "diff", "pipe-fork", "main", "brief")
+    by_label = {(c["label"], c["position"]): c for c in diffed["calls"]}
+    assert by_label[("synthesize", 6)]["a"] == "DRAFT: all five grow"
+    assert by_label[("synthesize", 6)]["b"] == "DRAFT: a shorter one"
+    assert by_label[("validate", 7)]["a"] == by_label[("validate", 7)]["b"] == '{"ok": true, "missing": []}'
+    code, text, err = await rewind(cli, cli_env, "diff", "pipe-fork", "main", "brief")
+    assert code == 0 and "call 6 synthesize (llm)" in text and "DRAFT: a shorter one" in text, text
+
+
+def _readme_blocks(section: str, language: str) -> list[str]:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index(f"\n## {section}\n")
+    end = readme.find("\n## ", start + 1)
+    return re.findall(rf"```{language}\n(.*?)```", readme[start:end], re.S)
+
+
+async def test_the_readme_pipeline_as_pasted(tmp_path):
+    """README.md, "Your own orchestration code": reports.py, the script and `rewind dev` in one
+    shell, the commands from a second one, each line as pasted."""
+    (module,) = _readme_blocks("Your own orchestration code", "python")
+    setup, commands = _readme_blocks("Your own orchestration code", "bash")
+    folder = empty_dir(tmp_path, "reports")
+    port = free_port()
+    env = user_env(folder, TEMPORAL_ADDRESS=f"127.0.0.1:{port}", REWIND_SCRIPTED_LATENCY_MS="0")
+    assert module.splitlines()[0] == "# reports.py"
+    (folder / "reports.py").write_text(module)
+    before, dev_line = setup.rstrip().rsplit("\n", 1)
+    assert dev_line.startswith("rewind dev ")
+    subprocess.run(["bash", "-c", before], cwd=folder, env=env, check=True)
+    log = tmp_path / "dev.log"
+    with open(log, "wb") as out:
+        dev = subprocess.Popen(["bash", "-c", "exec " + dev_line], cwd=folder, env=env, stdout=out,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        await wait_for(lambda: "Ctrl-C stops the worker and the server" in log.read_text(errors="replace")
+                       or dev.poll() is not None, "rewind dev", timeout_s=120)
+        assert dev.poll() is None, log.read_text()
+        said = []
+        for line in commands.splitlines():
+            if line.strip():
+                done = await asyncio.to_thread(subprocess.run, ["bash", "-c", line], cwd=folder, env=env,
+                                               capture_output=True, text=True, timeout=180)
+                assert done.returncode == 0, (line, done.stdout[-2000:], done.stderr[-2000:])
+                said.append(done.stdout)
+        assert "Acme and Globex both grow." in said[0], said[0]
+        assert "search_company" in said[1] and "synthesize" in said[1] and "save_report" in said[1], said[1]
+        assert "completed" in said[2], said[2]
+        tree = await rewind_json(folder, env, "tree", "report-1")
+        assert [r["step_label"] for r in tree["branches"]["brief"]] == ["synthesize", "save_report", "result"]
+    finally:
+        if dev.poll() is None:
+            dev.send_signal(signal.SIGINT)
+        code = await asyncio.to_thread(dev.wait, 60)
+    assert code == 0, log.read_text()[-3000:]
