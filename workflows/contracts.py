@@ -315,6 +315,9 @@ class PipelineRun(BaseModel):
     # ctx.state keys set by forks of the lineage (`--set`), each at its fork point: when the
     # code, run again, has been answered every recorded call up to that step.
     state_sets: list["StateSet"] = Field(default_factory=list)
+    # `rewind redo`: the calls recorded at these steps run again; every other call of the
+    # lineage is answered from the record.
+    redo_steps: list[int] = Field(default_factory=list)
 
 
 class StateSet(BaseModel):

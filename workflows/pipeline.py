@@ -198,6 +198,9 @@ class PipelineWorkflow(AgentWorkflow):
         recorded = self._record.get((call.position, call.attempt))
         if recorded is None or (recorded.kind, recorded.label, recorded.digest) != (call.kind, call.label, call.digest):
             return None
+        inp = self._input
+        if inp is not None and inp.pipeline is not None and recorded.step in inp.pipeline.redo_steps:
+            return None  # `rewind redo`: this one runs again
         self._answered_calls.append(recorded)
         return recorded
 

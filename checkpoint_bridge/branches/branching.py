@@ -609,7 +609,7 @@ REDO_PLAN_MAX_BYTES = 1_000_000
 
 
 async def redo(
-    client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, step: int, call_id: str, *,
+    client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, step: int, call_id: str | None, *,
     branch: str | None = None, from_branch: str = "main", system_prompt: str | None = None, model: str | None = None,
     side_effects: str = "run",
 ) -> ForkResult:
@@ -623,8 +623,13 @@ async def redo(
     check_side_effects(side_effects)
     point = await resolve_step(store, run_id, from_branch, step)
     cp = await checkpoint_at(store, point)
+    if cp.pipeline is not None:
+        return await _redo_call(client, launcher, store, cp, from_branch, branch, system_prompt, model, side_effects)
     if cp.parent_id is None:
         raise StepNotFoundError(f"step {step} of {from_branch!r} is the run's start: it made no tool calls to redo")
+    if call_id is None:
+        raise UsageError(f"say which tool call of step {step} runs again: --call CALL_ID (`rewind show "
+                         f"{point.checkpoint_id}` lists them)")
     before = usable(await store.load(cp.parent_id))
     added = cp.messages[len(before.messages):]
     message = next((m for m in added if m.get("role") == "assistant" and m.get("tool_calls")), None)
@@ -667,6 +672,39 @@ async def redo(
 
     return await _start_from(client, launcher, before, base, name, name, adjust=adjust,
                              effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp),
+                             side_effects=side_effects)
+
+
+async def _redo_call(client: Client, launcher: Launcher, store: CheckpointStore, cp: AgentCheckpoint, from_branch: str,
+                     branch: str | None, system_prompt: str | None, model: str | None, side_effects: str) -> ForkResult:
+    """`rewind redo` of a pipeline's call (the step `cp`): a new branch from the head of
+    `from_branch` whose code runs again with every recorded call answered from the record but
+    this one; what depends on its new answer runs live, the rest keeps its answers."""
+    call = cp.pipeline or {}
+    record = cp.tool_call_cache[-1] if call.get("kind") != "llm" and cp.tool_call_cache else None
+    if record is not None and record.side_effects and not record.subagent:
+        raise UsageError(f"step {cp.step_index} is {record.tool_name}, a side effect; redo runs model calls, sub-agents "
+                         "and read-only tools again, not effects")
+    if system_prompt is not None and call.get("kind") == "llm":
+        raise UsageError("a model call's system prompt is changed with `rewind fork --prompt LABEL=TEXT`; redo's "
+                         "--system-prompt and --model are a sub-agent's")
+    name = branch or f"redo-{cp.step_index}"
+    validate_branch_name(name)
+    if await _branch_taken(client, store, cp.run_id, name):
+        raise RunExistsError(f"run {cp.run_id!r} already has a branch {name!r}; choose another --branch")
+    line = await lineage(store, cp.run_id, from_branch)
+    head = await checkpoint_at(store, line[-1])
+    source = await source_input(client, workflow_id_for(cp.run_id, line[-1].branch_id))
+    base = _input_for(head, source)
+    assert base.pipeline is not None
+    label = str(call.get("label", ""))
+    models = {label: model} if model and call.get("kind") == "llm" else {}
+    agent = {str(record.tool_name): {k: v for k, v in {"model": model, "system_prompt": system_prompt}.items() if v}} \
+        if record is not None and record.subagent and (model or system_prompt) else None
+    base = base.model_copy(update={"pipeline": base.pipeline.model_copy(update={
+        "redo_steps": [*base.pipeline.redo_steps, cp.step_index], "models": {**base.pipeline.models, **models}})})
+    return await _start_from(client, launcher, head, base, name, name, subagent_overrides=agent,
+                             effects=lineage_effects_of(head, source) + await subagent_effects(store, head),
                              side_effects=side_effects)
 
 

@@ -437,3 +437,133 @@ async def test_the_readme_pipeline_as_pasted(tmp_path):
             dev.send_signal(signal.SIGINT)
         code = await asyncio.to_thread(dev.wait, 60)
     assert code == 0, log.read_text()[-3000:]
+
+
+OPERATIONS = '''
+import asyncio
+from pathlib import Path
+
+from rewind import ToolCallFailed, pipeline, subagent, tool
+
+LOG = Path({log!r})
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+@tool(side_effects=True, needs_approval=True)
+async def wire_money(amount: int) -> str:
+    """Wire money (a person approves each call)."""
+    count(f"wire {{amount}}")
+    return f"wired {{amount}}"
+
+
+@tool
+async def lookup(company: str) -> str:
+    """Facts about one company."""
+    count(f"lookup {{company}}")
+    return f"{{company}} grows"
+
+
+research_company = subagent(name="research_company", description="Research one company.",
+                            system_prompt="Research the company with lookup.", tools=["lookup"],
+                            model={researcher!r}, max_steps=4)
+
+
+@pipeline
+async def pay(ctx, amount: int) -> str:
+    quote = await ctx.llm("quote", user=f"Quote a transfer of {{amount}}.")
+    ctx.state["quote"] = quote
+    await ctx.llm("check", user="Check the quote: " + quote)
+    try:
+        return await ctx.tool("wire_money", amount=amount)
+    except ToolCallFailed as exc:
+        return f"not paid: {{exc}}"
+
+
+@pipeline
+async def fanout(ctx, companies: list[str]) -> str:
+    found = await asyncio.gather(*(ctx.agent("research_company", f"Research {{c}}") for c in companies),
+                                 return_exceptions=True)
+    ctx.state["failed"] = [c for c, f in zip(companies, found) if isinstance(f, Exception)]
+    return "; ".join(f if isinstance(f, str) else f"{{c}}: failed" for c, f in zip(companies, found))
+'''
+
+FIVE = ["Acme", "Globex", "Initech", "Umbrella", "Broken"]
+
+
+async def test_approvals_budgets_and_sub_agents_in_a_pipeline(world, tmp_path):
+    folder = world.folder("ops")
+    log = tmp_path / "ops.txt"
+    researcher = f"s-{uuid.uuid4().hex[:8]}"  # a list script: a sub-agent runs the loop, whose calls have no label
+    world.model.add_script(researcher, [
+        {"tool_calls": [{"name": "lookup", "arguments": {"company": "X"}}],
+         "by_user": {"Broken": {"error": {"status": 400, "message": "this model refuses Broken"}}}},
+        {"content": "a profile"}])
+    good = f"s-{uuid.uuid4().hex[:8]}"
+    world.model.add_script(good, [{"content": "a profile after all"}])
+    (folder / "ops.py").write_text(OPERATIONS.format(log=str(log), researcher=f"script:{researcher}"))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, {"quote": [{"content": "100 EUR"}], "check": [{"content": "fine"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "ops") as worker:
+        await worker.wait_ready()
+        # A budget of one step pauses the pipeline before its second call; `rewind continue` goes on.
+        await rewind_json(cli, cli_env, "start", "--pipeline", "pay", "--input", '{"amount": 100}', "--model", model,
+                          "--run-id", "pipe-pay", "--max-steps", "1")
+        view = await _until(cli, cli_env, "pipe-pay", lambda v: v["state"] == "budget_exceeded")
+        assert "max_steps" in view["status"]["budget_reason"], view
+        assert labels_asked(world.model, model) == ["quote"]
+        await rewind_json(cli, cli_env, "continue", "pipe-pay", "--max-steps", "10")
+        # The side effect waits for a person; `rewind pending` lists it, `rewind approve` lets it run.
+        view = await _until(cli, cli_env, "pipe-pay", lambda v: bool((v["status"] or {}).get("pending_approvals")))
+        waiting = view["status"]["pending_approvals"][0]
+        assert waiting["tool_name"] == "wire_money" and waiting["arguments"] == {"amount": 100}, waiting
+        deadline = time.monotonic() + 30  # visibility lists a run a moment after it changes
+        while not any(p["run_id"] == "pipe-pay" for p in (await rewind_json(cli, cli_env, "pending"))["waiting"]):
+            assert time.monotonic() < deadline, "rewind pending never listed the pipeline's waiting call"
+            await asyncio.sleep(0.5)
+        await rewind_json(cli, cli_env, "approve", "pipe-pay", waiting["tool_call_id"], "--by", "ann")
+        view = await wait_state(cli, cli_env, "pipe-pay", ("completed", "failed"))
+        assert view["status"]["final_answer"] == "wired 100", view
+        assert lines(log).count("wire 100") == 1
+
+        # Five sub-agents at once, one of which fails; the pipeline handles it; a redo runs that one again.
+        run = await rewind_json(cli, cli_env, "start", "--pipeline", "fanout", "--input",
+                                json.dumps({"companies": FIVE}), "--model", model, "--run-id", "pipe-fan", "--wait")
+        assert run["status"]["state"] == "completed", run
+        assert run["status"]["final_answer"].endswith("Broken: failed"), run
+        labels = await tree_labels(cli, cli_env, "pipe-fan")
+        assert labels.count("research_company") == 5, labels
+        rows = (await rewind_json(cli, cli_env, "tree", "pipe-fan"))["branches"]["main"]
+        failed_step = None
+        for row in rows:
+            if row["step_label"] == "research_company":
+                shown = await rewind_json(cli, cli_env, "show", row["checkpoint_id"])
+                if shown["tool_call_cache"][-1].get("error"):
+                    failed_step = row["step_index"]
+        assert failed_step is not None
+        lookups = len(lines(log))
+        redone = await rewind_json(cli, cli_env, "redo", "pipe-fan", "--step", str(failed_step), "--model",
+                                   f"script:{good}", "--wait")
+        assert redone["status"]["state"] == "completed", redone
+        assert "Broken: failed" not in redone["status"]["final_answer"], redone
+        assert redone["status"]["final_answer"].count("a profile") == 5, redone
+        assert len(lines(log)) == lookups  # the four that succeeded were not run again
+        redo_rows = (await rewind_json(cli, cli_env, "tree", "pipe-fan"))["branches"]["redo-" + str(failed_step)]
+        assert [r["step_label"] for r in redo_rows if not r["branch_id"].startswith("pipe")][:1] == \
+            ["research_company"], redo_rows
+
+
+async def _until(cli: Path, env: dict, run_id: str, predicate, timeout_s: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = await rewind_json(cli, env, "status", run_id)
+        if predicate(view):
+            return view
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id}: still {view['state']} after {timeout_s:.0f}s: {view}")
+        await asyncio.sleep(0.25)

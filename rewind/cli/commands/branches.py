@@ -95,7 +95,9 @@ async def cmd_redo(args: argparse.Namespace, settings: Settings) -> int:
     info = {"run_id": result.run_id, "branch": result.branch, "workflow_id": result.workflow_id,
             "redone": f"{args.run}:{args.from_branch}:{args.step}", "call": args.call, "fork_point": result.fork_point}
     said = (f"redoing call {args.call} of step {args.step} of {args.from_branch} in branch {result.branch} "
-            f"(the step's other calls keep their answers)")
+            f"(the step's other calls keep their answers)" if args.call else
+            f"redoing the call of step {args.step} of {args.from_branch} in branch {result.branch} (every other "
+            "call of the pipeline keeps its recorded answer unless it depends on this one's)")
     if args.wait:
         if not args.json:
             print(said + ("; progress:" if interactive(args) else ""), flush=True)
@@ -195,7 +197,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                         "the others keep their answers", handler=cmd_redo)
     p.add_argument("run")
     p.add_argument("--step", type=COUNT, required=True, help="the step whose model call asked for the tool calls")
-    p.add_argument("--call", required=True, metavar="CALL_ID", help="the tool call to run again (`rewind show` lists them)")
+    p.add_argument("--call", metavar="CALL_ID", help="the tool call to run again (`rewind show` lists them); a "
+                                                     "pipeline's step is one call: --step alone says which")
     p.add_argument("--from-branch", default="main")
     p.add_argument("--branch", help="name of the new branch (default: redo-STEP-CALL)")
     p.add_argument("--system-prompt", help="the redone sub-agent's system prompt instead of its declaration's")
