@@ -567,3 +567,42 @@ async def _until(cli: Path, env: dict, run_id: str, predicate, timeout_s: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id}: still {view['state']} after {timeout_s:.0f}s: {view}")
         await asyncio.sleep(0.25)
+
+
+async def test_the_example_pipelines_as_a_user_runs_them(tmp_path):
+    """`rewind demo --pipeline` (examples/competitive_report.py, offline, in an empty folder), then
+    the research agent written as a pipeline with its own loop, on a worker of the example module."""
+    folder = empty_dir(tmp_path, "demo")
+    port = free_port()
+    env = user_env(folder, TEMPORAL_ADDRESS=f"127.0.0.1:{port}", REWIND_SCRIPTED_LATENCY_MS="0",
+                   REWIND_DEMO_FAILURE_RATE="0.2", REWIND_DEMO_SEARCH_LATENCY_S="0")
+    code, out, err = await rewind(folder, env, "demo", "--pipeline", "--json", timeout_s=240)
+    assert code == 0, err[-3000:]
+    result = json.loads(out)
+    assert result["status"]["state"] == "completed" and result["final_answer"].startswith("# Competitive report")
+    run_id = result["status"]["run_id"]
+    labels = await tree_labels(folder, env, run_id)
+    # plan, five searches, a draft the verdict sends back to research, the re-search, a draft it accepts.
+    assert labels[:2] == ["start", "plan"] and labels[2:7] == ["search_company"] * 5, labels
+    assert labels[7:] == ["synthesize", "validate", "search_company", "synthesize", "validate", "format",
+                          "save_report", "result"], labels
+    reports = list((folder / ".rewind" / "outbox").glob("*.md"))
+    assert len(reports) == 1, reports  # saved once
+
+
+async def test_an_agent_loop_of_your_own_as_a_pipeline(world, tmp_path):
+    cli = world.folder("cli")
+    env = world.env(cli, REWIND_OUTBOX=str(tmp_path / "outbox"))
+    repo = str(Path(__file__).resolve().parents[2])
+    with UserWorker(world.folder("loop-worker"), {**env, "PYTHONPATH": repo},
+                    "--tool-modules", "examples.competitive_report") as worker:
+        await worker.wait_ready()
+        run = await rewind_json(cli, env, "start", "--pipeline", "research_loop", "--input",
+                                json.dumps({"task": "Research these companies: Acme, Globex"}), "--run-id",
+                                "pipe-loop", "--wait")
+    assert run["status"]["state"] == "completed", run
+    assert run["status"]["final_answer"].startswith("Saved the report"), run
+    labels = await tree_labels(cli, env, "pipe-loop")
+    assert labels == ["start", "think", "search_company", "search_company", "think", "save_report", "think",
+                      "result"], labels
+    assert len(list((tmp_path / "outbox").glob("*.md"))) == 1
