@@ -165,12 +165,15 @@ class LlmActivities:
 
     async def _call_llm(self, request: LlmRequest) -> LlmResponse:
         try:
-            base = await self._transcripts.load(request.transcript_head, request.transcript_len)
+            base = (await self._transcripts.load(request.transcript_head, request.transcript_len)
+                    if request.transcript else [])
             # Tool outputs stored by reference come back as the content of their messages.
             new_messages = (await self._outputs.resolve_messages(request.new_messages)
                             if self._outputs is not None else request.new_messages)
-            # Stored before the call, so a store failure never wastes a paid call.
-            head = await self._transcripts.append(request.transcript_head, request.transcript_len, new_messages)
+            # Stored before the call, so a store failure never wastes a paid call (a pipeline's
+            # call is no conversation's turn: its messages are in its step record).
+            head = (await self._transcripts.append(request.transcript_head, request.transcript_len, new_messages)
+                    if request.transcript else None)
             if request.tools_ref is not None and not request.tools:
                 tools, tools_ref = await self._transcripts.tools(request.tools_ref), request.tools_ref
             else:

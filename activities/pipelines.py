@@ -27,13 +27,12 @@ from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnav
 from workflows.ids import parse_checkpoint_id
 from workflows.pipeline_contracts import (
     DescribePipelineRequest,
-    LoadRecordRequest,
     PipelineDescription,
     PipelineRecord,
     PipelineSpec,
     RecordedCall,
 )
-from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, LOAD_PIPELINE_RECORD
+from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE
 
 
 @dataclass(frozen=True)
@@ -124,16 +123,15 @@ class PipelineRegistry:
 
 
 class PipelineActivities:
-    """`describe_pipeline`: what a pipeline is, its arguments checked, and the tools it may call;
-    `load_pipeline_record`: the calls a fork of a pipeline answers again from its lineage."""
+    """`describe_pipeline`: what a pipeline is, its arguments checked, the tools it may call and,
+    for a fork or rollback, the calls it answers again from its lineage's record."""
 
     def __init__(self, pipelines: PipelineRegistry, tools: ToolRegistry, checkpoints: CheckpointStore | None = None) -> None:
         self._pipelines = pipelines
         self._tools = tools
         self._checkpoints = checkpoints
 
-    @activity.defn(name=LOAD_PIPELINE_RECORD)
-    async def load_pipeline_record(self, request: LoadRecordRequest) -> PipelineRecord:
+    async def _record(self, fork_point: str) -> PipelineRecord:
         """Every call recorded on the lineage up to the fork point, with its answer: one listing
         and one read per step of the lineage, whatever the number of calls (a store that is
         down is retried by Temporal)."""
@@ -142,7 +140,7 @@ class PipelineActivities:
             raise ApplicationError("this worker has no checkpoint store to read a pipeline's record from",
                                    non_retryable=True)
         try:
-            return await pipeline_record(store, request.checkpoint_id)
+            return await pipeline_record(store, fork_point)
         except StoreUnavailableError as exc:
             raise ApplicationError(f"checkpoint store: {exc}") from None
         except CheckpointError as exc:  # missing or corrupt: retrying cannot fix it
@@ -160,8 +158,9 @@ class PipelineActivities:
         except pydantic.ValidationError as exc:
             return PipelineDescription(error=f"the input of pipeline {request.name!r} is invalid: {_first(exc)}; "
                                              f"it takes {_signature(found)}")
+        record = await self._record(request.fork_point) if request.fork_point is not None else None
         return PipelineDescription(spec=self._pipelines.spec(request.name), arguments=arguments,
-                                   tools=self._tools.specs())
+                                   tools=self._tools.specs(), record=record)
 
 
 async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> PipelineRecord:

@@ -137,3 +137,46 @@ def langgraph_run(base_url: str, model: str, registry: ToolRegistry, task: str, 
         "steps": sum(1 for m in final["messages"] if m.get("role") == "assistant"),
         "messages": final["messages"],
     }
+
+
+def langgraph_functional_pipeline(base_url: str, model: str, registry: ToolRegistry, pairs: int, size: int,
+                                  db: Path) -> dict[str, Any]:
+    """LangGraph's functional API on SqliteSaver (blocking): an `@entrypoint` whose `pairs` turns
+    each call a model `@task` and a tool `@task` (the `blob` tool), as a pipeline does; each
+    task's result is checkpointed. Per-pair seconds (model call start to the next one)."""
+    import openai
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.func import entrypoint, task
+
+    client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)
+    loop = asyncio.new_event_loop()
+    tool = registry.get("blob")
+    marks: list[float] = []
+
+    @task
+    def call_model(index: int) -> str:
+        marks.append(time.perf_counter())
+        raw = client.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": f"turn {index}"}])
+        return _assistant(raw.http_response.json()).get("content") or ""
+
+    @task
+    def call_tool(index: int) -> str:
+        return loop.run_until_complete(tool.fn(index=index, size=size))
+
+    started = time.perf_counter()
+    try:
+        with SqliteSaver.from_conn_string(str(db)) as saver:
+            @entrypoint(checkpointer=saver)
+            def run(n: int) -> str:
+                for index in range(n):
+                    call_model(index).result()
+                    call_tool(index).result()
+                return "finished"
+
+            assert run.invoke(pairs, {"configurable": {"thread_id": "bench"}}) == "finished"
+            marks.append(time.perf_counter())
+    finally:
+        loop.close()
+        client.close()
+    return {"durations": [b - a for a, b in zip(marks, marks[1:])], "wall_s": time.perf_counter() - started}

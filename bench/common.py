@@ -199,7 +199,7 @@ class TimedModelServer(ScriptedModelServer):
             assert self._loop is not None
             self._loop.call_soon_threadsafe(e.set)
 
-    async def _answer(self, body: Any) -> tuple[int, dict, dict[str, str]]:  # type: ignore[override]
+    async def _answer(self, body: Any, label: str | None = None) -> tuple[int, dict, dict[str, str]]:  # type: ignore[override]
         body = body if isinstance(body, dict) else {}
         gate = None
         with self._lock:
@@ -209,7 +209,7 @@ class TimedModelServer(ScriptedModelServer):
                 gate = self._holds[key] = asyncio.Event()
         if gate is not None:
             await gate.wait()
-        return await super()._answer(body)
+        return await super()._answer(body, label)
 
 
 def turn_of(body: dict[str, Any]) -> int:

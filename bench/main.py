@@ -34,11 +34,12 @@ BENCHMARKS = [
     ("subagents", "bench.b10_subagents"),
     ("cli", "bench.b12_cli"),
     ("mcp", "bench.b11_mcp"),
+    ("pipelines", "bench.b14_pipelines"),
     # Last: the longest, and it runs its own stack.
     ("soak", "bench.b13_soak"),
 ]
 ORDER_IN_REPORT = ["overhead", "dev_server", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
-                   "langgraph_saver", "subagents", "cli", "mcp", "soak"]
+                   "langgraph_saver", "subagents", "cli", "mcp", "pipelines", "soak"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:

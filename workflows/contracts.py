@@ -357,6 +357,9 @@ class LlmRequest(BaseModel):
     response_format: dict[str, Any] | None = None
     # A pipeline call's label, sent as the X-Rewind-Label header (the scripted model answers by it).
     label: str | None = None
+    # False: a call of its own (a pipeline's), not a turn of a stored conversation: its messages
+    # are not written to the transcript store (the step record and the checkpoint hold them).
+    transcript: bool = True
 
 
 class LlmResponse(BaseModel):

@@ -45,16 +45,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.errors import ModelCallFailed, OutputInvalid, PipelineError, ToolCallFailed
     from workflows.pipeline_contracts import (
         DescribePipelineRequest,
-        LoadRecordRequest,
         PipelineCall,
         PipelineDescription,
-        PipelineRecord,
         RecordedCall,
     )
     from workflows.pipeline_ids import call_activity_id, call_digest
     from workflows.summaries import model_call_summary
     from workflows.tool_calls import failure_text
-    from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, LOAD_PIPELINE_RECORD, PIPELINE_WORKFLOW
+    from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, PIPELINE_WORKFLOW
 
 # What a structured output's schema is sent as (OpenAI's `response_format`).
 _REPAIR_PROMPT = ("Your answer is not valid for the required JSON schema: {error}. "
@@ -128,9 +126,13 @@ class PipelineWorkflow(AgentWorkflow):
         if plan is None:
             raise PipelineError("a PipelineWorkflow needs AgentInput.pipeline")
         self._begin(inp)
+        # A fork or rollback gets its record with the description: every call its lineage recorded
+        # up to the fork point is answered from it, in this run, without an activity.
+        fork_point = inp.resume.parent_checkpoint if inp.resume is not None else None
         described = await workflow.execute_activity(
-            DESCRIBE_PIPELINE, DescribePipelineRequest(name=plan.name, arguments=plan.arguments),
-            result_type=PipelineDescription, start_to_close_timeout=timedelta(seconds=30),
+            DESCRIBE_PIPELINE, DescribePipelineRequest(name=plan.name, arguments=plan.arguments, fork_point=fork_point),
+            result_type=PipelineDescription, start_to_close_timeout=timedelta(seconds=120),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), non_retryable_error_types=[CHECKPOINT_CONFLICT]),
         )
         self._pipeline_name = plan.name
         if described.error is not None or described.spec is None:
@@ -144,15 +146,10 @@ class PipelineWorkflow(AgentWorkflow):
         if inp.resume is None:
             self._add_messages({"role": "user", "content": f"{plan.name}({canonical_json(described.arguments)})"})
             self._record_step("start", variables={}, model=self._default_model)
-        elif inp.resume.parent_checkpoint is not None:
+        elif described.record is not None:
             # A fork or rollback: the code runs again from its start, and every call the lineage
             # recorded up to the fork point is answered from the record (no activity, no step).
-            record = await workflow.execute_activity(
-                LOAD_PIPELINE_RECORD, LoadRecordRequest(checkpoint_id=inp.resume.parent_checkpoint),
-                result_type=PipelineRecord, start_to_close_timeout=timedelta(seconds=120),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), non_retryable_error_types=[CHECKPOINT_CONFLICT]),
-            )
-            self._record = {(c.position, c.attempt): c for c in record.calls}
+            self._record = {(c.position, c.attempt): c for c in described.record.calls}
         self._maybe_set_state()
         try:
             fn, arguments = self._load(spec.module, spec.attribute, described.arguments)
@@ -271,6 +268,7 @@ class PipelineWorkflow(AgentWorkflow):
                 context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
                 temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
                 tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
+                transcript=False,
             )
             try:
                 response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),

@@ -32,6 +32,9 @@ class PipelineSpec(BaseModel):
 class DescribePipelineRequest(BaseModel):
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    # A fork or rollback: its fork point, whose lineage's record comes back with the description
+    # (one activity before the branch's first call instead of two).
+    fork_point: str | None = None
 
 
 class PipelineDescription(BaseModel):
@@ -41,6 +44,7 @@ class PipelineDescription(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)  # validated, as JSON
     error: str | None = None  # why the run cannot start: unknown pipeline, invalid arguments
     tools: list[ToolSpec] = Field(default_factory=list)  # every tool the worker holds
+    record: "PipelineRecord | None" = None  # the fork point's record, when asked for
 
 
 class PipelineCall(BaseModel):
@@ -53,12 +57,6 @@ class PipelineCall(BaseModel):
     kind: CallKind
     digest: str
     attempt: int = 0  # a structured-output repair: 1, 2, ... (0: the call itself)
-
-
-class LoadRecordRequest(BaseModel):
-    """The fork point of a pipeline's branch: the calls of its lineage up to it answer again."""
-
-    checkpoint_id: str
 
 
 class RecordedCall(BaseModel):
@@ -77,3 +75,6 @@ class RecordedCall(BaseModel):
 
 class PipelineRecord(BaseModel):
     calls: list[RecordedCall] = Field(default_factory=list)
+
+
+PipelineDescription.model_rebuild()

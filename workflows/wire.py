@@ -30,7 +30,6 @@ START_EXPERIMENT_BRANCH = "start_experiment_branch"  # fork one branch of an exp
 WATCH_EXPERIMENT_BRANCH = "watch_experiment_branch"  # until the branch ends or pauses for its budget
 SCORE_BRANCH = "score_branch"                        # a user's scorer on a branch's final checkpoint
 DESCRIBE_PIPELINE = "describe_pipeline"  # a pipeline's code location and checked arguments, the tools it may call
-LOAD_PIPELINE_RECORD = "load_pipeline_record"  # a pipeline fork's record: the lineage's calls and their answers
 
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"

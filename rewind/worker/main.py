@@ -197,7 +197,7 @@ def build_worker(
         # before tool queues (they schedule tool calls here).
         activities=[llm.call_llm, mirror.mirror_step, mirror.mirror_steps, *tool_activities,
                     experiment.start_branch, experiment.watch_branch, experiment.score_branch,
-                    pipeline.describe_pipeline, pipeline.load_pipeline_record],
+                    pipeline.describe_pipeline],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
         # A bug in workflow code fails the run visibly instead of retrying its
