@@ -20,7 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import ToolRegistry, _args_model, _json_schema, import_tool_module
-from checkpoint_bridge.checkpoints.store import CheckpointStore
+from checkpoint_bridge.checkpoints.store import CheckpointStore, StepEnd
 from checkpoint_bridge.document.schema import ToolCallRecord
 from checkpoint_bridge.projection.projector import log_of
 from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, ToolRegistryError
@@ -165,7 +165,35 @@ class PipelineActivities:
 
 async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> PipelineRecord:
     """The calls of the lineage of `checkpoint_id` (itself included) and their answers."""
-    run_id, _, _ = parse_checkpoint_id(checkpoint_id)
+    calls = []
+    for end in await _lineage_ends(store, checkpoint_id):
+        call = end.fields.get("pipeline")
+        if not isinstance(call, dict):
+            continue
+        step = int(end.fields["step_index"])
+        recorded = RecordedCall(position=call["position"], attempt=call.get("attempt", 0), kind=call["kind"],
+                                label=call["label"], digest=call["digest"], step=step)
+        if recorded.kind == "llm":
+            recorded.message = end.last_message
+        elif end.last_tool_record is not None:
+            recorded.tool = log_of(ToolCallRecord.model_validate(end.last_tool_record), step)
+        calls.append(recorded)
+    return PipelineRecord(calls=calls)
+
+
+async def _lineage_ends(store: CheckpointStore, checkpoint_id: str) -> list[StepEnd]:
+    """The step objects of `checkpoint_id`'s lineage, step 0 first. The common case, a branch
+    that holds every step from 0 to the fork point itself, is one listing and one read per
+    step; a lineage through other branches (a fork of a fork, a rollback's revision) walks
+    parent links over the run's listed checkpoints."""
+    run_id, branch_id, step = parse_checkpoint_id(checkpoint_id)
+    stored = await store.stored_steps(run_id)
+    own, cutoff = stored.get(branch_id, (set(), None))
+    if set(range(step + 1)) <= own and (cutoff is None or step <= cutoff):
+        ends = await store.step_ends([f"{run_id}:{branch_id}:{s}" for s in range(step + 1)])
+        if all(e.fields.get("parent_id") == (f"{run_id}:{branch_id}:{i - 1}" if i else None)
+               for i, e in enumerate(ends)):
+            return ends
     summaries = {s.checkpoint_id: s for s in await store.list_checkpoints(run_id)}
     line = []
     at: str | None = checkpoint_id
@@ -174,22 +202,9 @@ async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> Pipelin
         if summary is None:
             raise CheckpointNotFoundError(f"checkpoint {at} of run {run_id!r}'s lineage is not in {store.url}; "
                                           f"rebuild it with `rewind mirror {run_id}`")
-        line.append(summary)
+        line.append(summary.checkpoint_id)
         at = summary.parent_id
-    line.reverse()
-    calls = []
-    for summary, end in zip(line, await store.step_ends([s.checkpoint_id for s in line]), strict=True):
-        call = end.fields.get("pipeline")
-        if not isinstance(call, dict):
-            continue
-        recorded = RecordedCall(position=call["position"], attempt=call.get("attempt", 0), kind=call["kind"],
-                                label=call["label"], digest=call["digest"], step=summary.step_index)
-        if recorded.kind == "llm":
-            recorded.message = end.last_message
-        elif end.last_tool_record is not None:
-            recorded.tool = log_of(ToolCallRecord.model_validate(end.last_tool_record), summary.step_index)
-        calls.append(recorded)
-    return PipelineRecord(calls=calls)
+    return await store.step_ends(list(reversed(line)))
 
 
 def _first(exc: pydantic.ValidationError) -> str:

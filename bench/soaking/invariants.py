@@ -144,8 +144,20 @@ def _excused(faults: list[Fault], after: float, before: float) -> bool:
     return any(f.kind in EXCUSES and f.started is not None and after - 1.0 <= f.started <= before for f in faults)
 
 
+async def recorded_steps(store: CheckpointStore, summaries: list[Any]) -> dict[tuple[str, str], int]:
+    """(branch, tool call id) -> the step that recorded it, for a pipeline's tool calls: a tool
+    learns the step the run had reached when the code made the call, and parallel calls made
+    together are recorded at the steps in which they complete."""
+    ends = await store.step_ends([s.checkpoint_id for s in summaries])
+    return {(str(e.fields["branch_id"]), str(e.last_tool_record.get("tool_call_id"))): int(e.fields["step_index"])
+            for e in ends if isinstance(e.fields.get("pipeline"), dict) and e.fields["pipeline"].get("kind") != "llm"
+            and e.last_tool_record is not None}
+
+
 def check_effects(check: Check, run_id: str, lines: list[dict[str, Any]], summaries: list[Any],
-                  head_cps: dict[str, AgentCheckpoint], faults: list[Fault]) -> None:
+                  head_cps: dict[str, AgentCheckpoint], faults: list[Fault],
+                  recorded: dict[tuple[str, str], int] | None = None) -> None:
+    recorded = recorded or {}
     mine = [line for line in lines if line.get("run") == run_id]
     # 1. No call ran again after an execution of it ended well, unless a kill came between.
     by_call: dict[tuple, list[dict]] = defaultdict(list)
@@ -169,7 +181,7 @@ def check_effects(check: Check, run_id: str, lines: list[dict[str, Any]], summar
         applied: dict[str, list[tuple]] = defaultdict(list)
         read: dict[str, set[tuple]] = defaultdict(set)
         for line in mine:
-            spot = (line["branch"], line["step"])
+            spot = (line["branch"], recorded.get((line["branch"], line["call"]), line["step"]))
             if line["kind"] == "effect" and line["applied"] and (spot in chain or line["branch"] in earlier):
                 applied[line["effect"]].append((*spot, line["call"], line["key"]))
             if line["kind"] == "end" and line["outcome"] == "ok" and line["key"] is None and spot in chain:

@@ -190,7 +190,8 @@ async def check(args: argparse.Namespace, stack: Stack, client: Any, store: Any,
                 outcome_check.fail(run_id, f"branch {branch} differs from the reference run: "
                                            f"{inv.first_difference(got[branch], expected[branch])}")
         summaries = await store.list_checkpoints(run_id)
-        inv.check_effects(effects, run_id, ledger, summaries, await inv.heads(store, run_id), faults)
+        inv.check_effects(effects, run_id, ledger, summaries, await inv.heads(store, run_id), faults,
+                          await inv.recorded_steps(store, summaries))
         await inv.check_store(store_check, store, run_id, env, root / "mirrors")
     all_ids = [r for r, _, _ in done] + [o.run_id for o in ref_by.values()]
     await inv.check_liveness(liveness, client, all_ids, env, cwd)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.contracts import AgentInput, LlmTuning, RunLimits
+from workflows.contracts import AgentInput, LlmTuning, PipelineRun, RunLimits
 
 LLM_TIMEOUT_S = 5.0  # a model "hang" fault answers after longer than this
 
@@ -28,23 +28,26 @@ def _turn(*calls: dict) -> dict:
 @dataclass(frozen=True)
 class Shape:
     name: str
-    script: list[dict]
+    script: list[dict] | dict[str, list[dict]]  # a pipeline's script is by label
     tools: list[str]
     # What the soak does while the run goes: None, "approve", "reject", "fork", "rollback".
     action: str | None = None
     max_steps: int = 20
     history_limit_bytes: int = 4 * 1024 * 1024
     budget_pause_s: float = 7 * 24 * 3600.0
-    extra_scripts: dict[str, list[dict]] = field(default_factory=dict)
+    extra_scripts: dict[str, list[dict] | dict[str, list[dict]]] = field(default_factory=dict)
     # The state an undisturbed run ends in, and the branches it ends with.
     expected_state: str = "completed"
+    # A pipeline run (soak_tools.soak_pipeline) with these arguments instead of the loop.
+    pipeline: PipelineRun | None = None
 
     def model(self) -> str:
         return f"script:soak-{self.name}"
 
     def agent_input(self, run_id: str) -> AgentInput:
         return AgentInput(
-            run_id=run_id, task=f"soak shape {self.name}", tools=self.tools, model=self.model(),
+            run_id=run_id, task=f"soak shape {self.name}", tools=[] if self.pipeline else self.tools,
+            model=self.model(), pipeline=self.pipeline,
             limits=RunLimits(max_steps=self.max_steps, budget_pause_s=self.budget_pause_s),
             llm=LlmTuning(timeout_s=LLM_TIMEOUT_S, heartbeat_s=2.0, max_retry_s=10.0),
             history_limit_bytes=self.history_limit_bytes,
@@ -118,13 +121,23 @@ SHAPES: dict[str, Shape] = {s.name: s for s in [
     ]}),
 ]}
 
+# Pipelines (soak_tools.soak_pipeline): its three lookups complete in any order, which the head's
+# snapshot compares as a set; the fork changes the model of its calls after step 2.
+SHAPES["pipeline"] = Shape("pipeline", {"summarize": [{"content": "three definitions, summarized"}]},
+                           ["lookup", "send_message"], pipeline=PipelineRun(name="soak_pipeline",
+                                                                            arguments={"topic": "p"}))
+SHAPES["pipeline-fork"] = Shape("pipeline-fork", {"summarize": [{"content": "main's summary"}]},
+                                ["lookup", "send_message"], action="fork",
+                                pipeline=PipelineRun(name="soak_pipeline", arguments={"topic": "q"}),
+                                extra_scripts={"alt": {"summarize": [{"content": "the fork's summary"}]}})
+
 WEIGHTS = {"parallel": 3, "approve": 2, "reject": 1, "budget": 1, "fork": 2, "rollback": 2, "long": 1, "subagents": 2,
-           "mcp": 2}
+           "mcp": 2, "pipeline": 2, "pipeline-fork": 2}
 
 
-def scripts() -> dict[str, list[dict]]:
+def scripts() -> dict[str, list[dict] | dict[str, list[dict]]]:
     """Every script the soak's model server plays, by name."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict] | dict[str, list[dict]]] = {}
     for shape in SHAPES.values():
         out[shape.model().removeprefix("script:")] = shape.script
         for branch, turns in shape.extra_scripts.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from activities.pipelines import pipeline
 from activities.tools import subagent, tool, tool_context
 
 import soak_ledger  # this folder, on the workers' PYTHONPATH
@@ -139,3 +140,14 @@ researcher = subagent(
     name="researcher", description="Research one topic with lookup and report.", system_prompt="You research.",
     tools=["lookup"], args=Topic, task_template="Look into {topic}", max_steps=6,
 )
+
+
+@pipeline
+async def soak_pipeline(ctx, topic: str) -> str:
+    """The soak's pipeline: parallel lookups, a labelled model call, an effect, a cached lookup."""
+    found = await asyncio.gather(*(ctx.tool("lookup", term=f"{topic}-{i}") for i in range(3)))
+    ctx.state["found"] = len(found)
+    summary = await ctx.llm("summarize", user="\n".join(found))
+    await ctx.tool("send_message", to="ops", body=summary)
+    again = await ctx.tool("lookup", term=f"{topic}-0")  # answered from the run's cache
+    return f"{summary} / {again[:24]}"
