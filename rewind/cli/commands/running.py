@@ -31,6 +31,7 @@ from rewind.settings.config import Settings
 from workflows.errors import RewindError, UsageError
 from workflows.defaults import PIPELINE_MAX_STEPS
 from workflows.ids import validate_id
+from workflows.pipeline_ids import parse_activity_id
 from workflows.text import usd
 
 
@@ -168,6 +169,9 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         lines.append(f"  waiting      {view.no_worker}")
     for p in view.pending:
         what = f"{p['activity']} {p['detail']}" if p.get("detail") else p["activity"]
+        call = parse_activity_id(p.get("activity_id") or "")
+        if call is not None:  # a pipeline's call: which one of its code
+            what = f"call {call['position']} {call['label']} ({what})"
         if p.get("summary"):
             what = f"{p['summary']} ({what})"
         lines.append(f"  running      {what} attempt {p['attempt']}" + (f": {p['last_failure']}" if p.get("last_failure") else ""))
