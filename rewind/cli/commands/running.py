@@ -296,10 +296,12 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--agent", metavar="NAME",
                    help="run a declared agent (subagent(...) in a tools module): its prompt, tools, model and "
                         "max_steps, unless given here")
-    p.add_argument("--system-prompt")
+    p.add_argument("--system-prompt", help="the agent's system prompt (default: a neutral one, or the declared "
+                                           "agent's)")
     p.add_argument("--tools", metavar="NAMES", help="comma-separated tool names (default: all the worker has)")
-    p.add_argument("--model")
-    p.add_argument("--run-id")
+    p.add_argument("--model", help="a model the endpoint serves, or script:NAME for a script of the offline model "
+                                   "(default: REWIND_MODEL, else gpt-4o-mini)")
+    p.add_argument("--run-id", help="the run's id (default: run-DATE-TIME-XXXXXX); an id names one run forever")
     p.add_argument("--max-steps", type=STEPS, help="steps at most (default 50, or the agent's max_steps; "
                                                   f"a pipeline's steps are its calls: {PIPELINE_MAX_STEPS})")
     p.add_argument("--max-cost", type=USD, help="pause before a step that would pass this many USD")
