@@ -59,6 +59,7 @@ class ExperimentActivities:
                 variables=v.variables or None, limit_overrides=limits or None,
                 llm_overrides=v.llm_overrides(req.repetition) or None,
                 subagent_overrides=v.subagents or None, side_effects=req.side_effects,
+                prompts=v.prompts or None, models=v.models or None,
             )
             started = await _started(client, workflow_id)
             assert started is not None, f"the fork {workflow_id} was started but cannot be described"

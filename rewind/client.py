@@ -256,15 +256,13 @@ _STATUS_NAMES = {v: k.replace("WORKFLOW_EXECUTION_STATUS_", "").lower() for k, v
 
 def status_from_checkpoint(cp: AgentCheckpoint, state: RunState | None = None) -> AgentStatus:
     """What a checkpoint says about its run, in the shape of the live status."""
+    from checkpoint_bridge.document.schema import final_answer
+
     totals = Ledger.model_validate(cp.ledger["total"]) if cp.ledger and isinstance(cp.ledger.get("total"), dict) else Ledger(
         prompt_tokens=cp.prompt_tokens, completion_tokens=cp.completion_tokens,
         total_tokens=cp.llm_tokens_used, cost_usd=cp.llm_cost_usd,
     )
-    final = None
-    # The loop's last step is its final answer; a pipeline's is its result (not one of its calls).
-    ends = cp.step_label == "final answer" or (cp.step_label == "result" and cp.pipeline is None)
-    if ends and cp.messages and cp.messages[-1].get("role") == "assistant":
-        final = cp.messages[-1].get("content") or ""
+    final = final_answer(cp)
     default_state: RunState = "failed" if cp.status == "failed" else ("completed" if final is not None else "running")
     return AgentStatus(
         run_id=cp.run_id, branch_id=cp.branch_id, state=state or default_state, step=cp.step_index,

@@ -57,7 +57,8 @@ def parse_subagent_key(key: str, where: str, prefix: str = "sub.") -> tuple[str,
 def parse_variant(text: str, base: Path | None = None) -> Variant:
     """`NAME:key=value[,key=value...]`: model, system_prompt (or system_prompt=@file), tools
     (names joined by +), temperature, seed, `sub.AGENT.model` / `sub.AGENT.system_prompt` (what
-    sub-agent AGENT runs with); any other key sets an agent variable (JSON or text)."""
+    sub-agent AGENT runs with), `prompt.LABEL` (or prompt.LABEL=@file) / `model.LABEL` (a
+    pipeline's calls of that label); any other key sets an agent variable (JSON or text)."""
     name, sep, rest = text.partition(":")
     if not sep and "=" in name:
         raise UsageError(f"--variant {echo(text, 60)} needs a name first: NAME:key=value,...")
@@ -68,7 +69,7 @@ def parse_variant(text: str, base: Path | None = None) -> Variant:
         key = key.strip()
         if not eq or not key:
             raise UsageError(f"--variant {echo(text, 60)}: {echo(part, 40)} is not key=value")
-        if key == "system_prompt" and value.startswith("@"):
+        if (key == "system_prompt" or key.startswith("prompt.")) and value.startswith("@"):
             path = (base or Path.cwd()) / value[1:]
             try:
                 value = path.read_text()
@@ -78,6 +79,11 @@ def parse_variant(text: str, base: Path | None = None) -> Variant:
         if key.startswith("sub."):
             agent, key_name = parse_subagent_key(key, f"--variant {name}")
             fields.setdefault("subagents", {}).setdefault(agent, {})[key_name] = value
+        elif key.startswith(("prompt.", "model.")):  # a pipeline's calls of one label
+            kind, _, label = key.partition(".")
+            if not label:
+                raise UsageError(f"--variant {name}: {echo(key, 40)} names no label ({kind}.LABEL=...)")
+            fields.setdefault(f"{kind}s", {})[label] = value
         elif key == "tools":
             fields["tools"] = [t for t in value.split("+") if t]
         elif key == "temperature":

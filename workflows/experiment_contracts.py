@@ -64,6 +64,10 @@ class Variant(BaseModel):
     # What a sub-agent runs with instead of its declaration: {name: {"model": M, "system_prompt": P}}
     # (`sub.research_company.model=m2`).
     subagents: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # A pipeline's calls by label (`prompt.synthesize=TEXT`, `model.synthesize=M`): as `rewind fork
+    # --prompt LABEL=TEXT --model LABEL=M` override them.
+    prompts: dict[str, str] = Field(default_factory=dict)
+    models: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod

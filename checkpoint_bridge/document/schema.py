@@ -39,6 +39,7 @@ __all__ = [
     "ToolCallRecord",
     "AgentCheckpoint",
     "CheckpointSummary",
+    "final_answer",
     "StepParts",
     "dump_checkpoint",
     "checkpoint_to_dict",
@@ -208,6 +209,16 @@ class AgentCheckpoint(BaseModel):
     @field_serializer("created_at")
     def _dump_created_at(self, value: datetime) -> str:
         return format_datetime(value)
+
+
+def final_answer(cp: AgentCheckpoint) -> str | None:
+    """The run's final answer, if `cp` is the step that gave it: the loop's last step (labelled
+    "final answer") or a pipeline's (labelled "result", none of its calls), whose last message
+    is the assistant's answer."""
+    ends = cp.step_label == "final answer" or (cp.step_label == "result" and cp.pipeline is None)
+    if ends and cp.messages and cp.messages[-1].get("role") == "assistant":
+        return cp.messages[-1].get("content") or ""
+    return None
 
 
 class CheckpointSummary(BaseModel):

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from checkpoint_bridge.checkpoints.lineage import resolve_step
-from checkpoint_bridge.document.schema import AgentCheckpoint
+from checkpoint_bridge.document.schema import AgentCheckpoint, final_answer
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.experiment_contracts import ExperimentStatus
 from workflows.ids import checkpoint_id
@@ -94,12 +94,6 @@ class ExperimentTable(BaseModel):
     branches: list[BranchFigures]
 
 
-def _final_answer(cp: AgentCheckpoint) -> str | None:
-    if cp.step_label == "final answer" and cp.messages and cp.messages[-1].get("role") == "assistant":
-        return cp.messages[-1].get("content") or ""
-    return None
-
-
 async def _branch_figures(store: CheckpointStore, status: ExperimentStatus, b: Any, fork_tools: int) -> BranchFigures:
     last = None if b.final_step is None else await store.load(checkpoint_id(status.run_id, b.branch, b.final_step))
     if last is None:  # not started, or no step of its own recorded yet
@@ -118,7 +112,7 @@ async def _branch_figures(store: CheckpointStore, status: ExperimentStatus, b: A
         wall_s=wall,
         tool_calls=dict(Counter(r.tool_name for r in executed)),
         tool_sequence=[call_text(r.tool_name, r.tool_input) for r in executed],
-        final_answer=_final_answer(last) if last is not None else None,
+        final_answer=final_answer(last) if last is not None else None,
         score=b.score, score_error=b.score_error,
     )
 

@@ -391,6 +391,19 @@ async def test_a_fork_answers_every_call_before_its_point_from_the_record(world,
     code, text, err = await rewind(cli, cli_env, "diff", "pipe-fork", "main", "brief")
     assert code == 0 and "call 6 synthesize (llm)" in text and "DRAFT: a shorter one" in text, text
 
+    # An experiment over the pipeline's labels: each variant a fork from the same point (dry-run effects).
+    with UserWorker(folder / "w2", env, "--tool-modules", "research") as worker:
+        await worker.wait_ready()
+        status = await rewind_json(cli, cli_env, "experiment", "pipe-fork", "--step", str(point), "--id", "pe",
+                                   "--variant", f"short:prompt.synthesize=Be brief.,model.synthesize={other}",
+                                   "--variant", "same:", "--wait")
+    assert status["state"] == "completed", status
+    answers = {b["branch"]: b for b in status["branches"]}
+    table = await rewind_json(cli, cli_env, "experiment", "show", "pe")
+    finals = {f["variant"]: f["final_answer"] for f in table["branches"]}
+    assert finals == {"short": "DRAFT: a shorter one", "same": "DRAFT: all five grow"}, (finals, answers)
+    assert lines(log).count("save") == 2 and len(lines(log)) == before + 1  # dry runs; nothing re-run
+
 
 def _readme_blocks(section: str, language: str) -> list[str]:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()

@@ -115,8 +115,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--step", type=COUNT, help="the checkpoint every variant forks from")
     p.add_argument("--from-branch", default="main")
     p.add_argument("--variant", action="append", metavar="NAME:key=value,...",
-                   help="model=M, system_prompt=TEXT or @file, tools=a+b, temperature=T, seed=S, or an agent "
-                        "variable; repeatable")
+                   help="model=M, system_prompt=TEXT or @file, tools=a+b, temperature=T, seed=S, a pipeline's "
+                        "prompt.LABEL=TEXT or model.LABEL=M, or an agent variable; repeatable")
     p.add_argument("--repeat", type=STEPS, default=1, help="repetitions of each variant (default 1)")
     p.add_argument("--max-cost", type=USD, help="the whole experiment's budget in USD (continue: the new total)")
     p.add_argument("--max-steps", type=STEPS, help="each branch's step budget")
