@@ -122,10 +122,12 @@ class PipelineWorkflow(AgentWorkflow):
         return await AgentWorkflow.run(self, inp)
 
     async def _run(self, inp: AgentInput) -> AgentResult:
+        self._begin(inp)
         plan = inp.pipeline
         if plan is None:
-            raise PipelineError("a PipelineWorkflow needs AgentInput.pipeline")
-        self._begin(inp)
+            await self._fail("this run was started as a PipelineWorkflow without a pipeline (AgentInput.pipeline); "
+                             "start pipelines with `rewind start --pipeline NAME` or pipeline_input()")
+        assert plan is not None
         # A fork or rollback gets its record with the description: every call its lineage recorded
         # up to the fork point is answered from it, in this run, without an activity.
         fork_point = inp.resume.parent_checkpoint if inp.resume is not None else None
@@ -153,19 +155,21 @@ class PipelineWorkflow(AgentWorkflow):
         self._maybe_set_state()
         try:
             fn, arguments = self._load(spec.module, spec.attribute, described.arguments)
-            result = await fn(self._ctx, **arguments)
+            # What the code returned, and its state, as the run's last checkpoint keeps them (a value
+            # that is not JSON is the pipeline's error, like any other).
+            answer = _answer_text(await fn(self._ctx, **arguments))
+            final_state = _state_copy(self._ctx.state)
         except (asyncio.CancelledError, ApplicationError):
             raise  # stopped from outside; a Temporal failure the code raised on purpose
         except _BudgetSpent:
             return await self._finish_run()  # paused for its budget, and nobody raised it in time
         except Exception as exc:  # noqa: BLE001 - the pipeline's own failure ends the run, said in one line
             await self._fail(_pipeline_failure(plan.name, spec.module, exc))
-        answer = _answer_text(result)
         status = self._status
         assert status is not None
         self._add_messages({"role": "assistant", "content": answer})
         self._state.step += 1
-        self._record_step("result", variables=_state_copy(self._ctx.state), model=self._default_model)
+        self._record_step("result", variables=final_state, model=self._default_model)
         status.final_answer = answer
         status.state = "completed"
         self._show_state()
@@ -333,6 +337,8 @@ class PipelineWorkflow(AgentWorkflow):
                      invalid: str | None = None) -> None:
         """The call's step: its messages, tool record and the state, right when it completed
         (nothing awaits in between, so the ledgers hold this call's spending alone)."""
+        assert self._ctx is not None
+        variables = _state_copy(self._ctx.state)  # before anything changes: a state that is not JSON records nothing
         self._step_messages = list(messages)
         self._state.step += 1
         for log in logs:
@@ -342,9 +348,7 @@ class PipelineWorkflow(AgentWorkflow):
         details = call.model_dump()
         if invalid is not None:
             details["invalid"] = invalid
-        assert self._ctx is not None
-        self._record_step(label, variables=_state_copy(self._ctx.state), model_view=model_view, pipeline=details,
-                          model=model)
+        self._record_step(label, variables=variables, model_view=model_view, pipeline=details, model=model)
 
 
 class _BudgetSpent(BaseException):

@@ -221,6 +221,17 @@ async def stamped(ctx, note: str) -> str:
 async def reads_a_file(ctx, path: str) -> str:
     with open(path) as f:
         return f.read()
+
+
+@pipeline
+async def returns_a_set(ctx) -> str:
+    return {1, 2}
+
+
+@pipeline
+async def keeps_an_object(ctx) -> str:
+    ctx.state["when"] = object()
+    return await ctx.llm("hello", user="hi")
 '''
 
 
@@ -255,6 +266,11 @@ async def test_a_pipeline_that_reads_the_clock_or_a_file_itself_fails_with_the_f
         assert "the input of pipeline 'stamped' is invalid: note: Input should be a valid string" in run["error"], run
         code, out, err = await rewind(cli, cli_env, "start", "--pipeline", "stamped", "--input", "{not json")
         one_line_error(code, err, "--input")
+        # What is not JSON cannot be a run's answer or state: the run fails, saying so.
+        run = await finished(cli, cli_env, "start", "--pipeline", "returns_a_set", "--run-id", "pipe-set")
+        assert run["state"] == "failed" and "the pipeline returned a set, which is not JSON" in run["error"], run
+        run = await finished(cli, cli_env, "start", "--pipeline", "keeps_an_object", "--run-id", "pipe-object")
+        assert run["state"] == "failed" and "ctx.state holds a value that is not JSON" in run["error"], run
 
 
 CHANGING = '''
