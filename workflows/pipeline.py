@@ -250,45 +250,34 @@ class PipelineWorkflow(AgentWorkflow):
         while True:
             this = call.model_copy(update={"attempt": attempt})
             recorded = self._from_record(this)
-            if recorded is not None and recorded.message is not None:
+            if recorded is not None and recorded.message is not None:  # answered from a fork's record
                 message = recorded.message
                 self._maybe_set_state()
-                if output is None:
-                    return message if tools else (message.get("content") or "")
-                problem, value = _parse_output(output, message)
-                if problem is None:
-                    return value
-                if attempt >= repairs:
-                    raise OutputInvalid(f"model call {label!r}: the answer is not a valid {output.__name__} after "
-                                        f"{repairs} repair(s): {problem}")
-                attempt += 1
-                new = [{"role": "user", "content": _REPAIR_PROMPT.format(error=problem)}]
-                sent = [*sent, message, *new]
-                continue
-            self._maybe_set_state(live=True)
-            await self._within_budget()
-            request = LlmRequest(
-                run_id=inp.run_id, step=self._state.step + 1, model=chosen, new_messages=sent, tools=schemas,
-                context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
-                temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
-                tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
-                transcript=False,
-            )
-            try:
-                response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),
-                                                      activity_id=call_activity_id(this))
-            except ActivityError as err:
-                if isinstance(err.cause, CancelledError):
-                    raise asyncio.CancelledError() from err
-                raise ModelCallFailed(f"model call {label!r} failed: {failure_text(err)}") from None
-            message = response.message
-            self._count_model(response)
+                problem, value = _parse_output(output, message) if output is not None else (None, None)
+            else:
+                self._maybe_set_state(live=True)
+                await self._within_budget()
+                request = LlmRequest(
+                    run_id=inp.run_id, step=self._state.step + 1, model=chosen, new_messages=sent, tools=schemas,
+                    context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
+                    temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
+                    tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
+                    transcript=False,
+                )
+                try:
+                    response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),
+                                                          activity_id=call_activity_id(this))
+                except ActivityError as err:
+                    if isinstance(err.cause, CancelledError):
+                        raise asyncio.CancelledError() from err
+                    raise ModelCallFailed(f"model call {label!r} failed: {failure_text(err)}") from None
+                message = response.message
+                self._count_model(response)
+                problem, value = _parse_output(output, message) if output is not None else (None, None)
+                self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen,
+                                  invalid=problem)
             if output is None:
-                self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen)
                 return message if tools else (message.get("content") or "")
-            problem, value = _parse_output(output, message)
-            self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen,
-                              invalid=problem)
             if problem is None:
                 return value
             if attempt >= repairs:
