@@ -23,6 +23,8 @@ from activities.tools import ToolRegistry, _args_model, _json_schema, import_too
 from checkpoint_bridge.checkpoints.store import CheckpointStore, StepEnd
 from checkpoint_bridge.document.schema import ToolCallRecord
 from checkpoint_bridge.projection.projector import log_of
+from workflows.contracts import AgentSpec, ToolSpec
+from workflows.defaults import PIPELINE_MAX_STEPS
 from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, ToolRegistryError
 from workflows.ids import parse_checkpoint_id
 from workflows.pipeline_contracts import (
@@ -117,6 +119,16 @@ class PipelineRegistry:
         found, module, attribute = self._found[name]
         return found.spec(module, attribute)
 
+    def callable_specs(self, tool_names: list[str]) -> list[ToolSpec]:
+        """The pipelines as another pipeline calls them (`ctx.pipeline`): each a declared agent
+        whose child run is that pipeline. A pipeline named like a tool is left out (ctx.pipeline
+        says so), so a tool's name always means the tool."""
+        taken = set(tool_names)
+        return [ToolSpec(name=spec.name, description=spec.description, parameters=spec.parameters,
+                         agent=AgentSpec(name=spec.name, system_prompt="", model=spec.model, task_only=False,
+                                         max_steps=PIPELINE_MAX_STEPS, pipeline=True))
+                for spec in self.specs() if spec.name not in taken]
+
     def get(self, name: str) -> RegisteredPipeline | None:
         found = self._found.get(name)
         return found[0] if found is not None else None
@@ -160,7 +172,8 @@ class PipelineActivities:
                                              f"it takes {_signature(found)}")
         record = await self._record(request.fork_point) if request.fork_point is not None else None
         return PipelineDescription(spec=self._pipelines.spec(request.name), arguments=arguments,
-                                   tools=self._tools.specs(), record=record)
+                                   tools=[*self._tools.specs(), *self._pipelines.callable_specs(self._tools.names())],
+                                   record=record)
 
 
 async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> PipelineRecord:

@@ -63,6 +63,9 @@ class AgentSpec(BaseModel):
     task_template: str | None = None
     # How long one call may run before its caller stops waiting (None: as long as it takes).
     timeout_s: float | None = None
+    # A pipeline called by another (`ctx.pipeline`): its child run is a PipelineWorkflow whose
+    # input is the call's arguments (validated by the worker that describes it).
+    pipeline: bool = False
 
 
 class McpToolInfo(BaseModel):

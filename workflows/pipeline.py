@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         RecordedCall,
     )
     from workflows.pipeline_ids import call_activity_id, call_digest
+    from workflows.status import PipelineCallState
     from workflows.summaries import model_call_summary
     from workflows.tool_calls import failure_text
     from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, PIPELINE_WORKFLOW
@@ -89,6 +90,11 @@ class PipelineContext:
         """Run a declared agent (`subagent(...)`) on `task` as a durable child run; its answer."""
         return await self._run.call_tool(name, {"task": task}, kind="agent")
 
+    async def pipeline(self, name: str, /, **arguments: Any) -> str:
+        """Run another @pipeline on `arguments` as a durable child run; its result (JSON text
+        when it returns a model or a dict). Raises ToolCallFailed when the child run fails."""
+        return await self._run.call_tool(name, arguments, kind="pipeline")
+
     def now(self) -> datetime:
         """The run's clock: the same on every replay."""
         return workflow.now()
@@ -116,6 +122,8 @@ class PipelineWorkflow(AgentWorkflow):
         self._sets_applied = 0
         self._pipeline_name = ""
         self._default_model = ""
+        # The live calls by position, and those that completed while an earlier one still runs.
+        self._calls: dict[int, PipelineCallState] = {}
 
     @workflow.run
     async def run(self, inp: AgentInput) -> AgentResult:
@@ -264,10 +272,12 @@ class PipelineWorkflow(AgentWorkflow):
                     tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
                     transcript=False,
                 )
+                self._call_started(this)
                 try:
                     response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),
                                                           activity_id=call_activity_id(this))
                 except ActivityError as err:
+                    self._call_ended(this, None)
                     if isinstance(err.cause, CancelledError):
                         raise asyncio.CancelledError() from err
                     raise ModelCallFailed(f"model call {label!r} failed: {failure_text(err)}") from None
@@ -292,11 +302,13 @@ class PipelineWorkflow(AgentWorkflow):
         assert tools is not None
         spec = tools.spec(name)
         if spec is None:
-            raise ToolCallFailed(f"no tool named {name!r} on the worker that runs this pipeline; "
-                                 f"available: {', '.join(sorted(tools.names())) or 'none'}")
-        if kind == "agent" and spec.agent is None:
-            raise ToolCallFailed(f"{name!r} is a tool, not a declared agent: call it with ctx.tool({name!r}, ...)")
-        call = self._next_call(name, "agent" if spec.agent is not None else "tool", arguments)
+            same = [n for n in tools.names() if _kind_of(tools.spec(n)) == kind]
+            raise ToolCallFailed(f"no {kind} named {name!r} on the worker that runs this pipeline; "
+                                 f"available: {', '.join(same) or 'none'}")
+        actual = _kind_of(spec)
+        if actual != kind:
+            raise ToolCallFailed(f"{name!r} is {_KINDS[actual]}: call it with ctx.{actual}({name!r}, ...)")
+        call = self._next_call(name, kind, arguments)
         recorded = self._from_record(call)
         if recorded is not None and recorded.tool is not None:
             log = recorded.tool
@@ -306,7 +318,12 @@ class PipelineWorkflow(AgentWorkflow):
             await self._within_budget()
             request = {"id": f"call_{call.position}", "type": "function",
                        "function": {"name": name, "arguments": canonical_json(arguments)}}
-            log = await tools.call(self._state.step + 1, request, activity_id=call_activity_id(call))
+            self._call_started(call)
+            try:
+                log = await tools.call(self._state.step + 1, request, activity_id=call_activity_id(call))
+            except BaseException:
+                self._call_ended(call, None)
+                raise
             self._record_call(call, [], [log])
         if log.error is not None:
             raise ToolCallFailed(f"{name}: {log.error}")
@@ -338,6 +355,38 @@ class PipelineWorkflow(AgentWorkflow):
         if invalid is not None:
             details["invalid"] = invalid
         self._record_step(label, variables=variables, model_view=model_view, pipeline=details, model=model)
+        self._call_ended(call, self._state.step)
+
+    def _call_started(self, call: PipelineCall) -> None:
+        """A live call starts: one of the group in flight, or the first of a new group."""
+        if all(c.state != "running" for c in self._calls.values()):
+            self._calls = {}
+        self._calls[call.position] = PipelineCallState(position=call.position, label=call.label, kind=call.kind,
+                                                       state="running")
+        self._show_calls()
+
+    def _call_ended(self, call: PipelineCall, step: int | None) -> None:
+        """A call completed (recorded at `step`) or failed (None)."""
+        shown = self._calls.get(call.position)
+        if shown is not None:
+            shown.state, shown.step = ("completed", step) if step is not None else ("failed", None)
+        self._show_calls()
+
+    def _show_calls(self) -> None:
+        """The status's calls: those started since none was in flight (an asyncio.gather's group,
+        as it completes), until the next call starts after they all ended."""
+        if self._status is not None:
+            self._status.pipeline_calls = [self._calls[p] for p in sorted(self._calls)]
+
+
+# What each kind of callee is, as a wrong ctx method's error says it.
+_KINDS = {"tool": "a tool", "agent": "a declared agent", "pipeline": "a pipeline"}
+
+
+def _kind_of(spec: Any) -> str:
+    if spec.agent is None:
+        return "tool"
+    return "pipeline" if spec.agent.pipeline else "agent"
 
 
 class _BudgetSpent(BaseException):

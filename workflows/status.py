@@ -157,6 +157,16 @@ class SubagentState(BaseModel):
     reason: str | None = None
 
 
+class PipelineCallState(BaseModel):
+    """One call of a pipeline's code, as its status shows it while a call is in flight."""
+
+    position: int
+    label: str
+    kind: str  # llm, tool, agent, pipeline
+    state: str  # running, completed, failed
+    step: int | None = None  # the step that records it, once completed
+
+
 class AgentStatus(BaseModel):
     run_id: str
     branch_id: str
@@ -179,6 +189,9 @@ class AgentStatus(BaseModel):
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
     # The sub-agent calls of the current step: which completed and which did not.
     subagents: list["SubagentState"] = Field(default_factory=list)
+    # A pipeline's calls started since none was in flight (an asyncio.gather's group): which
+    # completed, at which step, and which still run; kept until the next call after them starts.
+    pipeline_calls: list[PipelineCallState] = Field(default_factory=list)
 
     # The totals under the names `rewind status` shows, read from `ledger`
     # (computed, so never out of step with it; still in every JSON dump).
@@ -198,4 +211,4 @@ class AgentResult(BaseModel):
 
 
 __all__ = ["RunState", "EffectRef", "RunLimits", "Ledger", "SUBAGENT_LEDGER_FIELDS", "ToolRequest", "PendingApproval",
-           "SubagentState", "AgentStatus", "AgentResult"]
+           "SubagentState", "PipelineCallState", "AgentStatus", "AgentResult"]

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         AgentStatus,
         Ledger,
         LineageEffect,
+        PipelineRun,
         RunLimits,
         SubagentCall,
         SubagentCaller,
@@ -52,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_index import BRANCH_KEY, MODEL_KEY, RUN_ID_KEY, STATE_KEY
     from workflows.summaries import run_summary
     from workflows.tool_calls import failure_text
-    from workflows.wire import AGENT_RUN_FAILED, AGENT_WORKFLOW, RAISE_LIMITS_SIGNAL
+    from workflows.wire import AGENT_RUN_FAILED, AGENT_WORKFLOW, PIPELINE_WORKFLOW, RAISE_LIMITS_SIGNAL
 
 # What a refused call says (a tool error the model can act on).
 TOO_DEEP = "sub-agent depth limit"
@@ -118,8 +119,10 @@ class SubagentCalls:
     # -- one call --------------------------------------------------------------------
     async def run(
         self, step: int, call_id: str, spec: ToolSpec, task: str, *, override: dict[str, str] | None = None,
+        arguments: dict[str, Any] | None = None,
     ) -> tuple[SubagentCall, str | None, str | None, Ledger]:
-        """Run the sub-agent for one call: (its record, its answer, or why it has none, what it spent)."""
+        """Run the sub-agent for one call: (its record, its answer, or why it has none, what it spent).
+        A pipeline's child pipeline (`ctx.pipeline`) runs the same way, on `arguments`."""
         agent = spec.agent
         assert agent is not None
         inp = self._inp
@@ -144,14 +147,14 @@ class SubagentCalls:
             called_by=SubagentCaller(branch_id=inp.branch_id, step=step, tool_call_id=call_id, tool_name=spec.name,
                                      workflow_id=workflow.info().workflow_id),
             subagent_overrides=inp.subagent_overrides, lineage_effects=list(self._lineage),
-            side_effects=inp.side_effects,
+            side_effects=inp.side_effects, pipeline=_child_pipeline(inp, agent, arguments),
         )
         state = SubagentState(tool_call_id=call_id, agent=agent.name, branch_id=branch, state="running")
         self.states.append(state)
         self._on_change()
         try:
             handle = await workflow.start_child_workflow(
-                AGENT_WORKFLOW, child_input, id=workflow_id, result_type=AgentResult,
+                PIPELINE_WORKFLOW if agent.pipeline else AGENT_WORKFLOW, child_input, id=workflow_id, result_type=AgentResult,
                 task_queue=workflow.info().task_queue,
                 execution_timeout=timedelta(seconds=agent.timeout_s) if agent.timeout_s else None,
                 task_timeout=workflow.info().task_timeout if inp.fast else None,
@@ -190,7 +193,8 @@ class SubagentCalls:
         state.state, state.reason = record.state, record.reason
         self._on_change()
         answer = result.final_answer or "" if record.state == "completed" else None
-        error = None if record.state == "completed" else f"sub-agent {agent.name} {record.state}: {record.reason}"
+        what = "pipeline" if agent.pipeline else "sub-agent"
+        error = None if record.state == "completed" else f"{what} {agent.name} {record.state}: {record.reason}"
         return record, answer, error, record.ledger or Ledger()
 
     def _limits(self, agent: AgentSpec) -> RunLimits:
@@ -230,6 +234,17 @@ class SubagentCalls:
             child.state.state, child.state.reason = "running", None
         self._on_change()
         await asyncio.gather(*(c.handle.signal(RAISE_LIMITS_SIGNAL, c.limits) for c in paused))
+
+
+def _child_pipeline(inp: AgentInput, agent: AgentSpec, arguments: dict[str, Any] | None) -> PipelineRun | None:
+    """A child pipeline's run: its arguments, and the caller's overrides by label (a fork's
+    `--prompt LABEL=` / `--model LABEL=` reach the labels of the pipelines it calls too)."""
+    if not agent.pipeline:
+        return None
+    caller = inp.pipeline
+    return PipelineRun(name=agent.name, arguments=dict(arguments or {}),
+                       prompts=dict(caller.prompts) if caller is not None else {},
+                       models=dict(caller.models) if caller is not None else {})
 
 
 def _raised(mine: Any, old: Any, new: Any, shares: int) -> Any:

@@ -23,7 +23,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from workflows.approvals import ApprovalGate, rejection_text
-    from workflows.canonical import cache_key
+    from workflows.canonical import cache_key, canonical_json
     from workflows.contracts import (
         AgentInput,
         Ledger,
@@ -184,11 +184,12 @@ class ToolStep:
         """A sub-agent call: its run's final answer, or why there is none (workflows/subagents.py)."""
         agent = spec.agent
         assert agent is not None
-        if agent.task_only:
+        # A child pipeline's arguments are checked by the worker that describes it (its run fails in one line).
+        if agent.task_only and not agent.pipeline:
             problem = task_problem(spec, args)
             if problem is not None:
                 return self._finish(log, error=f"{BAD_ARGUMENTS} {spec.name} are invalid: {problem}")
-        else:
+        elif not agent.pipeline:
             # A declared argument model: a worker that holds the sub-agent validates the arguments.
             checked = await self.check(spec, args, step=step)
             if checked is None:
@@ -199,8 +200,9 @@ class ToolStep:
         token = self._trace.call_started(step, call_id) if self._trace is not None else None
         started = workflow.now()
         try:
-            record, answer, error, spent = await self.agents.run(step, call_id, spec, task_text(agent, args),
-                                                                 override=override)
+            task = f"{spec.name}({canonical_json(args)})" if agent.pipeline else task_text(agent, args)
+            record, answer, error, spent = await self.agents.run(step, call_id, spec, task, override=override,
+                                                                 arguments=args)
         finally:
             if self._trace is not None:
                 self._trace.call_ended(token)

@@ -172,7 +172,7 @@ class AgentCheckpoint(BaseModel):
     pipeline: dict[str, Any] | None = None
     """A pipeline's step (v8; left out for the agent loop's): which call of the pipeline's
     code it is: ``pipeline`` (its name), ``position`` (the order in which the code made its
-    calls, from 0), ``label``, ``kind`` (llm, tool, agent), ``digest`` (sha256 of what the call
+    calls, from 0), ``label``, ``kind`` (llm, tool, agent, pipeline), ``digest`` (sha256 of what the call
     asked), ``attempt`` (a structured output's repair, 0 for the call itself) and, for a
     repaired answer, ``invalid`` (why the answer failed its schema)."""
 

@@ -150,6 +150,15 @@ async def test_a_killed_worker_costs_no_completed_call_of_a_pipeline(world, tmp_
         # Three searches done, two running: the machine dies.
         await wait_for(lambda: sum(x.startswith("done") for x in lines(log)) == 3
                        and sum(x.startswith("start") for x in lines(log)) == 5, "3 of 5 searches")
+        # `rewind status` says which calls of the gather completed, at which step, and which run.
+        view = await _until(cli, cli_env, "pipe-crash", lambda v: [c["state"] for c in v["status"]["pipeline_calls"]]
+                            == ["completed"] * 3 + ["running"] * 2)
+        assert [c["position"] for c in view["status"]["pipeline_calls"]] == [1, 2, 3, 4, 5], view
+        code, out, err = await rewind(cli, cli_env, "status", "pipe-crash")
+        assert code == 0, err
+        ended = next(line for line in out.splitlines() if line.lstrip().startswith("ended"))
+        assert re.fullmatch(r"\s+ended\s+call 1 search_company \(step \d\), call 2 search_company \(step \d\), "
+                            r"call 3 search_company \(step \d\)", ended), out
         first.kill()
     finally:
         first.stop()
@@ -518,6 +527,24 @@ async def fanout(ctx, companies: list[str]) -> str:
                                  return_exceptions=True)
     ctx.state["failed"] = [c for c, f in zip(companies, found) if isinstance(f, Exception)]
     return "; ".join(f if isinstance(f, str) else f"{{c}}: failed" for c, f in zip(companies, found))
+
+
+@pipeline
+async def profile(ctx, company: str) -> str:
+    facts = await ctx.tool("lookup", company=company)
+    return await ctx.llm("profile", user=f"Profile {{company}}: {{facts}}")
+
+
+@pipeline
+async def portfolio(ctx, companies: list[str]) -> str:
+    found = await asyncio.gather(*(ctx.pipeline("profile", company=c) for c in companies))
+    for wrong in (lambda: ctx.pipeline("profile", size=3), lambda: ctx.tool("profile", company="X"),
+                  lambda: ctx.pipeline("lookup", company="X")):
+        try:
+            await wrong()
+        except ToolCallFailed as exc:
+            ctx.state.setdefault("refused", []).append(str(exc))
+    return await ctx.llm("summary", user=" | ".join(found))
 '''
 
 FIVE = ["Acme", "Globex", "Initech", "Umbrella", "Broken"]
@@ -585,6 +612,43 @@ async def test_approvals_budgets_and_sub_agents_in_a_pipeline(world, tmp_path):
         redo_rows = (await rewind_json(cli, cli_env, "tree", "pipe-fan"))["branches"]["redo-" + str(failed_step)]
         assert [r["step_label"] for r in redo_rows if not r["branch_id"].startswith("pipe")][:1] == \
             ["research_company"], redo_rows
+
+
+async def test_a_pipeline_runs_another_as_a_durable_child_run(world, tmp_path):
+    """ctx.pipeline: each child is a run of its own branch, its calls its own steps; the caller
+    records its answer, a fork of the caller answers it from the record (no child runs again)."""
+    folder = world.folder("children")
+    log = tmp_path / "children.txt"
+    (folder / "ops.py").write_text(OPERATIONS.format(log=str(log), researcher="script:none"))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, {"profile": [{"content": "a profile"}], "summary": [{"content": "two profiles"}]})
+    other = script(world.model, {"summary": [{"content": "another summary"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "ops") as worker:
+        await worker.wait_ready()
+        run = await rewind_json(cli, cli_env, "start", "--pipeline", "portfolio", "--input",
+                                json.dumps({"companies": ["Acme", "Globex"]}), "--model", model, "--run-id",
+                                "pipe-kids", "--wait")
+        assert run["status"]["state"] == "completed", run
+        assert run["status"]["final_answer"] == "two profiles", run
+        assert sorted(lines(log)) == ["lookup Acme", "lookup Globex"]
+        tree = await rewind_json(cli, cli_env, "tree", "pipe-kids")
+        main = [r["step_label"] for r in tree["branches"]["main"]]
+        assert main == ["start", "profile", "profile", "profile", "summary", "result"], main  # the third: refused
+        children = {b: [r["step_label"] for r in rows] for b, rows in tree["branches"].items() if b != "main"}
+        assert sorted(children.values()) == [["failed"], *[["start", "lookup", "profile", "result"]] * 2], children
+        last = await rewind_json(cli, cli_env, "show", tree["branches"]["main"][-1]["checkpoint_id"])
+        refused = last["agent_variables"]["refused"]
+        assert "the input of pipeline 'profile' is invalid" in refused[0], refused
+        assert "'profile' is a pipeline: call it with ctx.pipeline('profile', ...)" in refused[1], refused
+        assert "'lookup' is a tool: call it with ctx.tool('lookup', ...)" in refused[2], refused
+        # A fork after the children, with another model for the summary: no child runs again.
+        fork = await rewind_json(cli, cli_env, "fork", "pipe-kids", "--step", "3", "--branch", "other",
+                                 "--model", f"summary={other}", "--wait")
+        assert fork["status"]["state"] == "completed" and fork["status"]["final_answer"] == "another summary", fork
+        assert sorted(lines(log)) == ["lookup Acme", "lookup Globex"]
+        assert labels_asked(world.model, model).count("profile") == 2
 
 
 async def _until(cli: Path, env: dict, run_id: str, predicate, timeout_s: float = 60.0) -> dict:

@@ -153,6 +153,11 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             lines.append(f"  sub-agent    {sub.agent} call {sub.tool_call_id}: {sub.state} (branch {sub.branch_id}"
                          + (f"; `rewind status {view.run_id} --branch {sub.branch_id}`)" if sub.state not in
                             ("completed", "failed") else ")") + (f": {sub.reason}" if sub.reason else ""))
+        ended = [c for c in s.pipeline_calls if c.state != "running"]
+        if ended and len(ended) < len(s.pipeline_calls):  # a pipeline's calls that ended while an earlier one still runs (the rest: `running` below)
+            lines.append("  ended        " + ", ".join(
+                f"call {c.position} {c.label} " + (f"(step {c.step})" if c.state == "completed" else f"({c.state})")
+                for c in ended))
         for p in s.pending_approvals:
             first, *rest = pending_lines(p)
             lines.append(f"  approval     {first}")
