@@ -9,6 +9,7 @@ conversation is written to, the redaction of a new task or prompt.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import uuid
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
@@ -190,7 +191,7 @@ def pipeline_input(settings: Settings, pipeline: str, arguments: dict[str, Any] 
     arguments = dict(arguments or {})
     return AgentInput(
         run_id=run_id or new_run_id(), task=f"pipeline {pipeline}", model=model or settings.model,
-        pipeline=PipelineRun(name=pipeline, arguments=arguments),
+        pipeline=PipelineRun(name=pipeline, arguments=arguments, seed=secrets.randbits(63)),
         limits=limits or RunLimits(max_steps=PIPELINE_MAX_STEPS), **fields,
     )
 

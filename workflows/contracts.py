@@ -321,6 +321,13 @@ class PipelineRun(BaseModel):
     # `rewind redo`: the calls recorded at these steps run again; every other call of the
     # lineage is answered from the record.
     redo_steps: list[int] = Field(default_factory=list)
+    # What ctx.random() draws from: set when the run starts and kept by its forks and by
+    # continue-as-new, so code run again against the record draws the same numbers.
+    seed: int | None = None
+    # Set when the run continues as new: the last step of its record that comes from before
+    # this workflow (a fork's point; -1 for a run started afresh). The calls recorded after it
+    # are this workflow's own, so code asking another call there changed under the run.
+    own_after_step: int | None = None
 
 
 class StateSet(BaseModel):

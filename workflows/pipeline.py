@@ -26,6 +26,7 @@ the old one's result.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib
 import json
 import traceback
@@ -49,7 +50,8 @@ with workflow.unsafe.imports_passed_through():
         PipelineDescription,
         RecordedCall,
     )
-    from workflows.pipeline_ids import call_activity_id, call_digest
+    from workflows.ids import parse_checkpoint_id
+    from workflows.pipeline_ids import DIGEST_CHARS, call_activity_id, call_digest, code_change_line
     from workflows.status import PipelineCallState
     from workflows.summaries import model_call_summary
     from workflows.tool_calls import failure_text
@@ -100,11 +102,15 @@ class PipelineContext:
         return workflow.now()
 
     def random(self) -> float:
-        """A random float in [0, 1): the same on every replay."""
-        return workflow.random().random()
+        """A random float in [0, 1): the same on every replay, and in a fork or a continued run
+        that runs the code again (drawn from the run's seed, in the order the code draws)."""
+        return self._run.draw()
 
     async def sleep(self, seconds: float) -> None:
-        """A durable timer: a worker restart does not shorten or repeat it."""
+        """A durable timer: a worker restart does not shorten or repeat it, nor does a fork or a
+        continued run, which skip a sleep the record shows was slept (a recorded call follows it)."""
+        if self._run.replaying_record():
+            return
         await workflow.sleep(timedelta(seconds=seconds))
 
 
@@ -122,8 +128,17 @@ class PipelineWorkflow(AgentWorkflow):
         self._sets_applied = 0
         self._pipeline_name = ""
         self._default_model = ""
-        # The live calls by position, and those that completed while an earlier one still runs.
+        # The calls of the group in flight (an asyncio.gather's), by position, for the status.
         self._calls: dict[int, PipelineCallState] = {}
+        self._draws = 0  # ctx.random() numbers drawn so far
+        self._fork_step = -1  # the step this run's record ends at (-1: a run started afresh)
+        self._seed = 0
+        # Continue-as-new: live calls wait while the run hands over to its next run, which it does
+        # once it has made a few live calls of its own (so a run whose record alone is near the
+        # limit still gets on) and, if the store did not take its steps, a few calls later again.
+        self._continuing = False
+        self._live_calls = 0
+        self._handover_at = _HANDOVER_EVERY
 
     @workflow.run
     async def run(self, inp: AgentInput) -> AgentResult:
@@ -139,12 +154,14 @@ class PipelineWorkflow(AgentWorkflow):
         # A fork or rollback gets its record with the description: every call its lineage recorded
         # up to the fork point is answered from it, in this run, without an activity.
         fork_point = inp.resume.parent_checkpoint if inp.resume is not None else None
+        self._fork_step = parse_checkpoint_id(fork_point)[2] if fork_point is not None else -1
         described = await workflow.execute_activity(
             DESCRIBE_PIPELINE, DescribePipelineRequest(name=plan.name, arguments=plan.arguments, fork_point=fork_point),
             result_type=PipelineDescription, start_to_close_timeout=timedelta(seconds=120),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), non_retryable_error_types=[CHECKPOINT_CONFLICT]),
         )
         self._pipeline_name = plan.name
+        self._seed = plan.seed if plan.seed is not None else workflow.random().getrandbits(63)
         if described.error is not None or described.spec is None:
             await self._fail(described.error or f"no worker offers pipeline {plan.name!r}")
         spec = described.spec
@@ -165,12 +182,14 @@ class PipelineWorkflow(AgentWorkflow):
             fn, arguments = self._load(spec.module, spec.attribute, described.arguments)
             # What the code returned, and its state, as the run's last checkpoint keeps them (a value
             # that is not JSON is the pipeline's error, like any other).
-            answer = _answer_text(await fn(self._ctx, **arguments))
+            answer = _answer_text(await self._run_code(inp, fn(self._ctx, **arguments)))
             final_state = _state_copy(self._ctx.state)
         except (asyncio.CancelledError, ApplicationError):
             raise  # stopped from outside; a Temporal failure the code raised on purpose
         except _BudgetSpent:
             return await self._finish_run()  # paused for its budget, and nobody raised it in time
+        except _CodeChanged as changed:
+            await self._fail(str(changed))
         except Exception as exc:  # noqa: BLE001 - the pipeline's own failure ends the run, said in one line
             await self._fail(_pipeline_failure(plan.name, spec.module, exc))
         status = self._status
@@ -183,6 +202,39 @@ class PipelineWorkflow(AgentWorkflow):
         self._show_state()
         return await self._finish_run()
 
+    async def _run_code(self, inp: AgentInput, code: Any) -> Any:
+        """The pipeline's code to its end, handing over to a new run (continue-as-new) when
+        Temporal suggests it: once the calls in flight have ended and the mirror has stored their
+        steps, the next run runs the code again against the record (as a fork does), so its
+        history starts small and no call runs twice."""
+        task = asyncio.ensure_future(code)
+        while True:
+            await workflow.wait_condition(lambda: task.done() or (self._continuing and not self._running()))
+            if task.done():
+                return task.result()
+            await self._drain_mirror(min(inp.mirror_drain_s, 10.0))
+            if not self._pending:
+                plan = inp.pipeline
+                assert plan is not None
+                own_after = plan.own_after_step if plan.own_after_step is not None else self._fork_step
+                await self._continue_as_new(inp.model_copy(update={"pipeline": plan.model_copy(update={
+                    "seed": self._seed, "own_after_step": own_after})}))
+            # The store does not take the steps now: go on here, and try again some calls later.
+            self._continuing, self._handover_at = False, self._live_calls + _HANDOVER_EVERY
+
+    def _running(self) -> bool:
+        return any(c.state == "running" for c in self._calls.values())
+
+    def draw(self) -> float:
+        """ctx.random(): the run seed's next number."""
+        self._draws += 1
+        digest = hashlib.sha256(f"{self._seed}:{self._draws}".encode()).digest()
+        return int.from_bytes(digest[:7], "big") / float(1 << 56)
+
+    def replaying_record(self) -> bool:
+        """The code is still before the last call of its record (a fork's, a continued run's)."""
+        return any(position >= self._positions for position, _ in self._record)
+
     def _load(self, module_name: str, attribute: str, arguments: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The pipeline's function, imported here (inside the sandbox), and its arguments as
         its type hints want them (validated again: the worker checked the JSON)."""
@@ -193,7 +245,14 @@ class PipelineWorkflow(AgentWorkflow):
 
     # -- calls ------------------------------------------------------------------
     async def _within_budget(self) -> None:
-        """Before a call: a spent budget pauses the run until `rewind continue` raises it."""
+        """Before a live call: it waits while the run hands over to its next (it runs there), and a
+        spent budget pauses the run until `rewind continue` raises it."""
+        inp = self._input
+        assert inp is not None
+        if not self._continuing and self._live_calls >= self._handover_at and self._should_continue_as_new(inp):
+            self._continuing = True
+        if self._continuing:
+            await workflow.wait_condition(lambda: not self._continuing)
         while True:
             reason = self._budget_exceeded()
             if reason is None:
@@ -205,10 +264,17 @@ class PipelineWorkflow(AgentWorkflow):
         """The recorded answer of this call, if the lineage made the same call (position, kind,
         label, digest) before the fork point; the code's own request decides, not the overrides."""
         recorded = self._record.get((call.position, call.attempt))
-        if recorded is None or (recorded.kind, recorded.label, recorded.digest) != (call.kind, call.label, call.digest):
+        if recorded is None:
             return None
         inp = self._input
-        if inp is not None and inp.pipeline is not None and recorded.step in inp.pipeline.redo_steps:
+        assert inp is not None and inp.pipeline is not None
+        if (recorded.kind, recorded.label, recorded.digest) != (call.kind, call.label, call.digest):
+            own_after = inp.pipeline.own_after_step
+            if own_after is not None and recorded.step > own_after:
+                # A call this workflow made before it continued as new: the code changed under the run.
+                raise _CodeChanged(code_change_line(_parts(recorded), _parts(call), inp.run_id, self._step_before(call)))
+            return None  # a fork runs the code's own call live from here
+        if recorded.step in inp.pipeline.redo_steps:
             return None  # `rewind redo`: this one runs again
         self._answered_calls.append(recorded)
         return recorded
@@ -227,6 +293,11 @@ class PipelineWorkflow(AgentWorkflow):
                 return
             self._ctx.state.update(json.loads(json.dumps(found.values)))
             self._sets_applied = index + 1
+
+    def _step_before(self, call: PipelineCall) -> int | None:
+        """The last recorded step before the first recorded call at or after `call`'s position."""
+        later = [c.step for c in self._record.values() if c.position >= call.position]
+        return min(later) - 1 if later else None
 
     def _answered_upto(self, step: int) -> int:
         return sum(1 for c in self._answered_calls if c.step <= step)
@@ -359,6 +430,7 @@ class PipelineWorkflow(AgentWorkflow):
 
     def _call_started(self, call: PipelineCall) -> None:
         """A live call starts: one of the group in flight, or the first of a new group."""
+        self._live_calls += 1
         if all(c.state != "running" for c in self._calls.values()):
             self._calls = {}
         self._calls[call.position] = PipelineCallState(position=call.position, label=call.label, kind=call.kind,
@@ -387,6 +459,21 @@ def _kind_of(spec: Any) -> str:
     if spec.agent is None:
         return "tool"
     return "pipeline" if spec.agent.pipeline else "agent"
+
+
+# A run makes this many live calls before it hands over to a new run (continue-as-new), and
+# as many more before it tries again when the store could not take its steps first.
+_HANDOVER_EVERY = 10
+
+
+class _CodeChanged(BaseException):
+    """The code asked another call than this workflow recorded at that position (after a continue-
+    as-new): ends the run in one line (a BaseException: the pipeline's `except Exception` does not
+    swallow it)."""
+
+
+def _parts(call: Any) -> dict[str, Any]:
+    return {"position": call.position, "kind": call.kind, "label": call.label, "digest": call.digest[:DIGEST_CHARS]}
 
 
 class _BudgetSpent(BaseException):

@@ -71,6 +71,11 @@ def explain_code_change(message: str, run_id: str, fork_step: int | None = None)
     if found is None:
         return None
     recorded, now = found
+    return code_change_line(recorded, now, run_id, fork_step)
+
+
+def code_change_line(recorded: dict[str, Any], now: dict[str, Any], run_id: str, fork_step: int | None) -> str:
+    """The line for code that asks, at a recorded position, another call than the record holds."""
     where = (f"`rewind fork {run_id} --step {fork_step} --branch NAME` continues from the last step before it"
              if fork_step is not None else
              f"`rewind fork {run_id} --step K --branch NAME` with K a step before call {recorded['position']} "

@@ -1,0 +1,20 @@
+"""Pipelines the in-process tests run (next to tests/agent_tools.py, whose tools they call)."""
+
+from __future__ import annotations
+
+from activities.pipelines import pipeline
+
+
+@pipeline
+async def long_pairs(ctx, pairs: int, size: int = 1500) -> str:
+    """`pairs` turns of a model call and a `blob` call; a sleep after the first turn. The blob's
+    index comes from ctx.random(), so code run again must draw the same numbers to be answered
+    from its record."""
+    for turn in range(pairs):
+        await ctx.llm("think", user=f"turn {turn}")
+        drawn = int(ctx.random() * 1_000_000)
+        await ctx.tool("blob", index=drawn, size=size)
+        ctx.state.setdefault("drawn", []).append(drawn)
+        if turn == 0:
+            await ctx.sleep(1)
+    return f"{pairs} turns"
