@@ -4,7 +4,7 @@ this test's own, the scripted model over HTTP), then every filter lists exactly
 the runs it should, with Temporal up and after the dev server is killed (the
 listing then comes from the checkpoint store, saying so in one line).
 
-    ok-1        a plain agent run that completes
+    ok-1        a plain agent run that completes, then forked and rolled back (still one run)
     clerk-1     a run of the declared agent `clerk`, on a 1000x dearer model: completes
     toolerr-1   completes, after a tool that raises on every attempt (the model got the error)
     fail-400    fails: the model answers 400
@@ -132,6 +132,11 @@ async def _scenario(world, server: DevServer, tmp_path) -> None:
         ]:
             code, out, err = await start(run_id, *args, "--wait")
             assert code == exit_code, (run_id, code, out, err)
+        # A fork and a rollback of ok-1 are branches of it, not runs: it stays one line, dated by its start.
+        for args in (["fork", "ok-1", "--step", "1", "--branch", "alt", "--wait"],
+                     ["rollback", "ok-1", "--step", "1", "--wait"]):
+            code, _, err = await rewind(cli, env, *args)
+            assert code == 0, (args, err)
         for run_id in ("cancel-1", "wait-1"):
             code, _, err = await start(run_id, "--task", "pay bob", *model("wire"))
             assert code == 0, err
