@@ -120,6 +120,9 @@ async def list_runs(store: CheckpointStore, client: Any | None, query: RunQuery 
     query = query or RunQuery()
     if query.limit < 1:
         raise UsageError(f"--limit {query.limit} must be at least 1")
+    if query.since is not None and query.until is not None and query.since >= query.until:
+        raise UsageError(f"--since {query.since.isoformat()} is not before --until {query.until.isoformat()}: no run "
+                         "can have started in between; swap them")
     if client is None and query.state is not None and query.state not in STORE_STATES:
         raise UsageError(f"--state {query.state} needs Temporal: the checkpoint store alone cannot tell running, "
                          "waiting, paused, cancelled and stuck runs apart (it says unfinished); ask for completed or "

@@ -222,6 +222,8 @@ async def _scenario(world, server: DevServer, tmp_path) -> None:
         one_line_error(code, err, "'yesterday' is neither a duration", prefix="rewind runs: ")
         code, _, err = await rewind(cli, env, "runs", "--limit", "0")
         one_line_error(code, err, "--limit", prefix="rewind runs: ")
+        code, _, err = await rewind(cli, env, "runs", "--since", "1h", "--until", "2h")
+        one_line_error(code, err, "is not before --until", prefix="rewind: ")
 
     # -- Temporal down: the store alone ---------------------------------------------------
     server.kill()
