@@ -6,6 +6,7 @@ The public API, in one place:
     from rewind import pipeline, OutputInvalid, ToolCallFailed   # your own orchestration code (docs/pipelines.md)
     from rewind import Settings, connect, start_run, agent_input, pipeline_input, wait_for_outcome, run_view
     from rewind import checkpoint_store, tree, fork, redo, rollback, diff, compensate, mirror_run, store_stats
+    from rewind import list_runs, RunQuery                                # every run, filtered (`rewind runs`)
     from rewind import delete_run, gc                                     # erasing runs
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
     from rewind import AgentInput, RunLimits, RewindError
@@ -90,6 +91,10 @@ _EXPORTS = {
     "ExperimentInput": "workflows.experiment_contracts",
     "Variant": "workflows.experiment_contracts",
     "StoreStats": "checkpoint_bridge.views.stats",
+    # operating many runs: every run, filtered, newest first (`rewind runs`)
+    "list_runs": "checkpoint_bridge.views.runs",
+    "RunQuery": "checkpoint_bridge.views.runs",
+    "RunList": "checkpoint_bridge.views.runs",
     # erasure: a run everywhere it lives, or every finished run older than a duration
     "delete_run": "rewind.erasure",
     "gc": "rewind.erasure",

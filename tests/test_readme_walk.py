@@ -88,6 +88,7 @@ async def test_your_own_agent_then_the_commands_that_matter(tmp_path):
         assert "place_order" in outputs["show"] and "main" in outputs["tree"], outputs
         assert "[dry run]" in outputs["diff"] and "Be terse." in outputs["diff"], outputs["diff"]
         assert (folder / "tea-1.html").is_file()
+        assert re.search(r"^tea-1 .* completed ", outputs["runs"], re.M), outputs["runs"]
     finally:
         if dev.poll() is None:
             dev.send_signal(signal.SIGINT)

@@ -21,6 +21,21 @@ if TYPE_CHECKING:
 UNKNOWN_TOOL = "unknown tool"
 BAD_ARGUMENTS = "arguments for"
 NOT_EXECUTED = (UNKNOWN_TOOL, BAD_ARGUMENTS)
+# The error of a call whose tool kept failing until its retries ran out ("fetch failed after
+# retries: ..."): the model gets it and the run goes on, so `rewind runs --tool-errors` finds
+# such runs by it in their checkpoints' tool records, whatever state the run ended in.
+FAILED_AFTER_RETRIES = "failed after retries"
+
+
+def failed_after_retries(tool_name: str, error: str) -> str:
+    """The error text of a call of `tool_name` that failed after its retries with `error`."""
+    return f"{tool_name} {FAILED_AFTER_RETRIES}: {error}"
+
+
+def is_failed_after_retries(record: dict[str, Any]) -> bool:
+    """Whether a stored tool record is of a call that failed after its retries."""
+    error, name = record.get("error"), record.get("tool_name")
+    return isinstance(error, str) and isinstance(name, str) and error.startswith(f"{name} {FAILED_AFTER_RETRIES}: ")
 
 
 def failure_text(err: BaseException) -> str:

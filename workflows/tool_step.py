@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         UNKNOWN_TOOL,
         canonical_arguments,
         dry_run_stub,
+        failed_after_retries,
         failure_text,
         idempotency_key,
         tool_message,
@@ -295,7 +296,7 @@ class ToolStep:
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err  # the run is being stopped
-            return f"{spec.name} failed after retries: {failure_text(err)}"
+            return failed_after_retries(spec.name, failure_text(err))
 
     async def _dispatch(self, activity: str, request: Any, result_type: type, spec: ToolSpec, *, summary: str,
                         here: bool = False, activity_id: str | None = None) -> Any:

@@ -57,6 +57,14 @@ def display_name(storage_branch: str) -> str:
     return split_revision(storage_branch)[0]
 
 
+def top_branch(storage_branch: str) -> str:
+    """The branch name a stored branch belongs to: its own without a revision, or for a
+    sub-agent's run (`main.s3-call_1`, nested too) its top-level caller's (`main`)."""
+    while (called := parse_subagent_branch(storage_branch)) is not None:
+        storage_branch = called[0]
+    return split_revision(storage_branch)[0]
+
+
 async def revisions(store: CheckpointStore, run_id: str, name: str) -> list[str]:
     """The stored revisions of a branch, oldest first. A revision's own name
     (`main.r1`, as `rewind fork` and `rewind tree` print it) names just that one."""

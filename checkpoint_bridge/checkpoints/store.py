@@ -506,6 +506,16 @@ class CheckpointStore:
         return {b: ({p.step_index for p in parsed if p.kind == "step" and p.branch_id == b}, _cutoff(parsed, b))
                 for b in _branch_order(parsed)}
 
+    async def stored_runs(self) -> dict[str, dict[str, tuple[set[int], int | None]]]:
+        """``stored_steps`` of every run in the store, from one listing of the whole store
+        (a list of many runs reads no run's objects to find their heads)."""
+        by_run: dict[str, list[ParsedKey]] = {}
+        for p in await self._keys("runs/"):
+            by_run.setdefault(p.run_id, []).append(p)
+        return {run_id: {b: ({p.step_index for p in parsed if p.kind == "step" and p.branch_id == b}, _cutoff(parsed, b))
+                         for b in _branch_order(parsed)}
+                for run_id, parsed in sorted(by_run.items())}
+
     async def summary_of(self, run_id: str, branch_id: str, step: int, cutoff: int | None) -> CheckpointSummary | None:
         """The summary of one stored step (one read; `cutoff` as ``stored_steps`` gives it),
         or None if it is not stored."""

@@ -40,6 +40,7 @@ __all__ = [
     "AgentCheckpoint",
     "CheckpointSummary",
     "final_answer",
+    "stored_state",
     "StepParts",
     "dump_checkpoint",
     "checkpoint_to_dict",
@@ -219,6 +220,19 @@ def final_answer(cp: AgentCheckpoint) -> str | None:
     if ends and cp.messages and cp.messages[-1].get("role") == "assistant":
         return cp.messages[-1].get("content") or ""
     return None
+
+
+def stored_state(fields: dict[str, Any]) -> Literal["completed", "failed", "unfinished"]:
+    """What a branch's newest checkpoint (its fields, as the store reads them) says of the run
+    without Temporal: it failed, it gave its final answer (the loop's "final answer" step, a
+    pipeline's "result"), or neither yet (running, waiting, paused, stopped or crashed: only
+    Temporal can tell which)."""
+    if fields.get("status") == "failed":
+        return "failed"
+    label = fields.get("step_label")
+    if label == "final answer" or (label == "result" and not fields.get("pipeline")):
+        return "completed"
+    return "unfinished"
 
 
 class CheckpointSummary(BaseModel):

@@ -30,13 +30,13 @@ from temporalio.api.workflowservice.v1 import (
     DescribeWorkflowExecutionRequest,
     DescribeWorkflowExecutionResponse,
     GetWorkflowExecutionHistoryRequest,
-    ListWorkflowExecutionsRequest,
 )
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.checkpoints.lineage import is_revision_name, revision_branch, split_revision
+from checkpoint_bridge.temporal.listing import RUN_WORKFLOWS_QUERY, list_workflows
 from workflows.errors import RunExistsError, UsageError
 from workflows.ids import echo, validate_id, workflow_id_for
 from workflows.wire import AGENT_WORKFLOW, DESCRIBE_TOOLS_WORKFLOW, PIPELINE_WORKFLOW, tool_task_queue
@@ -136,24 +136,14 @@ async def completed_result(client: Client, description: DescribeWorkflowExecutio
 
 
 # The open runs `rewind pending` asks: every running AgentWorkflow (branches and sub-agents too).
-OPEN_RUNS_QUERY = (f"(WorkflowType = '{AGENT_WORKFLOW}' OR WorkflowType = '{PIPELINE_WORKFLOW}') "
-                   "AND ExecutionStatus = 'Running'")
+OPEN_RUNS_QUERY = f"{RUN_WORKFLOWS_QUERY} AND ExecutionStatus = 'Running'"
 
 
 async def open_runs(client: Client, query: str = OPEN_RUNS_QUERY, *, page_size: int = 1000) -> list[tuple[str, str, str]]:
     """(workflow id, run id, task queue) of each workflow the visibility `query` lists, as
     `client.list_workflows(query)` pages through them."""
-    found: list[tuple[str, str, str]] = []
-    token = b""
-    while True:
-        page = await client.workflow_service.list_workflow_executions(
-            ListWorkflowExecutionsRequest(namespace=client.namespace, page_size=page_size, next_page_token=token,
-                                          query=query),
-            retry=True)
-        found += [(e.execution.workflow_id, e.execution.run_id, e.task_queue) for e in page.executions]
-        token = page.next_page_token
-        if not token:
-            return found
+    return [(w.workflow_id, w.execution_run_id, w.task_queue)
+            for w in await list_workflows(client, query, page_size=page_size)]
 
 
 def check_limits(max_steps: int | None = None, max_cost: float | None = None, max_tokens: int | None = None) -> None:
@@ -203,6 +193,33 @@ def query_wait_s(listed: set[str], wait_s: float) -> float:
     """How long to wait for a live answer from a queue whose workers Temporal lists as
     `listed`: `wait_s`, or GONE_QUERY_S when none is listed or every one exited here."""
     return wait_s if any(not exited_here(p) for p in listed) else min(wait_s, GONE_QUERY_S)
+
+
+def no_worker_text(queue: str, listed: set[str], *, unanswered_s: float | None = None) -> str:
+    """How `rewind status` and `rewind runs` say that no worker runs a queue's workflows,
+    given the identities Temporal lists as polling it (`listed`): none at all; only ones
+    that exited on this machine; or (`unanswered_s`) one that did not answer a query."""
+    exited = sorted(p for p in listed if exited_here(p))
+    if listed and exited:
+        why = (f" that answers (Temporal still lists {', '.join(exited)}: "
+               + ("a process of this machine that has exited)" if len(exited) == 1 else
+                  "processes of this machine that have exited)"))
+    elif listed and unanswered_s is not None:
+        why = (f" that answers (the one Temporal lists did not answer in {unanswered_s:g} s: it stopped, "
+               "died or is stuck)")
+    else:
+        why = ""
+    return f"no worker is polling task queue {queue!r}{why}"
+
+
+async def without_worker(client: Client, queue: str) -> str | None:
+    """Why no worker runs the workflows of `queue` (`no_worker_text`), or None when one polls
+    it: a run there that has not ended is stuck. Asks Temporal, never the worker (a listed
+    worker that stopped answering is for a query to find, as `rewind status` does)."""
+    listed = await pollers(client, queue, workflows=True)
+    if any(not exited_here(p) for p in listed):
+        return None
+    return no_worker_text(queue, listed)
 
 
 async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> set[str]:
@@ -353,4 +370,4 @@ async def start_agent(
         ) from exc
 
 
-__all__ = ["branch_workflows", "describe_tools", "declared_agent", "fast_task_timeout", "check_limits", "check_input", "pollers", "missing_tools", "check_tools", "start_agent"]
+__all__ = ["branch_workflows", "describe_tools", "no_worker_text", "without_worker", "open_runs", "OPEN_RUNS_QUERY", "declared_agent", "fast_task_timeout", "check_limits", "check_input", "pollers", "missing_tools", "check_tools", "start_agent"]

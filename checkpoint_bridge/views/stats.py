@@ -22,11 +22,12 @@ from typing import Any, Iterable
 
 from pydantic import BaseModel, Field
 
-from checkpoint_bridge.checkpoints.lineage import split_revision
+from checkpoint_bridge.checkpoints.lineage import split_revision, top_branch
 from checkpoint_bridge.checkpoints.store import CheckpointStore, StepFacts
+from checkpoint_bridge.document.schema import stored_state
 from workflows.contracts import Ledger
 from workflows.errors import RunNotFoundError
-from workflows.ids import checkpoint_id, parse_subagent_branch, validate_id
+from workflows.ids import checkpoint_id, validate_id
 from workflows.text import usd
 
 MODEL_CALL = "call_llm"  # the retries key of model calls; tool calls: "run_tool <tool>"
@@ -92,22 +93,13 @@ def _own(ledger: dict[str, Any]) -> dict[str, Any]:
     return Ledger.model_validate(ledger).own().model_dump()
 
 
-def _top_branch(branch: str) -> str:
-    """The branch name a branch's spend counts under: a sub-agent's, its top-level caller's."""
-    while (called := parse_subagent_branch(branch)) is not None:
-        branch = called[0]
-    return split_revision(branch)[0]
-
-
 def _run_state(facts: list[StepFacts]) -> str:
     """The state of the run's main line: its newest revision's last valid step."""
     main = [f for f in facts if split_revision(f.fields["branch_id"])[0] == "main" and not f.invalidated]
     if not main:
         return "unfinished"
     newest = max(main, key=lambda f: (split_revision(f.fields["branch_id"])[1], f.fields["step_index"]))
-    if newest.fields.get("status") == "failed":
-        return "failed"
-    return "completed" if newest.fields.get("step_label") == "final answer" else "unfinished"
+    return stored_state(newest.fields)
 
 
 def _add_run(stats: StoreStats, facts: list[StepFacts], durations: list[float], seen_branches: dict[str, set[str]]) -> None:
@@ -133,7 +125,7 @@ def _add_run(stats: StoreStats, facts: list[StepFacts], durations: list[float], 
             continue  # the start: a task, no work
         ledger = _own(((fields.get("ledger") or {}).get("step")) or {})
         model = fields.get("model") or "unknown"
-        name = _top_branch(branch)
+        name = top_branch(branch)  # a sub-agent's spend counts under its top-level caller's
         agent = (fields.get("agent") or {}).get("name")
         spends = [stats.totals, stats.by_model.setdefault(model, Spend()), stats.by_branch.setdefault(name, Spend())]
         if agent:

@@ -1,6 +1,6 @@
 """The `rewind` command line: a thin shell over the Python API.
 
-The commands live in rewind/cli/commands/, one module per group (running,
+The commands live in rewind/cli/commands/, one module per group (running, runs,
 checkpoints, branches, experiments, approvals, erasure, processes), with what
 they share in common.py and the argument types in arguments.py. Each group
 imports what a command needs inside the command, so a process loads only
@@ -30,6 +30,7 @@ from rewind.cli.commands import (
     experiments,
     processes,
     running,
+    runs,
     tools,
 )
 from rewind.cli.commands.common import EXIT_ERROR, EXIT_USAGE, one_line
@@ -40,7 +41,7 @@ from workflows.errors import RewindError, UsageError
 # The commands that run user code (tools, and the pydantic plugins they may rely on).
 RUNS_USER_CODE = frozenset({"worker", "dev", "demo"})
 # The groups in the order `rewind --help` lists their commands.
-GROUPS = (processes, running, checkpoints, branches, experiments, erasure, approvals, tools)
+GROUPS = (processes, running, runs, checkpoints, branches, experiments, erasure, approvals, tools)
 
 
 class _Parser(argparse.ArgumentParser):

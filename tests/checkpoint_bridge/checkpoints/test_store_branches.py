@@ -78,3 +78,14 @@ async def test_steps_saved_after_an_invalidation_read_as_invalidated(store: Chec
     await store.save(next_step(first_step()))
     latest = await store.load_latest("run-1")
     assert latest is not None and latest.step_index == 0
+
+
+async def test_stored_runs_are_each_runs_stored_steps_from_one_listing(store: CheckpointStore) -> None:
+    await _fork(store)
+    await store.invalidate_after("run-1", "main", 6, reason="rolled back to step 6")
+    for cp in make_run(3, run_id="run-2"):
+        await store.save(cp)
+    found = await store.stored_runs()
+    assert list(found) == ["run-1", "run-2"]
+    assert found == {run_id: await store.stored_steps(run_id) for run_id in found}
+    assert found["run-1"]["main"] == (set(range(10)), 6) and found["run-2"] == {"main": ({0, 1, 2}, None)}

@@ -89,3 +89,14 @@ async def test_stats_of_an_empty_store_and_of_an_unknown_run(store) -> None:
     assert stats_text(empty).startswith("no runs in ")
     with pytest.raises(RunNotFoundError, match="no checkpoints for run 'ghost'"):
         await store_stats(store, ["ghost"])
+
+
+async def test_a_pipeline_run_that_gave_its_result_is_completed(store) -> None:
+    # A pipeline's last step is its "result"; one of its calls may be labelled "result" too, and
+    # then names the call (`pipeline`): that run has not finished.
+    done0, running0 = first_step("done"), first_step("running")
+    done1 = _step(done0, 1.0, label="result")
+    running1 = _step(running0, 1.0, label="result", pipeline={"pipeline": "report", "position": 0, "label": "result",
+                                                                  "kind": "llm", "digest": "0" * 64})
+    await _save(store, done0, done1, running0, running1)
+    assert (await store_stats(store)).runs_by_state == {"completed": 1, "unfinished": 1}
