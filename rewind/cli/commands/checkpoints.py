@@ -10,7 +10,7 @@ from typing import Callable
 
 from rewind.cli.commands.common import client_for, emit, open_checkpoints
 from rewind.settings.config import Settings
-from workflows.errors import RewindError, UsageError
+from workflows.errors import InvalidIdError, RewindError, UsageError
 from workflows.ids import parse_checkpoint_id, validate_id
 
 
@@ -42,10 +42,19 @@ async def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def checkpoint_id(text: str) -> str:
+    """A checkpoint id as `rewind tree RUN` prints it in its id column (RUN:BRANCH:STEP)."""
+    try:
+        parse_checkpoint_id(text)
+    except InvalidIdError as exc:
+        raise InvalidIdError(f"{exc} (the id column of `rewind tree RUN`)") from None
+    return text
+
+
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.views.inspect import checkpoint_text
 
-    parse_checkpoint_id(args.checkpoint)
+    checkpoint_id(args.checkpoint)
     async with open_checkpoints(settings) as store:
         cp = await store.load(args.checkpoint)
     emit(cp.model_dump(mode="json"), args.json, checkpoint_text(cp) if not args.json else "")
@@ -101,7 +110,7 @@ async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
-    parse_checkpoint_id(args.checkpoint)
+    checkpoint_id(args.checkpoint)
     if args.format == "langgraph":
         return await _export_langgraph(args, settings)
     if args.out is None:
