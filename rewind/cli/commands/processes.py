@@ -105,7 +105,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
 
     p = command("server", "run the embedded Temporal dev server (state under REWIND_HOME, .rewind/)", sync=cmd_server)
     p.add_argument("--port", type=int, help="gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
-    p.add_argument("--ui-port", type=int, default=8233)
+    p.add_argument("--ui-port", type=int, default=8233, help="the Temporal UI's port")
 
     p = command("dev", "the embedded Temporal dev server and a worker for your tools, in the foreground "
                 "(Ctrl-C stops both)", sync=cmd_dev)

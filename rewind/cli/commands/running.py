@@ -8,10 +8,13 @@ from typing import Callable
 
 from rewind.cli.commands.approvals import pending_lines
 from rewind.cli.commands.arguments import (
+    BRANCH_HELP,
+    RUN_HELP,
     SECONDS,
     STEPS,
     TOKENS,
     USD,
+    WAIT_HELP,
     check_start_shape,
     pipeline_arguments,
     task_text,
@@ -306,26 +309,26 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                                                   f"a pipeline's steps are its calls: {PIPELINE_MAX_STEPS})")
     p.add_argument("--max-cost", type=USD, help="pause before a step that would pass this many USD")
     p.add_argument("--max-tokens", type=TOKENS, help="pause before a step that would pass this many tokens")
-    p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")
+    p.add_argument("--wait", action="store_true", help=WAIT_HELP)
     p.add_argument("--fast", action="store_true",
                    help="model calls and read-only tools as local activities, recorded every ~2 s: much less "
                         "overhead per step; a crash re-runs the unrecorded last moments (docs/operations.md: Fast path)")
 
     p = command("continue", "continue a run paused by its budget, with a raised budget", handler=cmd_continue)
-    p.add_argument("run")
-    p.add_argument("--branch", default="main")
-    p.add_argument("--max-steps", type=STEPS)
-    p.add_argument("--max-cost", type=USD)
-    p.add_argument("--max-tokens", type=TOKENS)
-    p.add_argument("--wait", action="store_true")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
+    p.add_argument("--max-steps", type=STEPS, help="the new limit of steps, in all (more than the run has taken)")
+    p.add_argument("--max-cost", type=USD, help="the new limit in USD, in all (more than the run has spent)")
+    p.add_argument("--max-tokens", type=TOKENS, help="the new limit of tokens, in all (more than the run has used)")
+    p.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
     p = command("cancel", "stop a run (it ends as cancelled; its checkpoints stay)", handler=cmd_cancel)
-    p.add_argument("run")
-    p.add_argument("--branch", default="main")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
 
     p = command("status", "state of a run: live while it runs, from its result or checkpoints after", handler=cmd_status)
-    p.add_argument("run")
-    p.add_argument("--branch", default="main")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     # A live worker answers in milliseconds; one Temporal still lists after it died never
     # does, and the status should not hang on it (it then comes from history and the store).
     p.add_argument("--query-timeout", type=SECONDS, default=1.5,
