@@ -192,7 +192,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--set-text", action="append", metavar="KEY=TEXT", help="set an agent variable to this text as given")
     p.add_argument("--subagent", action="append", metavar="AGENT.model=M",
                    help="what a sub-agent runs with on the new branch: AGENT.model=M or AGENT.system_prompt=TEXT")
-    p.add_argument("--max-steps", type=STEPS, help="steps at most, counted from step 0 as the source's were (default: the source's limits)")
+    p.add_argument("--max-steps", type=STEPS,
+                   help="steps at most, counted from step 0 as the source's were (default: the source's limits)")
     _side_effects_argument(p)
     p.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
