@@ -23,7 +23,7 @@ from checkpoint_bridge.temporal.runs import (
     branch_executions,
     branch_workflows,
     completed_result,
-    exited_here,
+    no_worker_line,
     pollers,
     query_wait_s,
     start_agent,
@@ -372,7 +372,6 @@ async def _ask_the_run(client: Client, handle: WorkflowHandle[Any, AgentResult],
     queue = desc.execution_config.task_queue.name or task_queue
     listed = await pollers(client, queue, workflows=True) if queue else set()
     polled = bool(listed)
-    exited = sorted(p for p in listed if exited_here(p))
     if polled:
         query_timeout_s = query_wait_s(listed, query_timeout_s)
 
@@ -400,17 +399,7 @@ async def _ask_the_run(client: Client, handle: WorkflowHandle[Any, AgentResult],
         if not polled or not await query() and view.failure is None:
             # Temporal lists a worker that stopped or died for minutes after its last poll:
             # one listed that does not answer is named as what it is, in the same words.
-            if polled and exited:
-                why = (f" that answers (Temporal still lists {', '.join(exited)}: "
-                       + ("a process of this machine that has exited)" if len(exited) == 1 else
-                          "processes of this machine that have exited)"))
-            elif polled:
-                why = (f" that answers (the one Temporal lists did not answer in {query_timeout_s:g} s: it stopped, "
-                       "died or is stuck)")
-            else:
-                why = ""
-            view.no_worker = (f"no worker is polling task queue {queue!r}{why}; start one (`rewind worker`) and "
-                              "the run goes on")
+            view.no_worker = no_worker_line(queue, listed, unanswered_s=query_timeout_s)
             cancel_requested, summaries = await _history_facts(client, handle)
             if cancel_requested:
                 view.no_worker += "; a cancellation is requested and takes effect when a worker picks the run up"

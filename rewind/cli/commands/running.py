@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Callable
 
 from rewind.cli.commands.approvals import pending_lines
@@ -26,8 +25,9 @@ from rewind.cli.commands.common import (
     emit,
     interactive,
     names,
+    WAITING_FOR_WORKER,
     open_checkpoints,
-    say_if_no_worker,
+    say_no_worker,
     wait_and_report,
 )
 from rewind.settings.config import Settings
@@ -39,7 +39,7 @@ from workflows.text import usd
 
 
 async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.temporal.runs import pollers
+    from checkpoint_bridge.temporal.runs import no_worker
     from rewind.client import agent_input as declared_input
     from rewind.client import new_run_id, start_run
     from workflows.contracts import AgentInput, RunLimits
@@ -82,25 +82,25 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
             fast=args.fast,
             **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
         )
-    warned = (bool(agent_input.tools) or agent_input.pipeline is not None) and \
-        not await pollers(client, settings.task_queue, workflows=True)
-    if warned:
-        if agent_input.pipeline is not None:
-            print(f"rewind: no worker polls task queue {settings.task_queue!r} yet; the pipeline run waits for one "
-                  "whose --tool-modules define it", file=sys.stderr)
-        else:
-            print(f"rewind: no worker polls task queue {settings.task_queue!r} yet, so --tools could not be checked; "
-                  f"the run waits for a worker ({agent_input.tool_wait_s:g} s for each named tool)", file=sys.stderr)
+    # Asked before the start, whose check of --tools needs a worker to answer; said after it,
+    # at once, so a run that does not start is not announced (status says it in the same words).
+    absent = await no_worker(client, settings.task_queue)
     handle = await start_run(client, settings, agent_input)
     info = {"run_id": agent_input.run_id, "workflow_id": handle.id}
+    if absent:
+        then = []
+        if agent_input.pipeline is not None:
+            then.append("the pipeline run needs one whose --tool-modules define it")
+        elif agent_input.tools:
+            then.append(f"--tools could not be checked (the run waits {agent_input.tool_wait_s:g} s for a worker "
+                        "with each named tool)")
+        say_no_worker(absent, *then, *([WAITING_FOR_WORKER] if args.wait else []))
     if not args.wait:
         emit(info, args.json, agent_input.run_id)
-        if not warned:
-            await say_if_no_worker(client, handle, waiting=False)
         return 0
     if interactive(args):
         print(f"run {agent_input.run_id} started; progress:", flush=True)
-    return await wait_and_report(args, client, handle, agent_input.run_id, "main", info)
+    return await wait_and_report(args, client, handle, agent_input.run_id, "main", info, workers_checked=True)
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
