@@ -19,13 +19,13 @@ from rewind.cli.commands.arguments import (
     task_text,
 )
 from rewind.cli.commands.common import (
+    WAITING_FOR_WORKER,
     client_for,
     connection_for,
     continue_hint,
     emit,
     interactive,
     names,
-    WAITING_FOR_WORKER,
     open_checkpoints,
     say_no_worker,
     wait_and_report,
