@@ -24,7 +24,7 @@ from checkpoint_bridge.temporal.runs import (
     branch_executions,
     branch_workflows,
     completed_result,
-    no_worker_text,
+    no_worker_line,
     pollers,
     query_wait_s,
     start_agent,
@@ -399,10 +399,8 @@ async def _ask_the_run(client: Client, handle: WorkflowHandle[Any, AgentResult],
             view.pending.append(entry)
         if not polled or not await query() and view.failure is None:
             # Temporal lists a worker that stopped or died for minutes after its last poll:
-            # one listed that does not answer is named as what it is, in the same words
-            # `rewind runs` uses for a stuck run.
-            view.no_worker = (f"{no_worker_text(queue, listed, unanswered_s=query_timeout_s)}; start one "
-                              "(`rewind worker`) and the run goes on")
+            # one listed that does not answer is named as what it is, in the words `rewind runs` uses.
+            view.no_worker = no_worker_line(queue, listed, unanswered_s=query_timeout_s)
             cancel_requested, summaries = await _history_facts(client, handle)
             if cancel_requested:
                 view.no_worker += "; a cancellation is requested and takes effect when a worker picks the run up"

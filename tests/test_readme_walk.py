@@ -50,6 +50,17 @@ def _env(folder: Path, port: int) -> dict[str, str]:
     return user_env(folder, TEMPORAL_ADDRESS=f"127.0.0.1:{port}", REWIND_SCRIPTED_LATENCY_MS="0")
 
 
+def _ids_and_totals_agree(first_tree: str, tree: str, diff: str) -> None:
+    """`tree`'s id column is what `show` takes (the README's own `show tea-1:main:2`), and the
+    totals `diff` gives "in all" are `tree`'s at each head."""
+    assert " tea-1:main:2 " in first_tree, first_tree
+    rows = {cells[5]: cells for line in tree.splitlines() if len(cells := line.split()) > 6 and cells[5].startswith("tea-1:")}
+    (heads,) = [re.findall(r"(\S+:\d+) \(", line) for line in diff.splitlines() if line.startswith("head ")]
+    (in_all,) = [re.findall(r"(\d+) tokens", line) for line in diff.splitlines() if line.startswith("in all ")]
+    assert [rows[f"tea-1:{head}"][4] for head in heads] == in_all, (tree, diff)
+    assert "spent after the fork point (step 1)" in diff, diff
+
+
 async def test_the_set_up_block_runs_the_demo(tmp_path):
     (setup,) = _blocks("Set up", "bash")
     install, *rest = [line for line in setup.splitlines() if line.strip()]
@@ -87,6 +98,9 @@ async def test_your_own_agent_then_the_commands_that_matter(tmp_path):
         assert "Ordered tea for 12.50 EUR." in outputs["start"], outputs["start"]
         assert "place_order" in outputs["show"] and "main" in outputs["tree"], outputs
         assert "[dry run]" in outputs["diff"] and "Be terse." in outputs["diff"], outputs["diff"]
+        # The README's tree came before its fork: the tree as it is now, both branches in it.
+        _ids_and_totals_agree(outputs["tree"], await asyncio.to_thread(_shell, "rewind tree tea-1", folder, env),
+                              outputs["diff"])
         assert (folder / "tea-1.html").is_file()
         assert re.search(r"^tea-1 .* completed ", outputs["runs"], re.M), outputs["runs"]
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from workflows.errors import ConfigError
 
@@ -33,10 +34,55 @@ class StoreLocation:
     url: str = ""  # postgresql, redis: the whole URL (with its password, if any)
 
 
+# The backends whose URL carries no options: a query is not theirs to read (a PostgreSQL URL's
+# goes to the store and libpq, a Redis URL's to the store and redis-py). What it tried to say,
+# a region, an endpoint, credentials, goes in the environment, where the AWS clients read it.
+_NO_QUERY = {"s3": ("an S3", "s3://bucket[/prefix]"), "dynamodb": ("a DynamoDB", "dynamodb://table[/prefix]"),
+             "sqlite": ("a SQLite", "sqlite:///path/file.db"), "file": ("a folder", "file://path")}
+_AWS = ("s3", "dynamodb")
+_AWS_VARIABLES = {
+    "region": "AWS_REGION", "region_name": "AWS_REGION", "aws_region": "AWS_REGION",
+    "endpoint": "AWS_ENDPOINT_URL", "endpoint_url": "AWS_ENDPOINT_URL", "aws_endpoint_url": "AWS_ENDPOINT_URL",
+    "profile": "AWS_PROFILE", "aws_profile": "AWS_PROFILE",
+    "access_key": "AWS_ACCESS_KEY_ID", "access_key_id": "AWS_ACCESS_KEY_ID", "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "secret_key": "AWS_SECRET_ACCESS_KEY", "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+}
+# Parameters whose value the message shows; any other's may be a secret, and is left out.
+_SHOWN = {"AWS_REGION", "AWS_ENDPOINT_URL", "AWS_PROFILE"}
+
+
+def _refuse_query(url: str, kind: str) -> None:
+    """The one rule for every backend of ``_NO_QUERY``: a URL with a query is refused,
+    naming the query and, for S3 and DynamoDB, the variable each parameter belongs in."""
+    base, mark, query = url.partition("?")
+    if not mark:
+        return
+    backend, usage = _NO_QUERY[kind]
+    shown, moves = [], []
+    for name, value in parse_qsl(query, keep_blank_values=True) or [(query, "")]:
+        variable = _AWS_VARIABLES.get(name.lower()) if kind in _AWS else None
+        visible = variable in _SHOWN
+        shown.append(f"{name}={value}" if visible else f"{name}=..." if value else name)
+        if variable is not None:
+            moves.append(f"{variable}={value}" if visible else variable)
+    if moves:
+        fix = f"set {', '.join(dict.fromkeys(moves))} in the environment instead"
+    elif kind in _AWS:
+        fix = "its settings are environment variables (AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE, ...)"
+    else:
+        fix = "it takes no options"
+    raise ConfigError(f"store URL {base!r} with ?{'&'.join(shown)}: {backend} store reads no query; {fix}; "
+                      f"use {usage}")
+
+
 def parse_store_url(url: str) -> StoreLocation:
     """The one parser of ``REWIND_STORE`` / ``REWIND_PAYLOADS`` URLs (see ``ACCEPTED_URLS``)."""
     if not isinstance(url, str) or not url.strip():
         raise ConfigError(f"store URL {url!r} is empty; use {ACCEPTED_URLS}")
+    kind = next((k for k in _NO_QUERY if url.startswith(f"{k}://")), None)
+    if kind is not None:
+        _refuse_query(url, kind)
     if url.startswith("s3://"):
         bucket, _, prefix = url[len("s3://"):].partition("/")
         if not bucket:
@@ -63,8 +109,6 @@ def parse_store_url(url: str) -> StoreLocation:
         if not path or path.endswith("/"):
             raise ConfigError(f"store URL {url!r} names no database file; use sqlite:///absolute/file.db "
                               "or sqlite://relative/file.db")
-        if "?" in path:
-            raise ConfigError(f"store URL {url!r} has options; a SQLite store takes none, use sqlite:///path/file.db")
         return StoreLocation("sqlite", path=path)
     if url.startswith("file://"):
         path = url[len("file://"):]

@@ -20,6 +20,7 @@ at the top, and the workflow contracts only where a function uses them.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import warnings
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable
@@ -195,10 +196,11 @@ def query_wait_s(listed: set[str], wait_s: float) -> float:
     return wait_s if any(not exited_here(p) for p in listed) else min(wait_s, GONE_QUERY_S)
 
 
-def no_worker_text(queue: str, listed: set[str], *, unanswered_s: float | None = None) -> str:
-    """How `rewind status` and `rewind runs` say that no worker runs a queue's workflows,
-    given the identities Temporal lists as polling it (`listed`): none at all; only ones
-    that exited on this machine; or (`unanswered_s`) one that did not answer a query."""
+def no_worker_line(task_queue: str, listed: set[str], *, unanswered_s: float | None = None) -> str:
+    """The one sentence for a run that no worker serves (`rewind status`, `start`, `fork`, `--wait`):
+    none polls `task_queue` (`listed`, its workflow pollers, is empty), every worker Temporal
+    lists is a process of this machine that has exited (Temporal lists a killed worker for
+    minutes), or (`unanswered_s`) the one listed did not answer a query in that long."""
     exited = sorted(p for p in listed if exited_here(p))
     if listed and exited:
         why = (f" that answers (Temporal still lists {', '.join(exited)}: "
@@ -209,17 +211,16 @@ def no_worker_text(queue: str, listed: set[str], *, unanswered_s: float | None =
                "died or is stuck)")
     else:
         why = ""
-    return f"no worker is polling task queue {queue!r}{why}"
+    return f"no worker is polling task queue {task_queue!r}{why}; start one (`rewind worker`) and the run goes on"
 
 
-async def without_worker(client: Client, queue: str) -> str | None:
-    """Why no worker runs the workflows of `queue` (`no_worker_text`), or None when one polls
-    it: a run there that has not ended is stuck. Asks Temporal, never the worker (a listed
-    worker that stopped answering is for a query to find, as `rewind status` does)."""
-    listed = await pollers(client, queue, workflows=True)
-    if any(not exited_here(p) for p in listed):
+async def no_worker(client: Client, task_queue: str) -> str | None:
+    """`no_worker_line` when no live worker polls `task_queue` (none listed, or each one listed
+    has exited on this machine); None when one does. Two plain service calls, no query."""
+    listed = await pollers(client, task_queue, workflows=True)
+    if listed and not all(exited_here(p) for p in listed):
         return None
-    return no_worker_text(queue, listed)
+    return no_worker_line(task_queue, listed)
 
 
 async def pollers(client: Client, task_queue: str, *, workflows: bool = False) -> set[str]:
@@ -289,11 +290,27 @@ async def check_tools(client: Client, task_queue: str, names: list[str]) -> None
         await asyncio.sleep(0.25)
         missing = await missing_tools(client, task_queue, missing or names)
     if missing:
+        offered = await _offered_tools(client, task_queue)
+        close = [f"{echo(m, 40)} (did you mean {', '.join(near)}?)" if (near := difflib.get_close_matches(m, offered))
+                 else echo(m, 40) for m in missing]
+        # Workers of one queue may load different tool modules; the one that answers speaks for itself.
+        have = (f"a worker of the queue offers {', '.join(offered)}" if offered else
+                "a worker of the queue offers no tools" if offered is not None else
+                "`rewind tools` lists what a worker offers")
         raise UsageError(
-            f"no worker on task queue {task_queue!r} has the tool(s) {', '.join(echo(m, 40) for m in missing)}; "
-            "check the names (a worker logs its tools at start) or start a worker with --tool-modules "
-            "naming the module that defines them"
+            f"no worker on task queue {task_queue!r} has the tool(s) {', '.join(close)}; {have}; check the names "
+            "or start a worker with --tool-modules naming the module that defines them"
         )
+
+
+async def _offered_tools(client: Client, task_queue: str, wait_s: float = 10.0) -> list[str] | None:
+    """The tools a worker on `task_queue` offers, sorted (what `rewind tools` lists), or None when
+    none answers in `wait_s`: only to say so in the error of a tool nobody has."""
+    try:
+        described = await asyncio.wait_for(describe_tools(client, task_queue, []), wait_s)
+    except Exception:  # noqa: BLE001 - the error names the missing tools anyway
+        return None
+    return sorted(spec.name for spec in described.tools)
 
 
 async def describe_tools(client: Client, task_queue: str, names: list[str], *, wait_s: float = 10.0) -> DescribeToolsResponse:
@@ -370,4 +387,5 @@ async def start_agent(
         ) from exc
 
 
-__all__ = ["branch_workflows", "describe_tools", "no_worker_text", "without_worker", "open_runs", "OPEN_RUNS_QUERY", "declared_agent", "fast_task_timeout", "check_limits", "check_input", "pollers", "missing_tools", "check_tools", "start_agent"]
+__all__ = ["branch_workflows", "describe_tools", "open_runs", "OPEN_RUNS_QUERY", "declared_agent", "fast_task_timeout", "check_limits", "check_input",
+           "pollers", "no_worker", "no_worker_line", "missing_tools", "check_tools", "start_agent"]

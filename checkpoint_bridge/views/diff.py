@@ -6,7 +6,8 @@ it shares with its parent branch). Nothing here reads a store, so the CLI, a
 notebook and the tests all diff the same way.
 
 Checkpoint totals (tokens, cost) are cumulative along a lineage, so what a branch
-spent after the fork point is its head's total minus the fork point's.
+spent after the fork point is its head's total minus the fork point's; each side also
+carries its head's totals ("in all", from step 0: the figures `rewind tree` shows).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from pydantic import BaseModel, ConfigDict
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointStatus
 from checkpoint_bridge.views.approval_text import decision_text
 from workflows.errors import LineageError
-from workflows.ids import short_id
 
 if TYPE_CHECKING:
     from checkpoint_bridge.checkpoints.store import CheckpointStore
@@ -101,7 +101,12 @@ class BranchSide(_Row):
     """Side-effecting calls of a dry-run branch: answered without the effect happening."""
     tool_errors: int
     tokens: Tokens
+    """Spent after the fork point (the head's totals minus the fork point's); with no fork point, all."""
     cost_usd: float
+    """Spent after the fork point, as ``tokens``."""
+    tokens_in_all: Tokens
+    """The head's totals, counted from step 0 through the fork point: `rewind tree`'s figures at the head."""
+    cost_usd_in_all: float
     final_answer: str | None
 
 
@@ -245,6 +250,8 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
         tokens=Tokens(total=spent("llm_tokens_used"), prompt=spent("prompt_tokens"),
                       completion=spent("completion_tokens")),
         cost_usd=round(spent("llm_cost_usd"), 10),  # 0.0012, not 0.0012000000000000001
+        tokens_in_all=Tokens(total=head.llm_tokens_used, prompt=head.prompt_tokens, completion=head.completion_tokens),
+        cost_usd_in_all=head.llm_cost_usd,
         final_answer=answer,
     )
 
@@ -410,7 +417,7 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
     label, gutter = 14, 3
     cell = (width - label - gutter) // 2
     fp = d.fork_point
-    where = (f"step {fp.step_index} ({fp.step_label}) {fp.checkpoint_id} [{short_id(fp.checkpoint_id)}]"
+    where = (f"step {fp.step_index} ({fp.step_label}) {fp.checkpoint_id}"
              if fp else "none (the branches share no checkpoint; both counted from step 0)")
     lines = [_shorten(f"diff of run {d.run_id}: {d.a.name} vs {d.b.name}", width),
              _shorten(f"fork point: {where}", width)]
@@ -446,8 +453,14 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
                               + (f", {s.tool_calls_dry_run} dry run" if s.tool_calls_dry_run else "")]))
     if any(c.mcp_policy for side in (d.a, d.b) for c in side.tool_calls):
         row("why (mcp)", (lambda s: _listed(_mcp_reasons(s.tool_calls, cell))))
+    # Spent after the fork point; "in all" is what `rewind tree` shows at each head (from step 0).
+    lines.append(_shorten(f"spent after the fork point (step {fp.step_index}); \"in all\" counts from step 0, "
+                          "as `rewind tree` does" if fp else "spent from step 0, as `rewind tree` counts",
+                          width))
     row("tokens", (lambda s: [f"{s.tokens.total} ({s.tokens.prompt} in / {s.tokens.completion} out)"]))
     row("cost", (lambda s: [usd(s.cost_usd)]))
+    if fp:
+        row("in all", (lambda s: [f"{s.tokens_in_all.total} tokens, {usd(s.cost_usd_in_all)}"]))
     for redone in d.redone:
         lines.append(_shorten(f"redone call {redone.tool_call_id} ({redone.tool_name}) of step {redone.step_index}:", width))
         left, right = _wrapped(redone.a.result, cell), _wrapped(redone.b.result, cell)

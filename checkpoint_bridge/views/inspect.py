@@ -78,9 +78,13 @@ def tree_json(summaries: list[CheckpointSummary], subagents: dict[str, dict[str,
 def tree_text(summaries: list[CheckpointSummary], subagents: dict[str, dict[str, Any]] | None = None) -> str:
     """Branch by branch; each sub-agent's run nested (indented) under the step that called it."""
     subagents = subagents or {}
-    lines = [f"run {summaries[0].run_id}"]
+    # The id column is the checkpoint's own id, what `rewind show`, `export` and the Python API take.
+    # Cost and tokens are the branch's totals up to each step, counted from step 0 (a fork's
+    # include what it shares with its parent): the figures `rewind diff` calls "in all".
+    lines = [f"run {summaries[0].run_id} (cost and tokens: totals up to each step, from step 0)"]
     width = max([14, *(len(s.branch_id) for s in summaries)])
-    header = f"  {'step':>4}  {'branch':<{width}} {'status':<11} {'cost $':>10} {'tokens':>8}  {'id':<10}  {'parent':<10}  label"
+    id_width = max([10, *(len(s.checkpoint_id) for s in summaries)])
+    header = f"  {'step':>4}  {'branch':<{width}} {'status':<11} {'cost $':>10} {'tokens':>8}  {'id':<{id_width}}  label"
     lines.append(header)
     by_branch: dict[str, list[CheckpointSummary]] = {}
     for s in summaries:
@@ -105,10 +109,9 @@ def tree_text(summaries: list[CheckpointSummary], subagents: dict[str, dict[str,
                 f", continues from {origin}" if origin and revision else "")
         lines.append(f"  {indent}-- {what}")
         for s in steps:
-            parent = short_id(s.parent_id) if s.parent_id else "-"
             lines.append(
                 f"  {indent}{s.step_index:>4}  {s.branch_id:<{width}} {s.status:<11} {s.llm_cost_usd:>10.6f} "
-                f"{s.llm_tokens_used:>8}  {short_id(s.checkpoint_id):<10}  {parent:<10}  {s.step_label}"
+                f"{s.llm_tokens_used:>8}  {s.checkpoint_id:<{id_width}}  {s.step_label}"
             )
             for sub in sorted(called.get(s.checkpoint_id, [])):
                 show(sub, indent + "    ")
@@ -121,7 +124,7 @@ def tree_text(summaries: list[CheckpointSummary], subagents: dict[str, dict[str,
 
 def checkpoint_text(cp: AgentCheckpoint) -> str:
     lines = [
-        f"checkpoint {cp.checkpoint_id} ({short_id(cp.checkpoint_id)})",
+        f"checkpoint {cp.checkpoint_id}",
         f"  run {cp.run_id}, branch {cp.branch_id}, step {cp.step_index}: {cp.step_label} [{cp.status}]",
         f"  parent     {cp.parent_id or '-'}",
         f"  created    {cp.created_at.isoformat()}",

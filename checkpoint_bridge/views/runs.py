@@ -7,7 +7,7 @@ sub-agents are branches of the run, not runs). Two sources, joined by run id:
                           running, waiting (for an approval, RewindState), paused (by
                           its budget), completed, failed (terminated and timed out
                           too), cancelled; stuck: not ended, and no worker polls its
-                          task queue (`without_worker`, the words of `rewind status`)
+                          task queue (`no_worker`, the words of `rewind status`)
     the checkpoint store  what each did: its agent or pipeline, steps, cost, why it
                           failed, the tool calls that failed after their retries
 
@@ -209,10 +209,10 @@ def _from_temporal(run_id: str, executions: list[ListedWorkflow]) -> _Candidate:
 
 async def _find_stuck(open_runs: list[_Candidate], client: Any) -> None:
     """Mark the runs whose task queue no worker polls (one describe per queue)."""
-    from checkpoint_bridge.temporal.runs import without_worker
+    from checkpoint_bridge.temporal.runs import no_worker
 
     queues = sorted({c.current.task_queue for c in open_runs if c.current is not None and c.current.task_queue})
-    reasons = dict(zip(queues, await asyncio.gather(*(without_worker(client, q) for q in queues)), strict=True))
+    reasons = dict(zip(queues, await asyncio.gather(*(no_worker(client, q) for q in queues)), strict=True))
     for c in open_runs:
         reason = reasons.get(c.current.task_queue) if c.current is not None else None
         if reason is not None:

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from rewind.settings.config import Settings
 from rewind.temporal.dev_server import DevServer, free_port, port_open, running_server
+from rewind.worker.args import existing_file
 from rewind.worker.pool import die_with_parent
 from workflows.errors import ConfigError
 
@@ -48,15 +49,6 @@ def _die_with_parent() -> None:
     """In the child, before exec: SIGTERM when `rewind dev` dies, even by SIGKILL (Linux; not
     Linux: a SIGKILLed `rewind dev` leaves the worker, which the next one's port check reports)."""
     die_with_parent(signal.SIGTERM)
-
-
-def _checked_file(flag: str, value: str | None) -> str | None:
-    if value is None:
-        return None
-    path = Path(value).expanduser().resolve()
-    if not path.is_file():
-        raise ConfigError(f"{flag} {value}: no such file; give the path of an existing file")
-    return str(path)
 
 
 def worker_environment(settings: Settings, address: str, options: DevOptions) -> dict[str, str]:
@@ -121,9 +113,9 @@ def _first_script(path: str | None) -> str | None:
 
 def run_dev(settings: Settings, options: DevOptions, out: TextIO = sys.stdout) -> int:
     """Run until SIGINT/SIGTERM (0), or until the worker or the server exits (1)."""
-    scripts = _checked_file("--scripts", options.scripts)
+    scripts = existing_file("--scripts", options.scripts)
     first_script = _first_script(scripts)
-    mcp_config = _checked_file("--mcp-config", options.mcp_config)
+    mcp_config = existing_file("--mcp-config", options.mcp_config)
     options = DevOptions(options.tool_modules, scripts, mcp_config, options.port, options.ui_port, options.extra_env)
     default_port = int(settings.temporal_address.rsplit(":", 1)[-1])
     port = options.port or default_port

@@ -197,8 +197,10 @@ class Settings:
     max_tool_output_bytes: int = 16 * 1024 * 1024
     max_arg_chars: int = 100_000
     log_level: str = "INFO"
-    # The offline model (no OPENAI_API_KEY): scripts file and latency.
+    # The offline model (no OPENAI_API_KEY): scripts file, which setting named it (REWIND_SCRIPTS
+    # or --scripts) for its errors, and latency.
     scripts_file: str | None = None
+    scripts_source: str = "REWIND_SCRIPTS"
     scripted_latency_ms: float = 0.0
     # Which server's request checks the offline model emulates (rewind/worker/scripted_model.py).
     scripted_dialect: str = "openai"

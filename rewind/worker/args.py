@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any, Callable
 
 from rewind.settings.config import Settings
+from workflows.errors import ConfigError
 
 # Runs this process's worker (rewind.worker.main.run_supervised_or_single): passed in, so that
 # this module never imports the worker and the supervisor of --processes N stays light.
@@ -21,6 +23,7 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mcp-config", metavar="FILE",
                         help="an mcpServers JSON file whose servers' tools this worker offers as SERVER__TOOL "
                              "(default: REWIND_MCP_CONFIG)")
+    parser.add_argument("--scripts", metavar="FILE", help=SCRIPTS_HELP)
     parser.add_argument("--approve-destructive", action="store_true", default=None,
                         help="MCP tools the server marks destructive (or does not mark) wait for `rewind approve` "
                              "(default: REWIND_APPROVE_DESTRUCTIVE)")
@@ -30,6 +33,20 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     # Set by the supervisor of --processes N on the processes it starts (rewind/worker/pool.py).
     parser.add_argument("--supervised-by", type=int, metavar="PID", help=argparse.SUPPRESS)
     parser.add_argument("--slot", type=int, default=0, help=argparse.SUPPRESS)
+
+
+SCRIPTS_HELP = ("scripts for the offline model (no OPENAI_API_KEY), a JSON file {\"NAME\": [turns...]}; run one "
+                "with --model script:NAME (default: REWIND_SCRIPTS)")
+
+
+def existing_file(flag: str, value: str | None) -> str | None:
+    """The absolute path of the file an option names (a worker started elsewhere finds it too)."""
+    if value is None:
+        return None
+    path = Path(value).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"{flag} {value}: no such file; give the path of an existing file")
+    return str(path)
 
 
 def _positive(text: str) -> int:
@@ -50,6 +67,11 @@ def worker_settings(args: argparse.Namespace, settings: Settings, warn: Any) -> 
         settings.mcp_config, settings.mcp_config_source = args.mcp_config, "--mcp-config"
     if getattr(args, "approve_destructive", None):
         settings.approve_destructive = True
+    if getattr(args, "scripts", None):
+        settings.scripts_file, settings.scripts_source = existing_file("--scripts", args.scripts), "--scripts"
+        if not settings.offline_model:
+            warn("--scripts is for the offline model, and OPENAI_API_KEY is set: model calls go to "
+                 f"{settings.model_endpoint_url} and the scripts are not loaded")
     text = args.tool_modules
     if args.tools_deprecated is not None:
         warn("--tools on the worker is deprecated: use --tool-modules (on `rewind start`, --tools names tools)")
@@ -110,6 +132,8 @@ def _child_argv(args: argparse.Namespace, settings: Settings, modules: list[str]
         argv += ["--tool-modules", ",".join(modules)]
     if settings.mcp_config and settings.mcp_config_source == "--mcp-config":
         argv += ["--mcp-config", settings.mcp_config]
+    if settings.scripts_file and settings.scripts_source == "--scripts":
+        argv += ["--scripts", settings.scripts_file]
     if getattr(args, "approve_destructive", None):
         argv.append("--approve-destructive")
     return argv

@@ -89,15 +89,17 @@ def model_endpoint(settings: Settings) -> tuple[ModelEndpoint, Any]:
 
 
 def _scripts(settings: Settings) -> dict[str, Any]:
-    """REWIND_SCRIPTS: a JSON file {"name": [turn, ...]}; run one with --model script:name."""
+    """REWIND_SCRIPTS or --scripts: a JSON file {"name": [turn, ...]}; run one with --model script:name."""
     if not settings.scripts_file:
         return {}
+    named = (f"--scripts {settings.scripts_file}" if settings.scripts_source == "--scripts"
+             else f"REWIND_SCRIPTS={settings.scripts_file}")
     try:
         scripts = json.loads(Path(settings.scripts_file).read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"REWIND_SCRIPTS={settings.scripts_file}: cannot read a JSON object of scripts ({exc})") from None
+        raise ConfigError(f"{named}: cannot read a JSON object of scripts ({exc})") from None
     if not isinstance(scripts, dict):
-        raise ConfigError(f"REWIND_SCRIPTS={settings.scripts_file}: expected {{\"name\": [turns...]}}, got {type(scripts).__name__}")
+        raise ConfigError(f"{named}: expected {{\"name\": [turns...]}}, got {type(scripts).__name__}")
     return scripts
 
 

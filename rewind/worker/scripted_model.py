@@ -729,7 +729,8 @@ class ScriptedModelServer:
                         known = ", ".join(sorted(self._scripts)) or "none"
                     raise _ApiError(404, f"The model '{model}' does not exist: no script named {name!r} was "
                                          f"registered (scripts known to this server: {known}; a worker loads them "
-                                         "from REWIND_SCRIPTS, tests with add_script or POST /_admin/scripts/NAME).",
+                                         "from REWIND_SCRIPTS or its --scripts, tests with add_script or POST "
+                                         "/_admin/scripts/NAME).",
                                     code="model_not_found", param="model")
                 if isinstance(turns, dict):  # a pipeline's script: each label's calls have their own turns
                     if label not in turns:

@@ -150,6 +150,11 @@ async def test_a_dynamodb_endpoint_that_is_down_stops_the_worker_with_one_line(t
     env["REWIND_STORE"] = "dynamodb://"
     code, out, err = await rewind(tmp_path, env, "status", "nope")
     one_line_error(code, err, "REWIND_STORE", "names no table")
+    # The common guess of a region in the URL: the query named, and the variable that says it.
+    env["REWIND_STORE"] = "dynamodb://rewind-checkpoints?region=us-east-1"
+    code, out, err = await rewind(tmp_path, env, "tree", "nope")
+    one_line_error(code, err, "REWIND_STORE", "?region=us-east-1", "reads no query", "AWS_REGION=us-east-1")
+    assert "invalid" not in err, err
 
 
 async def test_a_postgres_server_killed_mid_run_loses_nothing(temporal_server, tmp_path):

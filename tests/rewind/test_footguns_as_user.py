@@ -62,19 +62,26 @@ async def test_start_and_fork_without_wait_say_when_no_worker_polls(world):
     assert code == 0 and out.startswith("{"), out
     assert "no worker is polling" in err, err
 
-    # With a worker, nothing is said.
-    model = scripted(world.model, [{"content": "done"}])
-    with UserWorker(world.folder("worker"), world.env(world.folder("worker"))) as worker:
+    # With a worker, nothing is said. This one answers from the offline model (no OPENAI_API_KEY)
+    # with the scripts its --scripts names, as `rewind dev --scripts` does.
+    folder = world.folder("worker")
+    (folder / "scripts.json").write_text('{"hi": [{"content": "done"}]}')
+    offline = world.env(folder, OPENAI_API_KEY=None, OPENAI_BASE_URL=None)
+    with UserWorker(folder / "w", offline, "--scripts", "../scripts.json") as worker:
         await worker.wait_ready()
-        code, out, err = await rewind(cli, env, "start", "--task", "hi", "--model", model, "--run-id", "heard-1")
+        code, out, err = await rewind(cli, env, "start", "--task", "hi", "--model", "script:hi", "--run-id", "heard-1")
         assert code == 0 and err == "", err
         await rewind_json(cli, env, "status", "heard-1")
         for _ in range(100):
-            if (await rewind_json(cli, env, "status", "heard-1"))["state"] == "completed":
+            if (view := await rewind_json(cli, env, "status", "heard-1"))["state"] == "completed":
                 break
             await asyncio.sleep(0.2)
+        assert view["status"]["final_answer"] == "done", view  # the script's answer
         code, out, err = await rewind(cli, env, "fork", "heard-1", "--step", "0", "--branch", "b1")
         assert code == 0 and err == "", err
+    # A --scripts file that is not there stops the worker at once, in one line naming it.
+    with UserWorker(folder / "w2", offline, "--scripts", "missing.json") as broken:
+        one_line_error(await broken.wait_exit(), broken.stderr(), "--scripts missing.json: no such file")
     # A fork onto a queue nobody polls (a typo in REWIND_TASK_QUEUE, say) is told. (A worker
     # that just stopped stays listed by Temporal for minutes, so its queue is not the case.)
     lonely = {**env, "REWIND_TASK_QUEUE": world.queue + "-typo"}

@@ -166,6 +166,11 @@ async def test_a_real_run_with_a_fork_and_a_rollback_in_headless_chromium(world,
     assert ('<tr data-row="system prompt" class="differs">' in diff_part) == (
         expected_diff["a"]["system_prompt"] != expected_diff["b"]["system_prompt"]) is True
     assert diff_part.count("<pre>done</pre>") == 2  # both final answers
+    # Spent after the fork point, and in all as the tree counts, as `rewind diff` says them.
+    spent = expected_diff["a"]["tokens"]["total"]
+    assert re.search(rf'<tr data-row="tokens">.*?<td>{spent} \(\d+ in / \d+ out\) after the fork point</td>', diff_part)
+    in_all = expected_diff["a"]["tokens_in_all"]["total"]
+    assert re.search(rf'<tr data-row="in all">.*?<td>{in_all} tokens, ', diff_part), diff_part[:3000]
 
     # Opened without a link, the page shows the newest head of main: its revision after the
     # rollback, not the invalidated steps the rollback replaced.

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any, Callable
 
+from rewind.cli.commands.arguments import BRANCH_HELP, RUN_HELP
 from rewind.cli.commands.common import client_for, connection_for, emit, shortened
 from rewind.settings.config import Settings
 from workflows.errors import UsageError
@@ -93,18 +94,18 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
     p = command("approve", "let a tool call that waits for approval run", handler=cmd_approve)
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
     p.add_argument("call", help="the tool call id (`rewind pending` lists them)")
-    p.add_argument("--branch", default="main")
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     p.add_argument("--by", help="who decides (default: the OS user)")
-    p.add_argument("--reason")
+    p.add_argument("--reason", help="why, recorded with the decision")
     p.add_argument("--args", metavar="JSON", help="run with these arguments instead (checked against the tool's schema)")
 
     p = command("reject", "refuse a tool call that waits for approval; the model gets the reason", handler=cmd_reject)
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
     p.add_argument("call", help="the tool call id (`rewind pending` lists them)")
-    p.add_argument("--reason", required=True)
-    p.add_argument("--branch", default="main")
+    p.add_argument("--reason", required=True, help="why: the model reads it as the tool's answer")
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     p.add_argument("--by", help="who decides (default: the OS user)")
 
     command("pending", "every tool call waiting for a decision, across runs", handler=cmd_pending)

@@ -1,4 +1,5 @@
-"""Argument types of the command line: one-line errors naming the value and the rule."""
+"""Argument types of the command line (one-line errors naming the value and the rule),
+and the help texts many commands share."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ def at_least(minimum: float, kind: Callable[[str], Any], what: str, *, strictly:
             raise argparse.ArgumentTypeError(f"{value} must be at least {minimum:g}")
         return value
     return parse
+
+
+# Help texts of arguments many commands take alike.
+RUN_HELP = "the run's id (as `rewind start` printed it)"
+BRANCH_HELP = "the branch (default main; a fork's name; after a rollback, its newest revision)"
+WAIT_HELP = ("wait for the run to end (live progress on a terminal); exit 1 if it fails, 3 if it pauses for its "
+             "budget or is cancelled")
 
 
 STEPS = at_least(1, int, "a whole number")

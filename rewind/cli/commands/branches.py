@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Callable
 
-from rewind.cli.commands.arguments import COUNT, SIDE_EFFECT_MODES, STEPS, parse_set
+from rewind.cli.commands.arguments import COUNT, RUN_HELP, SIDE_EFFECT_MODES, STEPS, WAIT_HELP, parse_set
 from rewind.cli.commands.common import (
     client_for,
     emit,
@@ -173,9 +173,12 @@ def _side_effects_argument(p: argparse.ArgumentParser) -> None:
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
     p = command("fork", "start a new branch of a run from one of its checkpoints", handler=cmd_fork)
-    p.add_argument("run")
-    p.add_argument("--step", type=COUNT, required=True)
-    p.add_argument("--from-branch", default="main")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--step", type=COUNT, required=True,
+                   help="the checkpoint to fork from (the step column of `rewind tree`); the new branch's first "
+                        "step is the next one")
+    p.add_argument("--from-branch", default="main",
+                   help="the branch whose checkpoint it is, as it is now (after a rollback: its newest revision)")
     p.add_argument("--branch", required=True, help="name of the new branch")
     p.add_argument("--system-prompt", help="the new branch's system prompt (an agent run)")
     p.add_argument("--model", action="append", metavar="M | LABEL=M",
@@ -189,31 +192,33 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--set-text", action="append", metavar="KEY=TEXT", help="set an agent variable to this text as given")
     p.add_argument("--subagent", action="append", metavar="AGENT.model=M",
                    help="what a sub-agent runs with on the new branch: AGENT.model=M or AGENT.system_prompt=TEXT")
-    p.add_argument("--max-steps", type=STEPS)
+    p.add_argument("--max-steps", type=STEPS,
+                   help="steps at most, counted from step 0 as the source's were (default: the source's limits)")
     _side_effects_argument(p)
-    p.add_argument("--wait", action="store_true")
+    p.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
     p = command("redo", "a new branch from a step on which one of its tool calls (a sub-agent) runs again and "
                         "the others keep their answers", handler=cmd_redo)
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
     p.add_argument("--step", type=COUNT, required=True, help="the step whose model call asked for the tool calls")
     p.add_argument("--call", metavar="CALL_ID", help="the tool call to run again (`rewind show` lists them); a "
                                                      "pipeline's step is one call: --step alone says which")
-    p.add_argument("--from-branch", default="main")
+    p.add_argument("--from-branch", default="main", help="the branch the step is on")
     p.add_argument("--branch", help="name of the new branch (default: redo-STEP-CALL)")
     p.add_argument("--system-prompt", help="the redone sub-agent's system prompt instead of its declaration's")
     p.add_argument("--model", help="the redone sub-agent's model instead of its declaration's")
     _side_effects_argument(p)
-    p.add_argument("--wait", action="store_true")
+    p.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
     p = command("rollback", "roll a branch back to a step in place and continue from there", handler=cmd_rollback)
-    p.add_argument("run")
-    p.add_argument("--step", type=COUNT, required=True)
-    p.add_argument("--branch", default="main")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--step", type=COUNT, required=True,
+                   help="the last step to keep; the steps after it are marked invalidated and run again")
+    p.add_argument("--branch", default="main", help="the branch to roll back (its newest revision)")
     p.add_argument("--compensate", action="store_true", help="run the compensations of side effects after that step")
-    p.add_argument("--wait", action="store_true")
+    p.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
     p = command("diff", "compare two branches of a run side by side", handler=cmd_diff)
-    p.add_argument("run")
-    p.add_argument("branch_a")
-    p.add_argument("branch_b")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("branch_a", help="a branch (main, a fork's name, or a revision such as main.r0)")
+    p.add_argument("branch_b", help="the branch to compare it with")

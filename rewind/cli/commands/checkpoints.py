@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from rewind.cli.commands.arguments import RUN_HELP
 from rewind.cli.commands.common import client_for, emit, open_checkpoints
 from rewind.settings.config import Settings
-from workflows.errors import RewindError, UsageError
+from workflows.errors import InvalidIdError, RewindError, UsageError
 from workflows.ids import parse_checkpoint_id, validate_id
 
 
@@ -42,10 +43,22 @@ async def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+CHECKPOINT_HELP = "a checkpoint's id, RUN:BRANCH:STEP (the id column of `rewind tree RUN`), e.g. run-1:main:2"
+
+
+def checkpoint_id(text: str) -> str:
+    """A checkpoint id as `rewind tree RUN` prints it in its id column (RUN:BRANCH:STEP)."""
+    try:
+        parse_checkpoint_id(text)
+    except InvalidIdError as exc:
+        raise InvalidIdError(f"{exc} (the id column of `rewind tree RUN`)") from None
+    return text
+
+
 async def cmd_show(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.views.inspect import checkpoint_text
 
-    parse_checkpoint_id(args.checkpoint)
+    checkpoint_id(args.checkpoint)
     async with open_checkpoints(settings) as store:
         cp = await store.load(args.checkpoint)
     emit(cp.model_dump(mode="json"), args.json, checkpoint_text(cp) if not args.json else "")
@@ -101,7 +114,7 @@ async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
-    parse_checkpoint_id(args.checkpoint)
+    checkpoint_id(args.checkpoint)
     if args.format == "langgraph":
         return await _export_langgraph(args, settings)
     if args.out is None:
@@ -177,7 +190,7 @@ async def cmd_view(args: argparse.Namespace, settings: Settings) -> int:
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
     p = command("tree", "every checkpoint of a run, all branches", handler=cmd_tree, store_only=True)
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
     p.add_argument("--format", choices=["text", "mermaid", "dot"], default="text",
                    help="text (default), or a graph: Mermaid flowchart or Graphviz DOT")
 
@@ -186,10 +199,10 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--run", action="append", metavar="RUN", help="only this run (repeatable; default: every run in the store)")
 
     p = command("show", "one full AgentCheckpoint (id RUN:BRANCH:STEP)", handler=cmd_show, store_only=True)
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help=CHECKPOINT_HELP)
 
     p = command("export", "write one checkpoint as a standalone JSON document", handler=cmd_export, store_only=True)
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help=CHECKPOINT_HELP)
     p.add_argument("--out", help="file to write, or - for stdout (the JSON document)")
     p.add_argument("--format", choices=["json", "langgraph"], default="json",
                    help="json (default): a standalone AgentCheckpoint; langgraph: a checkpoint of a LangGraph thread")
@@ -199,17 +212,17 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
 
     p = command("import", "bring a LangGraph thread in as a run (its checkpoints, branches, tool calls)",
                 handler=cmd_import, store_only=True)
-    p.add_argument("source", choices=["langgraph"])
+    p.add_argument("source", choices=["langgraph"], help="where the thread comes from")
     p.add_argument("--thread", required=True, help="the LangGraph thread id")
     p.add_argument("--sqlite", metavar="PATH", help="a SqliteSaver database file")
     p.add_argument("--store", metavar="URL", help="a RewindSaver store (folder or s3://bucket/prefix)")
     p.add_argument("--run-id", required=True, help="the new run's id")
 
     p = command("mirror", "rebuild a run's checkpoints from its Temporal history (idempotent)", handler=cmd_mirror)
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
     p.add_argument("--branch", help="only this branch (default: main and every branch in the store)")
 
     p = command("view", "write a run as one self-contained HTML page (tree, steps, diffs), from the store alone",
                 handler=cmd_view, store_only=True)
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
     p.add_argument("--out", help="file to write (default: RUN.html here), or - for stdout")

@@ -79,7 +79,11 @@ def shortened(text: str, limit: int) -> str:
 
 async def wait_and_report(
     args: argparse.Namespace, client: Any, handle: Any, run_id: str, branch: str, extra: dict[str, Any],
+    *, workers_checked: bool = False,
 ) -> int:
+    """Wait for the run and print how it ended. A run no worker polls for is said at once on
+    stderr (unless `workers_checked`: the command said it already), and on a terminal the
+    progress says it while it waits."""
     from temporalio.client import WorkflowFailureError
     from temporalio.exceptions import CancelledError
 
@@ -87,9 +91,10 @@ async def wait_and_report(
     from rewind.progress import follow
 
     async def wait() -> Any:
+        if not workers_checked:
+            await say_if_no_worker(client, handle, waiting=True)
         if interactive(args):
             return await follow(client, run_id, handle, sys.stdout, branch)
-        await say_if_no_worker(client, handle, waiting=True)
         return await wait_for_outcome(handle)
 
     stopped = f"rewind: stopped waiting; run {run_id} ({branch}) goes on (`rewind status {run_id}`)"
@@ -139,16 +144,25 @@ async def _until_ctrl_c(waiting: Any, said: str) -> Any:
         loop.remove_signal_handler(signal.SIGINT)
 
 
+# What a command adds to the no-worker line (checkpoint_bridge.temporal.runs.no_worker_line).
+WAITING_FOR_WORKER = "waiting for one (Ctrl-C stops the waiting, not the run)"
+
+
+def say_no_worker(line: str, *then: str) -> None:
+    """The no-worker line on stderr, with what the command adds to it."""
+    print("; ".join(["rewind: " + line, *then]), file=sys.stderr, flush=True)
+
+
 async def say_if_no_worker(client: Any, handle: Any, *, waiting: bool) -> None:
     """A run no worker polls for does nothing: waiting on it quietly would look like a hang,
-    and starting it without a word would look like it runs. Say so once, on stderr."""
-    from checkpoint_bridge.temporal.runs import pollers
+    and starting it without a word would look like it runs. Say so once, on stderr, in the
+    words of `rewind status`."""
+    from checkpoint_bridge.temporal.runs import no_worker
 
     queue = (await handle.describe()).raw_description.execution_config.task_queue.name
-    if queue and not await pollers(client, queue, workflows=True):
-        then = ("waiting for one (Ctrl-C stops the waiting, not the run)" if waiting
-                else "the run waits for one: start `rewind worker` (or `rewind dev`) with its tools")
-        print(f"rewind: no worker is polling task queue {queue!r} yet; {then}", file=sys.stderr, flush=True)
+    line = await no_worker(client, queue) if queue else None
+    if line:
+        say_no_worker(line, *([WAITING_FOR_WORKER] if waiting else []))
 
 
 def continue_hint(run_id: str, status: Any) -> str:

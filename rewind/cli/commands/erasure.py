@@ -71,7 +71,7 @@ async def cmd_gc(args: argparse.Namespace, settings: Settings) -> int:
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
     p = command("delete", "erase a run everywhere: Temporal, checkpoints, payloads only it uses", handler=cmd_delete)
-    p.add_argument("run")
+    p.add_argument("run", help="the run's id (every branch of it is erased)")
     p.add_argument("--yes", action="store_true", help="do not ask (needed without a terminal)")
     p.add_argument("--force", action="store_true", help="terminate the run's running branches first")
 

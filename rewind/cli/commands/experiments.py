@@ -113,7 +113,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("target", metavar="RUN|status|show|continue", help="the run to experiment on, or what to do")
     p.add_argument("ident", nargs="?", metavar="ID", help="the experiment's id (with status, show, continue)")
     p.add_argument("--step", type=COUNT, help="the checkpoint every variant forks from")
-    p.add_argument("--from-branch", default="main")
+    p.add_argument("--from-branch", default="main", help="the branch the --step checkpoint is on")
     p.add_argument("--variant", action="append", metavar="NAME:key=value,...",
                    help="model=M, system_prompt=TEXT or @file, tools=a+b, temperature=T, seed=S, a pipeline's "
                         "prompt.LABEL=TEXT or model.LABEL=M, or an agent variable; repeatable")

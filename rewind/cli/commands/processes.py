@@ -65,7 +65,7 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
 
     args.tools_deprecated = None
     settings, modules = worker_settings(args, settings, warn)
-    return run_dev(settings, DevOptions(modules, scripts=args.scripts or settings.scripts_file,
+    return run_dev(settings, DevOptions(modules, scripts=settings.scripts_file,
                                         mcp_config=args.mcp_config, port=args.port, ui_port=args.ui_port))
 
 
@@ -101,11 +101,11 @@ def cmd_health(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
-    from rewind.worker.args import add_worker_arguments
+    from rewind.worker.args import SCRIPTS_HELP, add_worker_arguments
 
     p = command("server", "run the embedded Temporal dev server (state under REWIND_HOME, .rewind/)", sync=cmd_server)
     p.add_argument("--port", type=int, help="gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
-    p.add_argument("--ui-port", type=int, default=8233)
+    p.add_argument("--ui-port", type=int, default=8233, help="the Temporal UI's port")
 
     p = command("dev", "the embedded Temporal dev server and a worker for your tools, in the foreground "
                 "(Ctrl-C stops both)", sync=cmd_dev)
@@ -113,8 +113,7 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="comma-separated tool modules to load, e.g. mytools for mytools.py here "
                         "(default: REWIND_TOOL_MODULES)")
     p.add_argument("--task-queue", help="the worker's task queue (default: REWIND_TASK_QUEUE or 'rewind')")
-    p.add_argument("--scripts", metavar="FILE",
-                   help="scripts for the offline model, run with --model script:NAME (default: REWIND_SCRIPTS)")
+    p.add_argument("--scripts", metavar="FILE", help=SCRIPTS_HELP)
     p.add_argument("--mcp-config", metavar="FILE", help="MCP servers whose tools the worker offers (REWIND_MCP_CONFIG)")
     p.add_argument("--port", type=int, help="the server's gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
     p.add_argument("--ui-port", type=int, help="the Temporal UI's port (default: 8233 if free, else any free port)")

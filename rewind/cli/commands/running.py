@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Callable
 
 from rewind.cli.commands.approvals import pending_lines
 from rewind.cli.commands.arguments import (
+    BRANCH_HELP,
+    RUN_HELP,
     SECONDS,
     STEPS,
     TOKENS,
     USD,
+    WAIT_HELP,
     check_start_shape,
     pipeline_arguments,
     task_text,
 )
 from rewind.cli.commands.common import (
+    WAITING_FOR_WORKER,
     client_for,
     connection_for,
     continue_hint,
@@ -24,7 +27,7 @@ from rewind.cli.commands.common import (
     interactive,
     names,
     open_checkpoints,
-    say_if_no_worker,
+    say_no_worker,
     wait_and_report,
 )
 from rewind.settings.config import Settings
@@ -36,7 +39,7 @@ from workflows.text import usd
 
 
 async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.temporal.runs import pollers
+    from checkpoint_bridge.temporal.runs import no_worker
     from rewind.client import agent_input as declared_input
     from rewind.client import new_run_id, start_run
     from workflows.contracts import AgentInput, RunLimits
@@ -79,25 +82,25 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
             fast=args.fast,
             **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
         )
-    warned = (bool(agent_input.tools) or agent_input.pipeline is not None) and \
-        not await pollers(client, settings.task_queue, workflows=True)
-    if warned:
-        if agent_input.pipeline is not None:
-            print(f"rewind: no worker polls task queue {settings.task_queue!r} yet; the pipeline run waits for one "
-                  "whose --tool-modules define it", file=sys.stderr)
-        else:
-            print(f"rewind: no worker polls task queue {settings.task_queue!r} yet, so --tools could not be checked; "
-                  f"the run waits for a worker ({agent_input.tool_wait_s:g} s for each named tool)", file=sys.stderr)
+    # Asked before the start, whose check of --tools needs a worker to answer; said after it,
+    # at once, so a run that does not start is not announced (status says it in the same words).
+    absent = await no_worker(client, settings.task_queue)
     handle = await start_run(client, settings, agent_input)
     info = {"run_id": agent_input.run_id, "workflow_id": handle.id}
+    if absent:
+        then = []
+        if agent_input.pipeline is not None:
+            then.append("the pipeline run needs one whose --tool-modules define it")
+        elif agent_input.tools:
+            then.append(f"--tools could not be checked (the run waits {agent_input.tool_wait_s:g} s for a worker "
+                        "with each named tool)")
+        say_no_worker(absent, *then, *([WAITING_FOR_WORKER] if args.wait else []))
     if not args.wait:
         emit(info, args.json, agent_input.run_id)
-        if not warned:
-            await say_if_no_worker(client, handle, waiting=False)
         return 0
     if interactive(args):
         print(f"run {agent_input.run_id} started; progress:", flush=True)
-    return await wait_and_report(args, client, handle, agent_input.run_id, "main", info)
+    return await wait_and_report(args, client, handle, agent_input.run_id, "main", info, workers_checked=True)
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -311,26 +314,26 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                                                   f"a pipeline's steps are its calls: {PIPELINE_MAX_STEPS})")
     p.add_argument("--max-cost", type=USD, help="pause before a step that would pass this many USD")
     p.add_argument("--max-tokens", type=TOKENS, help="pause before a step that would pass this many tokens")
-    p.add_argument("--wait", action="store_true", help="wait for the run to finish (live progress on a terminal)")
+    p.add_argument("--wait", action="store_true", help=WAIT_HELP)
     p.add_argument("--fast", action="store_true",
                    help="model calls and read-only tools as local activities, recorded every ~2 s: much less "
                         "overhead per step; a crash re-runs the unrecorded last moments (docs/operations.md: Fast path)")
 
     p = command("continue", "continue a run paused by its budget, with a raised budget", handler=cmd_continue)
-    p.add_argument("run")
-    p.add_argument("--branch", default="main")
-    p.add_argument("--max-steps", type=STEPS)
-    p.add_argument("--max-cost", type=USD)
-    p.add_argument("--max-tokens", type=TOKENS)
-    p.add_argument("--wait", action="store_true")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
+    p.add_argument("--max-steps", type=STEPS, help="the new limit of steps, in all (more than the run has taken)")
+    p.add_argument("--max-cost", type=USD, help="the new limit in USD, in all (more than the run has spent)")
+    p.add_argument("--max-tokens", type=TOKENS, help="the new limit of tokens, in all (more than the run has used)")
+    p.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
     p = command("cancel", "stop a run (it ends as cancelled; its checkpoints stay)", handler=cmd_cancel)
-    p.add_argument("run")
-    p.add_argument("--branch", default="main")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
 
     p = command("status", "state of a run: live while it runs, from its result or checkpoints after", handler=cmd_status)
-    p.add_argument("run")
-    p.add_argument("--branch", default="main")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--branch", default="main", help=BRANCH_HELP)
     # A live worker answers in milliseconds; one Temporal still lists after it died never
     # does, and the status should not hang on it (it then comes from history and the store).
     p.add_argument("--query-timeout", type=SECONDS, default=1.5,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from store_backends import Backend, make_bucket
 
-from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, open_object_store
+from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, open_object_store, parse_store_url
 from checkpoint_bridge.checkpoints.store import DEFAULT_STORE_URL, open_checkpoint_store
 from workflows.errors import (
     CheckpointExistsError,
@@ -91,6 +91,28 @@ def test_open_object_store_rejects_other_urls_and_shows_the_accepted_forms(url: 
     assert repr(url) in str(caught.value) or "bucket" in str(caught.value)
     if "://" in url and not url.startswith(("s3://", "file://")):
         assert "s3://bucket" in str(caught.value) and "file://" in str(caught.value)
+
+
+@pytest.mark.parametrize("url, named, fix", [
+    ("dynamodb://rewind-checkpoints?region=us-east-1", "?region=us-east-1", "set AWS_REGION=us-east-1 in the environment"),
+    ("s3://bucket/cp?endpoint_url=http://127.0.0.1:9000", "?endpoint_url=http://127.0.0.1:9000",
+     "set AWS_ENDPOINT_URL=http://127.0.0.1:9000 in the environment"),
+    ("s3://bucket?aws_secret_access_key=hunter2", "?aws_secret_access_key=...", "set AWS_SECRET_ACCESS_KEY in the"),
+    ("dynamodb://table?consistent=1", "?consistent=...", "its settings are environment variables (AWS_REGION"),
+    ("sqlite:///tmp/x.db?mode=ro", "?mode=...", "it takes no options; use sqlite:///path/file.db"),
+    ("file:///tmp/cp?fsync=0", "?fsync=...", "it takes no options; use file://path"),
+])
+def test_a_query_no_backend_reads_is_refused_naming_it_and_where_it_goes(url: str, named: str, fix: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_object_store(url)
+    text = str(caught.value)
+    assert named in text and fix in text and "reads no query" in text, text
+    assert "invalid" not in text and "hunter2" not in text, text
+
+
+def test_a_query_its_backend_reads_is_kept() -> None:
+    assert parse_store_url("postgresql://rewind@db:5432/rewind?schema=team").url.endswith("?schema=team")
+    assert parse_store_url("redis://cache:6379/0?namespace=a").url.endswith("?namespace=a")
 
 
 def test_default_checkpoint_store_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

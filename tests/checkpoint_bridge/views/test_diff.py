@@ -283,3 +283,20 @@ def test_texts_that_differ_early_are_shown_from_the_start() -> None:
     assert first_difference("abc", "abd") == 2 and first_difference("ab", "abc") == 2 and first_difference("a", "a") == 1
     left, right = aligned_pair("Acme grew faster.", "Globex grew faster.", 30)
     assert left == ["Acme grew faster."] and right == ["Globex grew faster."]
+
+
+def test_spend_is_said_after_the_fork_point_and_in_all_as_tree_counts(main, alt) -> None:
+    d = diff_branches("run-1", "main", main, "alt", alt)
+    # After the fork point (main:2): each head's total minus the fork point's.
+    assert (d.a.tokens.total, d.b.tokens.total) == (180, 1760)
+    # In all: the head's own totals, what `rewind tree` prints at main:3 and alt:4.
+    assert (d.a.tokens_in_all.total, d.a.cost_usd_in_all) == (main[-1].llm_tokens_used, main[-1].llm_cost_usd)
+    assert (d.b.tokens_in_all.total, d.b.cost_usd_in_all) == (alt[-1].llm_tokens_used, alt[-1].llm_cost_usd)
+    text = diff_text(d)
+    assert "spent after the fork point (step 2); \"in all\" counts from step 0, as `rewind tree` does" in text
+    in_all = next(line for line in text.splitlines() if line.startswith("in all"))
+    assert f"{main[-1].llm_tokens_used} tokens" in in_all and f"{alt[-1].llm_tokens_used} tokens" in in_all, in_all
+    # With no shared checkpoint, what is spent is the whole: one figure, said so.
+    other = [_start(branch="other")]
+    alone = diff_text(diff_branches("run-1", "main", main, "other", other))
+    assert "spent from step 0, as `rewind tree` counts" in alone and "in all" not in alone

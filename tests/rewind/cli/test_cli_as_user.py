@@ -122,6 +122,13 @@ async def test_broken_pipe_export_json_status_without_worker_and_ids(world, tmp_
     assert code == 0 and out.splitlines()[0] == "run pipe-1 (branch main): completed", out
     assert "live status unavailable" not in out and "running " not in out and "workflow" not in out
 
+    # The id column of `rewind tree` is what `show` takes; anything else says where ids come from.
+    code, out, err = await rewind(cli, env, "tree", "pipe-1")
+    shown = {line.split()[5] for line in out.splitlines()[2:] if len(line.split()) > 6}
+    assert "pipe-1:main:3" in shown, out
+    code, out, err = await rewind(cli, env, "show", "8430905257")
+    one_line_error(code, err, "expected RUN:BRANCH:STEP", "the id column of `rewind tree RUN`")
+
     # `rewind show ... --json | head -1`: no BrokenPipeError, no traceback.
     shell = subprocess.run(f"'{BIN}/rewind' show pipe-1:main:3 --json | head -1", shell=True, cwd=cli, env=env,
                            capture_output=True, text=True, timeout=60)

@@ -151,9 +151,15 @@ async def test_export_to_stdout_version_and_tools_nobody_can_check(world):
     # --tools with no worker at all on the queue: said, and the run waits for one.
     code, out, err = await rewind(cli, env, "start", "--task", "t", "--tools", "lookup", "--run-id", "later-1")
     assert code == 0 and out.strip() == "later-1", out + err
-    assert f"no worker polls task queue {world.queue!r} yet, so --tools could not be checked" in err, err
+    # In the words of `rewind status`, with what the start adds.
+    assert err.startswith(f"rewind: no worker is polling task queue {world.queue!r}; start one (`rewind worker`)"), err
+    assert "; --tools could not be checked (the run waits" in err and err.count("\n") == 1, err
     with UserWorker(wdir, world.env(wdir), "--tool-modules", "examples.research_agent") as w:
         await w.wait_ready()
+        # A tool no worker has is refused, naming what the workers offer (and the name meant).
+        code, out, err = await rewind(cli, env, "start", "--task", "t", "--tools", "search_compny,save_report")
+        one_line_error(code, err, "'search_compny' (did you mean search_company?)",
+                       "a worker of the queue offers save_report, search_company", "--tool-modules")
         code, out, err = await rewind(cli, env, "start", "--task", RESEARCH, "--run-id", "out-1", "--wait")
         assert code == 0, err
     code, out, err = await rewind(cli, env, "export", "out-1:main:3", "--out", "-")
