@@ -174,7 +174,8 @@ async def _scenario(world, server: DevServer, tmp_path) -> None:
         assert rows["ok-1"]["steps"] == 2 and rows["ok-1"]["cost_usd"] > 0 and rows["paused-1"]["steps"] == 1
         assert "this request is refused" in rows["fail-400"]["reason"], rows["fail-400"]
         assert "bug in broken(tea)" in rows["pipe-bug"]["reason"], rows["pipe-bug"]
-        assert rows["stuck-1"]["reason"] == f"no worker is polling task queue 'nobody-{q}'", rows["stuck-1"]
+        assert rows["stuck-1"]["reason"] == (f"no worker is polling task queue 'nobody-{q}'; start one "
+                                             "(`rewind worker`) and the run goes on"), rows["stuck-1"]
         assert rows["stuck-1"]["steps"] == 0 and rows["stuck-1"]["task_queue"] == f"nobody-{q}"
         for run_id in ALL - {"fail-400", "pipe-bug", "stuck-1"}:
             assert rows[run_id]["reason"] is None, rows[run_id]
