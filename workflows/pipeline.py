@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
 
     from workflows.agent import AgentWorkflow
     from workflows.canonical import canonical_json
-    from workflows.contracts import AgentInput, AgentResult, DescribeToolsResponse, LlmRequest, ToolCallLog
+    from workflows.contracts import AgentInput, AgentResult, DescribeToolsResponse, LlmRequest, StepRecord, ToolCallLog
     from workflows.errors import ModelCallFailed, OutputInvalid, PipelineError, ToolCallFailed
     from workflows.pipeline_contracts import (
         DescribePipelineRequest,
@@ -130,6 +130,7 @@ class PipelineWorkflow(AgentWorkflow):
         self._default_model = ""
         # The calls of the group in flight (an asyncio.gather's), by position, for the status.
         self._calls: dict[int, PipelineCallState] = {}
+        self._spans: dict[tuple[int, int], Any] = {}  # each live call's trace span, while it runs
         self._draws = 0  # ctx.random() numbers drawn so far
         self._fork_step = -1  # the step this run's record ends at (-1: a run started afresh)
         self._seed = 0
@@ -425,8 +426,8 @@ class PipelineWorkflow(AgentWorkflow):
         details = call.model_dump()
         if invalid is not None:
             details["invalid"] = invalid
-        self._record_step(label, variables=variables, model_view=model_view, pipeline=details, model=model)
-        self._call_ended(call, self._state.step)
+        record = self._record_step(label, variables=variables, model_view=model_view, pipeline=details, model=model)
+        self._call_ended(call, record)
 
     def _call_started(self, call: PipelineCall) -> None:
         """A live call starts: one of the group in flight, or the first of a new group."""
@@ -436,13 +437,15 @@ class PipelineWorkflow(AgentWorkflow):
         self._calls[call.position] = PipelineCallState(position=call.position, label=call.label, kind=call.kind,
                                                        state="running")
         self._show_calls()
+        self._spans[(call.position, call.attempt)] = self._trace.pipeline_call_started(call.position, call.attempt)
 
-    def _call_ended(self, call: PipelineCall, step: int | None) -> None:
-        """A call completed (recorded at `step`) or failed (None)."""
+    def _call_ended(self, call: PipelineCall, record: StepRecord | None) -> None:
+        """A call completed (its step's `record`) or failed (None)."""
         shown = self._calls.get(call.position)
         if shown is not None:
-            shown.state, shown.step = ("completed", step) if step is not None else ("failed", None)
+            shown.state, shown.step = ("completed", record.step_index) if record is not None else ("failed", None)
         self._show_calls()
+        self._trace.pipeline_call_ended(self._spans.pop((call.position, call.attempt), None), record)
 
     def _show_calls(self) -> None:
         """The status's calls: those started since none was in flight (an asyncio.gather's group,
