@@ -398,6 +398,9 @@ class DescribeToolsRequest(BaseModel):
 class DescribeToolsResponse(BaseModel):
     tools: list[ToolSpec]
     missing: list[str] = Field(default_factory=list)
+    # The worker's @pipeline functions, as another pipeline calls them (ctx.pipeline), when every
+    # tool is asked for (`rewind tools` lists them); never a tool a run is given.
+    pipelines: list[ToolSpec] = Field(default_factory=list)
 
 
 class ToolOutcome(BaseModel):
