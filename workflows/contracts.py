@@ -613,6 +613,9 @@ class LoopState(BaseModel):
     # The first model call goes out with them while the run describes its tools again
     # (the answer is what the run uses from then on; a tool no worker has still fails it).
     tool_specs: list[ToolSpec] | None = None
+    # `rewind resume`: the revision this one resumes (`main.r0`), named in the workflow's memo so
+    # that a second bulk resume skips the run.
+    resumed: str | None = None
 
 
 class RedoPlan(BaseModel):
