@@ -22,7 +22,13 @@ whole line, reused (`--side-effects reuse`) instead of caused again.
 
 The new revision's workflow carries in its memo which revision it resumed
 (`resumed_from`, workflows/wire.py), so a bulk resume run twice does not resume a
-run twice (`skip_resumed`). A pipeline's run is refused with the fork that resumes it.
+run twice (`skip_resumed`).
+
+A pipeline's run is resumed the same way, from the same point, without a redo plan: its
+code runs again against its record up to the start point (as a fork's does), so the
+failed call is the first one made live; read-only calls after it are answered from the
+seeded cache and effects are reused, but its model calls after the failed call are made
+again (a pipeline's record answers calls up to its start point only).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from checkpoint_bridge.branches.branching import (
     source_of,
     subagent_effects,
     tool_cache_of,
+    with_pipeline_overrides,
 )
 from checkpoint_bridge.checkpoints.lineage import current_name, lineage, revision_branch, revisions, split_revision
 from checkpoint_bridge.checkpoints.store import CheckpointStore
@@ -190,12 +197,16 @@ async def resume(
     head = await store.load(found.head.checkpoint_id)  # a failed step's too: its records are the line's
     source = await source_of(client, handle.id)
     base = _input_for(start, source.input)
+    redo: RedoPlan | None = None
     if base.pipeline is not None:
-        raise NotResumableError(
-            f"run {run_id!r} is a pipeline run, which resume does not continue yet: fork it from step "
-            f"{plan.from_step} (`rewind fork {run_id} --step {plan.from_step} --branch NAME --side-effects reuse`); "
-            "its code runs again against the record")
-    redo = await _redo_plan(store, start, found.redo_at) if found.redo_at is not None else None
+        # A pipeline's code runs again against its record up to the start point (as a fork's
+        # does): the failed call is the first not answered from it; later read-only calls come
+        # from the seeded cache and effects are reused, but its model calls after the failed
+        # call are made again (the record answers calls up to the start point only).
+        base = with_pipeline_overrides(base, system_prompt=system_prompt, model=model)
+        system_prompt = model = None
+    elif found.redo_at is not None:
+        redo = await _redo_plan(store, start, found.redo_at)
     resumed = plan.revision
 
     def adjust(seed: LoopState) -> None:

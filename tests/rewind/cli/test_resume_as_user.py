@@ -9,10 +9,13 @@ this test's own, the scripted model over HTTP), every tool execution counted in 
              provider refuses step 3 (a 400): the run fails
     fail-c   lookup(q), then the provider refuses step 2: fails, no tool error
     ok-d     lookup(z), then an answer: nothing to resume
+    pipe-e   pipeline `digest`: lookup(e), fetch_page(b) (fails; the code goes on), fetch_page(e),
+             save(e): completes with a tool error
+    pipe-f   the same pipeline, whose code raises on the failed call: fails
 
 The tool is fixed (the module edited, the worker restarted) and the provider recovers;
-`rewind resume --tool-errors --since 1h --yes` resumes err-a and fail-b, `--failed`
-fail-c; every one then completes, the only executions added are the failed calls'
+`rewind resume --tool-errors --since 1h --yes` resumes err-a, fail-b and both
+pipelines, `--failed` fail-c; every one then completes, the only executions added are the failed calls'
 (fetch_page(b) once per run), and a second resume (and a --dry-run) starts nothing.
 """
 
@@ -30,7 +33,7 @@ from rewind.temporal.dev_server import DevServer
 TOOLS = '''
 from pathlib import Path
 
-from rewind import tool
+from rewind import ToolCallFailed, pipeline, tool
 
 BUGGY = True
 CALLS = Path(__file__).with_name("calls.log")
@@ -62,6 +65,20 @@ async def save(name: str) -> str:
     """Save a report (a side effect)."""
     _count("save", name)
     return f"saved {name}"
+
+
+@pipeline
+async def digest(ctx, topic: str, careful: bool) -> str:
+    facts = await ctx.tool("lookup", term=topic)
+    try:
+        page = await ctx.tool("fetch_page", page="b")
+    except ToolCallFailed:
+        if not careful:
+            raise
+        page = "no page"
+    more = await ctx.tool("fetch_page", page=topic)
+    await ctx.tool("save", name=topic)
+    return f"{facts}; {page}; {more}"
 '''
 
 
@@ -122,13 +139,19 @@ async def _scenario(world, server: DevServer) -> None:
             code, out, err = await rewind(cli, env, "start", "--run-id", run_id, "--task", "read the site",
                                           "--model", f"script:{names[script]}", "--wait")
             assert code == exit_code, (run_id, code, out, err)
+        for run_id, careful, exit_code in [("pipe-e", "true", 0), ("pipe-f", "false", 1)]:
+            topic = run_id[-1]
+            code, out, err = await rewind(cli, env, "start", "--run-id", run_id, "--pipeline", "digest", "--input",
+                                          f'{{"topic": "{topic}", "careful": {careful}}}', "--wait")
+            assert code == exit_code, (run_id, code, out, err)
         before = _counted(calls)
-        assert before == Counter({"fetch_page:b": 4, "lookup:x": 1, "fetch_page:c": 1, "save:a": 1, "lookup:y": 1,
-                                  "fetch_page:d": 1, "save:b": 1, "lookup:q": 1, "lookup:z": 1}), before
+        assert before == Counter({"fetch_page:b": 8, "lookup:x": 1, "fetch_page:c": 1, "save:a": 1, "lookup:y": 1,
+                                  "fetch_page:d": 1, "save:b": 1, "lookup:q": 1, "lookup:z": 1, "lookup:e": 1,
+                                  "fetch_page:e": 1, "save:e": 1, "lookup:f": 1}), before
 
         # Nothing is resumed without saying so, and a run that broke nothing is refused in one line.
         code, _, err = await rewind(cli, env, "resume", "--tool-errors", "--since", "1h")
-        one_line_error(code, err, "2 run(s) to resume", "--yes")
+        one_line_error(code, err, "4 run(s) to resume", "--yes")
         code, _, err = await rewind(cli, env, "resume", "ok-d")
         one_line_error(code, err, "completed", "nothing to resume")
         code, _, err = await rewind(cli, env, "resume", "ok-d", "--failed")
@@ -144,7 +167,7 @@ async def _scenario(world, server: DevServer) -> None:
         # --dry-run lists what would be resumed, from where, what runs again; it starts nothing.
         dry = await rewind_json(cli, env, "resume", "--tool-errors", "--since", "1h", "--dry-run")
         planned = {o["run_id"]: o for o in dry["outcomes"]}
-        assert set(planned) == {"err-a", "fail-b"}, dry
+        assert set(planned) == {"err-a", "fail-b", "pipe-e", "pipe-f"}, dry
         assert all(o["outcome"] == "would resume" for o in planned.values()), dry
         assert "from step 0" in planned["err-a"]["detail"] and "fetch_page" in planned["err-a"]["detail"], dry
         assert _counted(calls) == before and (await states())["err-a"] == "completed"
@@ -152,7 +175,7 @@ async def _scenario(world, server: DevServer) -> None:
         # Every run with a tool error, then every failed one, resumed and waited for.
         report = await rewind_json(cli, env, "resume", "--tool-errors", "--since", "1h", "--yes", "--wait")
         outcomes = {o["run_id"]: o for o in report["outcomes"]}
-        assert set(outcomes) == {"err-a", "fail-b"}, report
+        assert set(outcomes) == {"err-a", "fail-b", "pipe-e", "pipe-f"}, report
         for run_id, o in outcomes.items():
             assert (o["outcome"], o["revision"], o["ended"]) == ("resumed", "main.r1", "completed"), (run_id, report)
         # fail-c's provider still refuses: its resume fails too, and a second --failed skips it.
@@ -174,12 +197,18 @@ async def _scenario(world, server: DevServer) -> None:
 
         # Only the failed calls ran again: fetch_page(b) once per resumed run; no read-only call or
         # effect that had succeeded ran twice, and fail-c (its model call failed) ran no tool.
-        rerun = _counted(calls) - before
-        assert rerun == Counter({"fetch_page:b": 2}), rerun
+        # pipe-f's calls after the failed one never ran before: they run now, once.
+        first_time = Counter({"fetch_page:f": 1, "save:f": 1})
+        rerun = _counted(calls) - before - first_time
+        assert rerun == Counter({"fetch_page:b": 4}), rerun
         assert await _until("the resumed runs completed", lambda: _all_completed(states))
         for run_id, answer in (("err-a", "done a"), ("fail-b", "done b"), ("fail-c", "done c")):
             status = await rewind_json(cli, env, "status", run_id)
             assert (status["state"], status["status"]["final_answer"]) == ("completed", answer), status
+        for run_id in ("pipe-e", "pipe-f"):
+            result = (await rewind_json(cli, env, "status", run_id))["status"]["final_answer"]
+            topic = run_id[-1]
+            assert result == f"about {topic}; page b; page {topic}", (run_id, result)
         # The revision records what it resumed; the old steps are kept, invalidated.
         tree = await rewind_json(cli, env, "tree", "err-a")
         assert "main.r1" in json.dumps(tree), tree
@@ -191,7 +220,7 @@ async def _scenario(world, server: DevServer) -> None:
         # One run asked for by name again: its newest revision ended well, nothing failed in it.
         code, _, err = await rewind(cli, env, "resume", "err-a")
         one_line_error(code, err, "nothing to resume")
-        assert _counted(calls) - before == rerun
+        assert _counted(calls) - before - first_time == rerun
 
 
 async def _state_is(states, run_id: str, state: str) -> bool:
@@ -200,4 +229,4 @@ async def _state_is(states, run_id: str, state: str) -> bool:
 
 async def _all_completed(states) -> bool:
     now = await states()
-    return all(now.get(r) == "completed" for r in ("err-a", "fail-b", "fail-c", "ok-d"))
+    return all(now.get(r) == "completed" for r in ("err-a", "fail-b", "fail-c", "ok-d", "pipe-e", "pipe-f"))
