@@ -22,7 +22,7 @@ tests/test_layers.py):
     4  local/        the local stack: stack, `rewind dev`, `rewind demo`, servers for tests
     3  worker/       the worker process: build, run, pool, health, the offline model
     2  (this level)  the client API: client.py (connect, start, fork, approve, ...),
-                     stores.py, experiments.py, erasure.py, progress.py, variables.py
+                     stores.py, experiments.py, erasure.py, resuming.py, progress.py, variables.py
     1  temporal/     reaching Temporal: connection, converter, payloads, tracing, dev server
     0  settings/     the one place that reads the environment
        __init__.py   this facade: names as strings, imports nothing until used
