@@ -631,6 +631,9 @@ class RedoPlan(BaseModel):
     model: str | None = None
     # What the recorded step's model call cost (the redo branch inherits it, not re-spent).
     model_ledger: Ledger = Field(default_factory=Ledger)
+    # What the step's label says in parentheses (default: `redo of CALL`); `rewind resume`
+    # runs every failed call of the step again (the calls `answers` leaves out), and says so.
+    label: str | None = None
 
 
 PipelineRun.model_rebuild()

@@ -244,7 +244,7 @@ async def _redo_plan(store: CheckpointStore, before: AgentCheckpoint, at: Checkp
     answers = {cid: log_of(r, at.step_index) for cid, r in records.items() if cid not in failed}
     ledger = Ledger.model_validate((cp.ledger or {}).get("step") or {})
     return RedoPlan(step=at.step_index, source_checkpoint=cp.checkpoint_id, message=message, call_id=failed[0],
-                    answers=answers, model_ledger=ledger)
+                    answers=answers, model_ledger=ledger, label=f"resumed: {', '.join(failed)} again")
 
 
 __all__ = ["resume", "plan_resume", "ResumePlan", "ResumeResult"]
