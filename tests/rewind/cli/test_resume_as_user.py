@@ -144,6 +144,11 @@ async def _scenario(world, server: DevServer) -> None:
                                           f'{{"topic": "{topic}", "careful": {careful}}}', "--wait")
             assert code == exit_code, (run_id, code, out, err)
         before = _counted(calls)
+
+        def model_calls(script: str) -> int:
+            return sum(1 for r in world.model.requests() if r.get("model") == f"script:{names[script]}")
+
+        assert model_calls("a") == 3, world.model.requests()[-1]
         assert before == Counter({"fetch_page:b": 8, "lookup:x": 1, "fetch_page:c": 1, "save:a": 1, "lookup:y": 1,
                                   "fetch_page:d": 1, "save:b": 1, "lookup:q": 1, "lookup:z": 1, "lookup:e": 1,
                                   "fetch_page:e": 1, "save:e": 1, "lookup:f": 1}), before
@@ -177,6 +182,9 @@ async def _scenario(world, server: DevServer) -> None:
         assert set(outcomes) == {"err-a", "fail-b", "pipe-e", "pipe-f"}, report
         for run_id, o in outcomes.items():
             assert (o["outcome"], o["revision"], o["ended"]) == ("resumed", "main.r1", "completed"), (run_id, report)
+        # err-a's model call of step 1 (it asked for the failed call) is not made again; those of
+        # steps 2 and 3 are, since the conversation now holds the page instead of the error.
+        assert model_calls("a") == 5
         # fail-c's provider still refuses: its resume fails too, and a second --failed skips it.
         code, text, err = await rewind(cli, env, "resume", "--failed", "--since", "1h", "--yes", "--wait")
         assert code == 1, (text, err)
