@@ -152,8 +152,9 @@ async def _find(client: Client, store: CheckpointStore, run_id: str, branch: str
             first, calls = key[1], [_call_text(r, key[1]) for r in failed]
     failed_step = head.step_index if head.status == "failed" else None
     if first is None and failed_step is None and ended == "completed":
-        raise NotResumableError(f"run {run_id!r} completed ({revision}) and no tool call of it failed after its "
-                                "retries: nothing to resume; `rewind fork` tries something else")
+        raise NotResumableError(f"run {run_id!r} completed ({revision}) and no tool call of its branch failed after "
+                                "its retries: nothing to resume (a sub-agent's failed call is its own: `rewind redo "
+                                "RUN --step N --call CALL` runs it again); `rewind fork` tries something else")
     by_step = {s.step_index: s for s in line}
     redo_at: CheckpointSummary | None = None
     if first is not None and (failed_step is None or first < failed_step) and first >= 1:

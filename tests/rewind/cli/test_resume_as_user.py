@@ -13,10 +13,12 @@ this test's own, the scripted model over HTTP), every tool execution counted in 
              save(e): completes with a tool error
     pipe-f   the same pipeline, whose code raises on the failed call: fails
 
-The tool is fixed (the module edited, the worker restarted) and the provider recovers;
-`rewind resume --tool-errors --since 1h --yes` resumes err-a, fail-b and both
-pipelines, `--failed` fail-c; every one then completes, the only executions added are the failed calls'
-(fetch_page(b) once per run), and a second resume (and a --dry-run) starts nothing.
+The tool is fixed (the module edited, the worker restarted) and fail-b's provider recovers;
+a --dry-run starts nothing; `rewind resume --tool-errors --since 1h --yes` resumes err-a,
+fail-b and both pipelines; `--failed` resumes fail-c while its provider still refuses (that
+resume fails too, and a second `--failed` skips it: already resumed), then `rewind resume
+fail-c` once it answers. Every run then completes, the only executions added are the failed
+calls' (fetch_page(b) once per run), and a second resume starts nothing.
 """
 
 from __future__ import annotations
