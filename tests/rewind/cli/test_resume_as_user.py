@@ -162,6 +162,8 @@ async def _scenario(world, server: DevServer) -> None:
         one_line_error(code, err, "completed", "nothing to resume")
         code, _, err = await rewind(cli, env, "resume", "ok-d", "--failed")
         one_line_error(code, err, "not both")
+        code, _, err = await rewind(cli, env, "resume")
+        one_line_error(code, err, "a RUN, or --failed / --tool-errors")
 
         # The fix: the module edited, the worker restarted; the provider answers again.
         await worker.stop_async()
