@@ -329,7 +329,7 @@ class AgentWorkflow:
         self._add_messages(*replies)
         self._step_calls.extend(self._tools.take_log())
         state.redo = None
-        self._record_step(f"{step_label(message)} (redo of {plan.call_id})")
+        self._record_step(f"{step_label(message)} ({plan.label or f'redo of {plan.call_id}'})")
 
     # -- sub-agents -------------------------------------------------------------
     def _budget_left(self) -> tuple[float | None, int | None]:
