@@ -301,16 +301,34 @@ async def open_connection(settings: "Settings", runtime: Any = None, *, service:
     # What `Client.connect(**options, ...)` does: connect the service client, then build the
     # Client on it (here: Connection.client) with the namespace, converter and interceptors.
     namespace = options.pop("namespace", "default")
-    try:
-        # Not the SDK's default runtime: its core would print warnings on stdout (rewind/temporal/runtime.py).
-        service_client = await ServiceClient.connect(
-            ConnectConfig(**options, runtime=runtime if runtime is not None else core_runtime()))
-    except RuntimeError as exc:
-        raise await connection_error(settings, exc) from exc
+    config = ConnectConfig(**options, runtime=runtime if runtime is not None else core_runtime())
+    deadline = asyncio.get_running_loop().time() + DEV_SERVER_START_WAIT_S
+    while True:
+        try:
+            # Not the SDK's default runtime: its core would print warnings on stdout (rewind/temporal/runtime.py).
+            service_client = await ServiceClient.connect(config)
+            break
+        except RuntimeError as exc:
+            # `rewind dev &` then `rewind start` at once: the folder's own dev server is still
+            # coming up at this address; wait for it rather than fail.
+            if asyncio.get_running_loop().time() > deadline or not await asyncio.to_thread(
+                    _dev_server_starting, settings, config.target_host):
+                raise await connection_error(settings, exc) from exc
+            await asyncio.sleep(0.25)
     connection = Connection(service_client, namespace, converter, traced,
                             plain_payloads=not settings.require_encryption)
     await check_namespace(connection, settings)
     return connection
+
+
+# How long a client waits for its folder's dev server that is still starting.
+DEV_SERVER_START_WAIT_S = 30.0
+
+
+def _dev_server_starting(settings: "Settings", address: str) -> bool:
+    from rewind.temporal.dev_server import starting_at
+
+    return starting_at(settings.home / "temporal.db", address)
 
 
 # -- connected -----------------------------------------------------------------

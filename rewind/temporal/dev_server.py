@@ -49,6 +49,17 @@ def free_port_besides(taken: set[int]) -> int:
             return port
 
 
+def starting_at(db_file: Path, address: str) -> bool:
+    """Whether a live `rewind dev` / `rewind server` of `db_file` holds it for a server at
+    `address` (one that is still coming up: a client started right after it waits for it)."""
+    try:
+        holder = json.loads(_lock_path(db_file).read_text() or "{}")
+        owner, server_pid = int(holder.get("pid", 0)), int(holder.get("server_pid", 0))
+    except (OSError, ValueError):
+        return False
+    return holder.get("address") == address and process_alive(owner) and process_alive(server_pid)
+
+
 def port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
