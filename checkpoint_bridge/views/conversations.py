@@ -1,0 +1,144 @@
+"""Runs as conversations: one per branch, in the OpenAI chat format with `tools`, the
+shape fine-tuning and evaluation tools read (one JSON object per line):
+
+    {"messages": [{"role": "system", ...}, {"role": "user", ...},
+                  {"role": "assistant", "tool_calls": [...]}, {"role": "tool", "tool_call_id": ...}, ...],
+     "tools": [{"type": "function", "function": {"name", "description", "parameters"}}],
+     "metadata": {"run_id", "branch_id", "checkpoint_id", "status", "state", "agent", "model", ...}}
+
+Each branch's conversation is its newest stored checkpoint's whole message list, loaded
+with ``CheckpointStore.load`` (deltas and packs materialised, tool outputs stored by
+reference put back): forks, a rollback's revisions and sub-agents' runs are branches of
+their own; a branch a rollback cut keeps the steps it discarded (`metadata.status`
+is then `invalidated`). Every assistant tool call is answered by a tool message: an
+assistant turn whose calls were not all answered yet (a run waiting for an approval,
+stopped mid-step) ends the conversation before it (`metadata.cut_unanswered`).
+
+`tools` are the tools the branch called, with their schemas inferred from the recorded
+arguments: the store keeps the calls, not the schemas the workers described (those are
+Temporal's); `metadata.tools_inferred` says so. Tool calls' `arguments` stay JSON strings,
+as the API sends them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from checkpoint_bridge.checkpoints.store import CheckpointStore
+from workflows.ids import checkpoint_id, parse_subagent_branch
+
+_KEEP = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
+
+
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    """The message with the fields the chat format has (content as text for a tool)."""
+    out = {k: message[k] for k in _KEEP if k in message and message[k] is not None}
+    if out.get("role") == "tool" and not isinstance(out.get("content"), str):
+        out["content"] = json.dumps(out.get("content"), ensure_ascii=False, sort_keys=True)
+    if out.get("role") == "assistant" and "content" not in out:
+        out["content"] = None
+    if "tool_calls" in out:
+        calls = []
+        for call in out["tool_calls"]:
+            fn = dict(call.get("function") or {})
+            if not isinstance(fn.get("arguments"), str):
+                fn["arguments"] = json.dumps(fn.get("arguments") or {}, ensure_ascii=False, sort_keys=True)
+            calls.append({"id": call.get("id"), "type": "function", "function": fn})
+        out["tool_calls"] = calls
+    return out
+
+
+def paired(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The messages up to the first assistant turn whose tool calls are not all answered by
+    the tool messages after it (and those messages), and how many messages were cut."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            wanted = {c.get("id") for c in m["tool_calls"]}
+            j, answered = i + 1, []
+            while j < len(messages) and messages[j].get("role") == "tool":
+                answered.append(messages[j])
+                j += 1
+            if wanted != {t.get("tool_call_id") for t in answered}:
+                return out, len(messages) - i
+            out += [m, *answered]
+            i = j
+            continue
+        if m.get("role") == "tool":  # a tool message with no call before it
+            return out, len(messages) - i
+        out.append(m)
+        i += 1
+    return out, 0
+
+
+def _schema(values: list[Any]) -> dict[str, Any]:
+    kinds = []
+    for v in values:
+        kind = ("boolean" if isinstance(v, bool) else "integer" if isinstance(v, int) else "number"
+                if isinstance(v, float) else "string" if isinstance(v, str) else "array" if isinstance(v, list)
+                else "object" if isinstance(v, dict) else "null")
+        if kind not in kinds:
+            kinds.append(kind)
+    if kinds == ["integer", "number"] or kinds == ["number", "integer"]:
+        kinds = ["number"]
+    return {"type": kinds[0] if len(kinds) == 1 else kinds}
+
+
+def inferred_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A function definition per tool the conversation called, its parameters inferred from
+    the arguments it was called with (required: those every call gave)."""
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except ValueError:
+                args = {}
+            seen.setdefault(str(fn.get("name")), []).append(args if isinstance(args, dict) else {})
+    tools = []
+    for name, calls in seen.items():
+        names = sorted({k for args in calls for k in args})
+        tools.append({"type": "function", "function": {
+            "name": name,
+            "description": "",
+            "parameters": {"type": "object",
+                           "properties": {k: _schema([a[k] for a in calls if k in a]) for k in names},
+                           "required": [k for k in names if all(k in a for a in calls)]},
+        }})
+    return tools
+
+
+async def conversations(store: CheckpointStore, run_id: str, info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One conversation per branch of the run (creation order); `info` goes into each
+    one's metadata (the run's state and agent, as `rewind runs` says them)."""
+    out = []
+    for branch, (steps, _cutoff) in (await store.stored_steps(run_id)).items():
+        if not steps:
+            continue
+        cp = await store.load(checkpoint_id(run_id, branch, max(steps)))
+        messages, cut = paired([_message(m) for m in cp.messages])
+        if not any(m.get("role") == "assistant" for m in messages):
+            continue  # no turn of the model yet (a run that never ran): nothing to learn from
+        ledger = (cp.ledger or {}).get("total") or {}
+        out.append({
+            "messages": messages,
+            "tools": inferred_tools(messages),
+            "metadata": {
+                **(info or {}),
+                "run_id": run_id, "branch_id": branch, "checkpoint_id": cp.checkpoint_id, "step": cp.step_index,
+                "label": cp.step_label, "status": cp.status, "model": cp.model,
+                "agent": (cp.agent or {}).get("name") or (info or {}).get("agent"),
+                "subagent": parse_subagent_branch(branch) is not None,
+                "total_tokens": int(ledger.get("total_tokens") or cp.llm_tokens_used),
+                "cost_usd": float(ledger.get("cost_usd") or cp.llm_cost_usd),
+                "cut_unanswered": cut, "tools_inferred": True,
+            },
+        })
+    return out
+
+
+__all__ = ["conversations", "paired", "inferred_tools"]
