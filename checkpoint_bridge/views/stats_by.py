@@ -10,8 +10,9 @@ Per group: runs and branches it touched, steps, tokens, cost, cost per run (of t
 touched), model calls, tool calls run and served from the cache (hit rate: hits over both),
 retries (attempts beyond the first), tool calls that failed after their retries, and step
 time (checkpoint to checkpoint on one branch: the model call, the tools and any wait).
-Checkpoint write latency is not in the store (it is the worker's `rewind_checkpoint_write_ms`
-histogram, REWIND_METRICS_PORT): `rewind stats --metrics URL` reads it from there.
+Checkpoint write latency is not in the store (it is the workers' `rewind_checkpoint_write_ms`
+histogram, REWIND_METRICS_PORT): `rewind stats --metrics URL` reads it from there
+(rewind/write_latency.py).
 """
 
 from __future__ import annotations

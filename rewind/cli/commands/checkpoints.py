@@ -40,7 +40,15 @@ async def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
 
     async with open_checkpoints(settings) as store:
         stats = await store_stats(store, args.run or None, since=args.since, by=args.by)
-    emit(stats.model_dump(mode="json"), args.json, stats_text(stats) if not args.json else "")
+    doc, text = stats.model_dump(mode="json"), stats_text(stats) if not args.json else ""
+    if args.metrics:
+        # The store keeps no write timing (checkpoints are projections of history): the workers measure it.
+        from rewind.write_latency import latency_text, write_latency
+
+        latency = await write_latency(args.metrics)
+        doc["write_latency"] = latency.model_dump(mode="json")
+        text = text and f"{text}\n{latency_text(latency)}"
+    emit(doc, args.json, text)
     return 0
 
 
@@ -219,6 +227,9 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--by", choices=["agent", "model", "tool", "day"],
                    help="the figures per group too: steps, tokens, cost, cost per run, cache hit rate, retries, "
                         "tool errors, step time (by tool: calls, cache hits, retries, errors, call time)")
+    p.add_argument("--metrics", action="append", metavar="URL",
+                   help="also the checkpoint write latency and mirror lag the workers measured, read from their "
+                        "metrics endpoint (http://HOST:PORT/metrics, REWIND_METRICS_PORT; repeatable: added up)")
 
     p = command("show", "one full AgentCheckpoint (id RUN:BRANCH:STEP)", handler=cmd_show, store_only=True)
     p.add_argument("checkpoint", help=CHECKPOINT_HELP)

@@ -18,7 +18,10 @@ model over HTTP), then `rewind export --runs` read back from an empty folder:
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -45,6 +48,22 @@ async def report(ctx, term: str) -> str:
     facts = await ctx.tool("lookup", term=term)
     return f"report: {facts}"
 '''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _until(what: str, check, timeout_s: float = 60.0):
+    """Poll `check()` until it returns something true (the last write is recorded after the run's end)."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := await check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not so after {timeout_s:.0f} s")
+        await asyncio.sleep(0.2)
+    return found
 
 
 def _paired(messages: list[dict]) -> bool:
@@ -83,8 +102,10 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     prices = {f"script:{n}": {"input": 1.0, "output": 2.0} for n in names.values()}
     env = world.env(cli)
 
+    port = _free_port()
     async with user_workers() as workers:
-        worker = workers(wdir, world.env(wdir, REWIND_PRICES=json.dumps(prices)), "--tool-modules", "datatools")
+        worker = workers(wdir, world.env(wdir, REWIND_PRICES=json.dumps(prices), REWIND_METRICS_PORT=str(port)),
+                         "--tool-modules", "datatools")
         await worker.wait_ready()
         for run_id, args, exit_code in [
             ("ok-1", ["--task", "tea?", "--model", f"script:{names['plain']}"], 0),
@@ -97,6 +118,20 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
         code, _, err = await rewind(cli, env, "fork", "ok-1", "--step", "1", "--branch", "alt",
                                     "--model", f"script:{names['alt']}", "--wait")
         assert code == 0, err
+        # Checkpoint write latency: the store keeps none; the worker measured every write it made.
+        async def written() -> dict | None:
+            found = await rewind_json(cli, env, "stats", "--metrics", f"http://127.0.0.1:{port}/metrics")
+            return found if found["write_latency"]["checkpoint_write"]["count"] >= found["totals"]["steps"] else None
+
+        latency = (await _until("the worker's checkpoint writes", written))["write_latency"]
+        writes = latency["checkpoint_write"]
+        assert writes["mean_ms"] > 0 and writes["p50_ms"] <= writes["p95_ms"] <= writes["p99_ms"], latency
+        assert latency["mirror_lag"]["count"] == writes["count"]
+        code, text, _ = await rewind(cli, env, "stats", "--metrics", f"http://127.0.0.1:{port}/metrics")
+        assert code == 0 and "checkpoint write " in text and "mirror lag" in text, text
+
+    code, _, err = await rewind(cli, env, "stats", "--metrics", f"http://127.0.0.1:{port}/metrics")
+    one_line_error(code, err, "cannot read worker metrics", "REWIND_METRICS_PORT", prefix="rewind: ")
 
     reader = world.folder("reader")  # an empty folder: what the store and Temporal say
     renv = world.env(reader)
