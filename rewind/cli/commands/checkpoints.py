@@ -246,8 +246,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--runs", action="store_true",
                    help="export the runs the filters (those of `rewind runs`) select, every branch of each, in "
                         "place of one checkpoint")
-    add_filters(p, limit_default=None, limit_help="--runs: at most N runs, the newest (default: every run that "
-                                                  "matches)")
+    add_filters(p, limit_default=None, listing=False,
+                limit_help="--runs: at most N runs, the newest (default: every run that matches)")
     p.add_argument("--thread", help="langgraph: the thread to write the checkpoint to")
     p.add_argument("--sqlite", metavar="PATH", help="langgraph: a SqliteSaver database file (created if missing)")
     p.add_argument("--store", metavar="URL", help="langgraph: a RewindSaver store (folder or s3://bucket/prefix)")

@@ -124,19 +124,21 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
                               "gives the command for the next page")
 
 
-def add_filters(p: argparse.ArgumentParser, *, limit_help: str, limit_default: int | None = DEFAULT_LIMIT) -> None:
-    """The filters of `rewind runs` (`rewind export --runs` takes them too)."""
+def add_filters(p: argparse.ArgumentParser, *, limit_help: str, limit_default: int | None = DEFAULT_LIMIT,
+                listing: bool = True) -> None:
+    """The filters of `rewind runs` (`rewind export --runs` takes them too: `listing` False)."""
     p.add_argument("--state", choices=RUN_STATES,
                    help="only runs in this state: waiting = for an approval, paused = by its budget, stuck = not "
                         "ended and no worker polls its task queue; failed includes terminated and timed out")
     p.add_argument("--since", type=moment, metavar="DURATION",
                    help="only runs started since then: 45s, 90m, 12h, 7d, 2w ago, or a time (2026-12-06T09:00:00Z)")
     p.add_argument("--until", type=moment, metavar="WHEN",
-                   help="only runs started before then (a duration ago or a time); the next page is --until the "
-                        "start of the last run shown")
+                   help="only runs started before then (a duration ago or a time)"
+                        + ("; the next page is --until the start of the last run shown" if listing else ""))
     p.add_argument("--agent", metavar="NAME", help="only runs of this declared agent or pipeline")
     p.add_argument("--tool-errors", action="store_true",
                    help="only runs with a tool call that failed after its retries, whatever their state (the "
-                        "model got the error and the run may have completed); the reason column shows the first")
+                        "model got the error and the run may have completed)"
+                        + ("; the reason column shows the first" if listing else ""))
     p.add_argument("--min-cost", type=USD, metavar="USD", help="only runs that cost at least this many USD")
     p.add_argument("--limit", type=STEPS, default=limit_default, metavar="N", help=limit_help)
