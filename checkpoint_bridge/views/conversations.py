@@ -14,16 +14,17 @@ is then `invalidated`). Every assistant tool call is answered by a tool message:
 assistant turn whose calls were not all answered yet (a run waiting for an approval,
 stopped mid-step) ends the conversation before it (`metadata.cut_unanswered`).
 
-`tools` are the tools the branch called, with their schemas inferred from the recorded
-arguments: the store keeps the calls, not the schemas the workers described (those are
-Temporal's); `metadata.tools_inferred` says so. Tool calls' `arguments` stay JSON strings,
-as the API sends them.
+`tools` are the tools the branch's model was offered, as `tools_for` finds them (the CLI
+reads them from the branch's history and the payload store: temporal/offered_tools.py);
+when it cannot (Temporal no longer has the history, or is down), the tools the branch
+called, their schemas inferred from the recorded arguments (`metadata.tools_inferred`).
+Tool calls' `arguments` stay JSON strings, as the API sends them.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.ids import checkpoint_id, parse_subagent_branch
@@ -112,9 +113,14 @@ def inferred_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return tools
 
 
-async def conversations(store: CheckpointStore, run_id: str, info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+ToolsFor = Callable[[str, str], Awaitable["list[dict[str, Any]] | None"]]
+
+
+async def conversations(store: CheckpointStore, run_id: str, info: dict[str, Any] | None = None,
+                        tools_for: ToolsFor | None = None) -> list[dict[str, Any]]:
     """One conversation per branch of the run (creation order); `info` goes into each
-    one's metadata (the run's state and agent, as `rewind runs` says them)."""
+    one's metadata (the run's state and agent, as `rewind runs` says them); `tools_for(run,
+    branch)`: the tools the branch's model was offered, or None (then inferred)."""
     out = []
     for branch, (steps, _cutoff) in (await store.stored_steps(run_id)).items():
         if not steps:
@@ -124,9 +130,10 @@ async def conversations(store: CheckpointStore, run_id: str, info: dict[str, Any
         if not any(m.get("role") == "assistant" for m in messages):
             continue  # no turn of the model yet (a run that never ran): nothing to learn from
         ledger = (cp.ledger or {}).get("total") or {}
+        offered = await tools_for(run_id, branch) if tools_for is not None else None
         out.append({
             "messages": messages,
-            "tools": inferred_tools(messages),
+            "tools": offered if offered is not None else inferred_tools(messages),
             "metadata": {
                 **(info or {}),
                 "run_id": run_id, "branch_id": branch, "checkpoint_id": cp.checkpoint_id, "step": cp.step_index,
@@ -135,7 +142,7 @@ async def conversations(store: CheckpointStore, run_id: str, info: dict[str, Any
                 "subagent": parse_subagent_branch(branch) is not None,
                 "total_tokens": int(ledger.get("total_tokens") or cp.llm_tokens_used),
                 "cost_usd": float(ledger.get("cost_usd") or cp.llm_cost_usd),
-                "cut_unanswered": cut, "tools_inferred": True,
+                "cut_unanswered": cut, "tools_inferred": offered is None,
             },
         })
     return out

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rewind.cli.commands.common import emit, open_checkpoints
 from rewind.cli.commands.runs import run_query, select_runs
@@ -38,7 +39,7 @@ async def cmd_export_runs(args: argparse.Namespace, settings: Settings) -> int:
     # Selecting runs as `rewind runs` does reads Temporal's visibility: its connection settings too.
     settings = Settings.from_env()
     async with open_checkpoints(settings) as store:
-        listed = await select_runs(args, settings, store, run_query(args, limit=args.limit or ALL_RUNS))
+        listed, client = await select_runs(args, settings, store, run_query(args, limit=args.limit or ALL_RUNS))
         runs = list(reversed(listed.runs))  # oldest first: a file that grows at its end as runs come
         if args.format == "parquet":
             from checkpoint_bridge.views.parquet import write_parquet
@@ -54,11 +55,18 @@ async def cmd_export_runs(args: argparse.Namespace, settings: Settings) -> int:
         else:
             from checkpoint_bridge.views.conversations import conversations
 
+            from rewind.stores import payload_store
+
             lines = []
-            for r in runs:
-                info = {"state": r.state, "agent": r.agent, "kind": r.kind}
-                lines += [json.dumps(c, ensure_ascii=False, sort_keys=True) for c in
-                          await conversations(store, r.run_id, info)]
+            payloads = payload_store(settings)
+            try:
+                tools_for = _offered(client, payloads) if client is not None else None
+                for r in runs:
+                    info = {"state": r.state, "agent": r.agent, "kind": r.kind}
+                    lines += [json.dumps(c, ensure_ascii=False, sort_keys=True) for c in
+                              await conversations(store, r.run_id, info, tools_for)]
+            finally:
+                await payloads.aclose()
             data = "".join(line + "\n" for line in lines).encode("utf-8")
             if out == "-":
                 sys.stdout.flush()
@@ -75,6 +83,28 @@ async def cmd_export_runs(args: argparse.Namespace, settings: Settings) -> int:
           else "conversations": count, "more": listed.more, "temporal": listed.temporal}, args.json,
          f"wrote {what} of {len(runs)} run(s) to {out}{more}")
     return 0
+
+
+def _offered(client: Any, payloads: Any) -> Any:
+    """tools_for(run, branch): the tools a branch's model was offered, from its history (the
+    schemas inline, or by digest from the payload store), or None when they cannot be found."""
+    from activities.transcript import TranscriptStore
+    from checkpoint_bridge.temporal.offered_tools import offered_tools
+    from workflows.errors import RewindError as Unreadable
+
+    transcripts = TranscriptStore(payloads)
+
+    async def tools_for(run_id: str, branch_id: str) -> list[dict[str, Any]] | None:
+        try:
+            found = await offered_tools(client, run_id, branch_id)
+            if found is None:
+                return None
+            tools, digest = found
+            return tools if digest is None else await transcripts.tools(digest)
+        except Unreadable:  # a payload store that lost them: the calls say what was used
+            return None
+
+    return tools_for
 
 
 __all__ = ["cmd_export_runs"]

@@ -49,9 +49,11 @@ def run_query(args: argparse.Namespace, *, limit: int | None = None) -> Any:
                     tool_errors=args.tool_errors, min_cost=args.min_cost, limit=limit or args.limit)
 
 
-async def select_runs(args: argparse.Namespace, settings: Settings, store: CheckpointStore, query: Any) -> Any:
-    """The runs `query` selects, as `rewind runs` lists them: Temporal's visibility joined with
-    the store, or the store alone (saying so in one line on stderr) when Temporal does not answer."""
+async def select_runs(args: argparse.Namespace, settings: Settings, store: CheckpointStore,
+                      query: Any) -> tuple[Any, Any | None]:
+    """(the runs `query` selects, as `rewind runs` lists them: Temporal's visibility joined with
+    the store, or the store alone (saying so in one line on stderr) when Temporal does not answer;
+    the Temporal connection, None when it did not answer)."""
     from checkpoint_bridge.views.runs import list_runs
     from workflows.errors import TemporalUnreachableError
 
@@ -60,18 +62,18 @@ async def select_runs(args: argparse.Namespace, settings: Settings, store: Check
     except TemporalUnreachableError as exc:
         client = _store_alone(args, settings, exc)
     try:
-        return await list_runs(store, client, query)
+        return await list_runs(store, client, query), client
     except Exception as exc:
         if client is None or not _gone(exc):
             raise
-        return await list_runs(store, _store_alone(args, settings, exc), query)  # it went away meanwhile
+        return await list_runs(store, _store_alone(args, settings, exc), query), None  # it went away meanwhile
 
 
 async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.views.runs import runs_text
 
     async with open_checkpoints(settings) as store:
-        listed = await select_runs(args, settings, store, run_query(args))
+        listed, _ = await select_runs(args, settings, store, run_query(args))
     emit(listed.model_dump(mode="json"), args.json, runs_text(listed, next_page=_next_page(args, listed.next_until)))
     return 0
 

@@ -171,16 +171,33 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     for c in lines:
         assert set(c) == {"messages", "tools", "metadata"} and _paired(c["messages"]), c
         called = {tc["function"]["name"] for m in c["messages"] for tc in m.get("tool_calls") or []}
-        assert {t["function"]["name"] for t in c["tools"]} == called
+        assert called <= {t["function"]["name"] for t in c["tools"]}
         assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in c["tools"])
+    # The tools each model was offered, as its history has them (the schemas the worker described).
+    for key in (("ok-1", "main"), ("ok-1", "alt"), ("toolerr-1", "main")):
+        offered = {t["function"]["name"]: t["function"] for t in by_branch[key]["tools"]}
+        assert by_branch[key]["metadata"]["tools_inferred"] is False and {"lookup", "broken"} <= set(offered), key
+        assert offered["lookup"]["description"] == "Read-only facts about a term."
+        assert offered["lookup"]["parameters"]["properties"]["term"]["type"] == "string"
     ok = by_branch[("ok-1", "main")]["messages"]
     assert [m["role"] for m in ok] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"][-len(ok):]
     assert ok[-1]["content"] == "tea is fine" and ok[1 if ok[0]["role"] == "system" else 0]["content"] == "tea?"
     assert by_branch[("ok-1", "alt")]["messages"][-1]["content"] == "tea, in short"
     broken = [m for m in by_branch[("toolerr-1", "main")]["messages"] if m["role"] == "tool"]
     assert len(broken) == 1 and "bug in broken(tea)" in broken[0]["content"]
-    assert by_branch[("toolerr-1", "main")]["tools"][0]["function"]["parameters"]["properties"] == {"term": {"type": "string"}}
     assert by_branch[("toolerr-1", "main")]["metadata"]["state"] == "completed"
+
+    # Temporal down: the store alone selects (one line says so), the tools are inferred from the calls.
+    down = world.env(reader, TEMPORAL_ADDRESS=f"127.0.0.1:{_free_port()}")
+    code, out, err = await rewind(reader, down, "export", "--runs", "--state", "completed")
+    assert code == 0 and err.count("\n") == 1 and "Temporal is not reachable" in err, err
+    alone = {(c["metadata"]["run_id"], c["metadata"]["branch_id"]): c for c in map(json.loads, out.splitlines())}
+    assert {k[0] for k in alone} == {"ok-1", "toolerr-1", "pipe-ok"}
+    assert alone[("ok-1", "main")]["messages"] == by_branch[("ok-1", "main")]["messages"]
+    assert alone[("ok-1", "main")]["metadata"]["tools_inferred"] is True
+    assert alone[("toolerr-1", "main")]["tools"] == [{"type": "function", "function": {
+        "name": "broken", "description": "", "parameters": {"type": "object", "properties": {"term": {"type": "string"}},
+                                                             "required": ["term"]}}}]
 
     # -- the filters select as `rewind runs` does ------------------------------------------------
     for args in (["--state", "failed"], ["--state", "completed"], ["--tool-errors"], ["--agent", "report"],
