@@ -27,7 +27,7 @@ def _pyarrow() -> Any:
 def schema() -> Any:
     pa = _pyarrow()
     call = pa.struct([("tool", pa.string()), ("cached", pa.bool_()), ("reused", pa.bool_()), ("failed", pa.bool_()),
-                      ("retries", pa.int64()), ("duration_ms", pa.int64())])
+                      ("subagent", pa.bool_()), ("retries", pa.int64()), ("duration_ms", pa.int64())])
     return pa.schema([
         ("run_id", pa.string()), ("branch_id", pa.string()), ("branch", pa.string()), ("step", pa.int64()),
         ("label", pa.string()), ("status", pa.string()), ("created_at", pa.timestamp("us", tz="UTC")),

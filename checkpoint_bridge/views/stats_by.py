@@ -44,6 +44,7 @@ class Group(BaseModel):
     cache_hits: int = 0
     cache_hit_rate: float | None = None
     reused_effects: int = 0
+    subagent_calls: int = 0  # by tool: calls of a sub-agent (its run's steps and tool calls count on its own)
     retries: int = 0
     tool_errors: int = 0
     step_time_mean_ms: float | None = None
@@ -76,7 +77,8 @@ def grouped(rows: Iterable[StepRow], by: By) -> dict[str, Group]:
                         continue
                     g.cache_hits += c.cached
                     g.reused_effects += c.reused
-                    g.tool_calls += not (c.cached or c.reused or c.failed)  # as the ledger counts them
+                    g.subagent_calls += c.subagent
+                    g.tool_calls += not (c.cached or c.reused or c.failed or c.subagent)  # as the ledger counts them
                     g.tool_errors += c.failed
                     g.retries += c.retries
                     times.setdefault(name, []).append(float(c.duration_ms))
@@ -119,11 +121,12 @@ def grouped_text(by: str, groups: dict[str, Group]) -> list[str]:
     width = max([len(by), *map(len, groups)])
     if by == "tool":
         lines = [f"by tool  {'tool':<{width}}  {'runs':>5} {'calls':>6} {'cached':>6} {'hit rate':>8} {'reused':>6} "
-                 f"{'retries':>7} {'errors':>6} {'mean time':>9}"]
+                 f"{'agent':>6} {'retries':>7} {'errors':>6} {'mean time':>9}"]
         for name, g in groups.items():
             rate = "-" if g.cache_hit_rate is None else f"{g.cache_hit_rate:.1%}"
             lines.append(f"         {name:<{width}}  {g.runs:>5} {g.tool_calls:>6} {g.cache_hits:>6} {rate:>8} "
-                         f"{g.reused_effects:>6} {g.retries:>7} {g.tool_errors:>6} {_ms(g.step_time_mean_ms):>9}")
+                         f"{g.reused_effects:>6} {g.subagent_calls:>6} {g.retries:>7} {g.tool_errors:>6} "
+                         f"{_ms(g.step_time_mean_ms):>9}")
         return lines
     lines = [f"by {by}  {by:<{width}}  {'runs':>5} {'steps':>6} {'tokens':>8} {'cost':>12} {'per run':>12} "
              f"{'hit rate':>8} {'retries':>7} {'errors':>6} {'step p95':>8}"]

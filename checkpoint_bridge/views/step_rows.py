@@ -34,6 +34,7 @@ class ToolCallFacts(BaseModel):
     cached: bool = False  # served from the run's cache (read-only, asked before)
     reused: bool = False  # a side effect the lineage had caused: its result, not run again
     failed: bool = False  # failed after its retries (the model got the error)
+    subagent: bool = False  # a sub-agent's run (its own steps are rows of its branch)
     retries: int = 0  # attempts beyond the first
     duration_ms: int = 0
 
@@ -127,6 +128,7 @@ def rows_of(facts: list[StepFacts]) -> list[StepRow]:
             tools=[str(r.get("tool_name")) for r in f.tool_records],
             calls=[ToolCallFacts(tool=str(r.get("tool_name")), cached=bool(r.get("served_from_cache")),
                                  reused=bool(r.get("reused")), failed=is_failed_after_retries(r),
+                                 subagent=bool(r.get("subagent")),
                                  retries=int(r.get("attempts") or 1) - 1, duration_ms=int(r.get("duration_ms") or 0))
                    for r in f.tool_records],
             tool_errors=sum(1 for r in f.tool_records if is_failed_after_retries(r)),

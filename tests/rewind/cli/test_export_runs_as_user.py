@@ -4,6 +4,7 @@ model over HTTP), then `rewind export --runs` read back from an empty folder:
 
     ok-1       a plain run: a lookup, the same lookup again (served from the cache), an answer;
                then forked at step 1 (a branch `alt` with an answer of its own)
+    team-1     asks the sub-agent `clerk`, whose run (a lookup, an answer) is a branch of team-1
     toolerr-1  completes after a tool that raises on every attempt (the model got the error)
     fail-400   fails: the model answers 400
     pipe-ok    pipeline `report`: one tool call and a result
@@ -28,7 +29,7 @@ import pytest
 from as_user import one_line_error, rewind, rewind_json, user_workers
 
 TOOLS = '''
-from rewind import pipeline, tool
+from rewind import pipeline, subagent, tool
 
 
 @tool
@@ -41,6 +42,10 @@ async def lookup(term: str) -> str:
 async def broken(term: str) -> str:
     """A tool with a bug: raises on every attempt."""
     raise RuntimeError(f"bug in broken({term})")
+
+
+clerk = subagent(name="clerk", description="Looks things up.", system_prompt="Look it up.", tools=["lookup"],
+                 model="script:{clerk}")
 
 
 @pipeline
@@ -90,15 +95,18 @@ def _paired(messages: list[dict]) -> bool:
 
 async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_path) -> None:
     wdir, cli = world.folder("w"), world.folder("cli")
-    (wdir / "datatools.py").write_text(TOOLS)
     q = world.queue
-    names = {n: f"{n}-{q}" for n in ("plain", "alt", "toolerr", "bad")}
+    names = {n: f"{n}-{q}" for n in ("plain", "alt", "toolerr", "bad", "team", "clerk")}
+    (wdir / "datatools.py").write_text(TOOLS.replace("{clerk}", names["clerk"]))
     lookup = {"tool_calls": [{"name": "lookup", "arguments": {"term": "tea"}}]}
     world.model.add_script(names["plain"], [lookup, lookup, {"content": "tea is fine"}])
     world.model.add_script(names["alt"], [lookup, {"content": "tea, in short"}])  # by turn: the fork asks the second
     world.model.add_script(names["toolerr"], [{"tool_calls": [{"name": "broken", "arguments": {"term": "tea"}}]},
                                               {"content": "the tool is broken; no answer"}])
     world.model.add_script(names["bad"], [{"error": {"status": 400, "message": "this request is refused"}}])
+    world.model.add_script(names["team"], [{"tool_calls": [{"name": "clerk", "arguments": {"task": "tea?"}}]},
+                                           {"content": "the clerk says: about tea"}])
+    world.model.add_script(names["clerk"], [lookup, {"content": "about tea"}])
     prices = {f"script:{n}": {"input": 1.0, "output": 2.0} for n in names.values()}
     env = world.env(cli)
 
@@ -112,6 +120,7 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
             ("toolerr-1", ["--task", "tea?", "--model", f"script:{names['toolerr']}"], 0),
             ("fail-400", ["--task", "tea?", "--model", f"script:{names['bad']}"], 1),
             ("pipe-ok", ["--pipeline", "report", "--input", '{"term": "tea"}'], 0),
+            ("team-1", ["--task", "tea?", "--model", f"script:{names['team']}", "--tools", "clerk"], 0),
         ]:
             code, out, err = await rewind(cli, env, "start", "--run-id", run_id, *args, "--wait")
             assert code == exit_code, (run_id, code, out, err)
@@ -137,11 +146,11 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     renv = world.env(reader)
     stats = await rewind_json(reader, renv, "stats")
     totals = stats["totals"]
-    assert stats["runs"] == 4 and totals["steps"] > 0 and totals["cost_usd"] > 0
+    assert stats["runs"] == 5 and totals["steps"] > 0 and totals["cost_usd"] > 0
 
     # -- parquet: one row per step, adding up to stats' totals ---------------------------------
     done = await rewind_json(reader, renv, "export", "--runs", "--format", "parquet", "--out", "steps.parquet")
-    assert done["runs"] == 4 and done["rows"] == totals["steps"], done
+    assert done["runs"] == 5 and done["rows"] == totals["steps"], done
     table = pq.read_table(reader / "steps.parquet").to_pylist()
     assert len(table) == totals["steps"]
     for column in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "cache_hits"):
@@ -158,6 +167,11 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     assert any("bug in broken(tea)" in e for r in table if r["run_id"] == "toolerr-1" for e in r["errors"])
     assert any("this request is refused" in e for r in table if r["run_id"] == "fail-400" for e in r["errors"])
     assert {r["agent"] for r in table if r["run_id"] == "pipe-ok"} == {"report"}
+    # The sub-agent's run: rows of its own branch, under its agent and model, counted once.
+    clerk_rows = [r for r in table if r["run_id"] == "team-1" and r["subagent"]]
+    assert clerk_rows and {(r["agent"], r["model"], r["branch"]) for r in clerk_rows} == {
+        ("clerk", f"script:{names['clerk']}", "main")}
+    assert clerk_rows[-1]["final_answer"] == "about tea" and sum(r["tool_calls"] for r in clerk_rows) == 1
     assert all(r["model"] for r in table if r["model_calls"])
     assert sum(r["retries"] for r in table) == sum(stats["retries"].values())
 
@@ -183,6 +197,10 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     assert [m["role"] for m in ok] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"][-len(ok):]
     assert ok[-1]["content"] == "tea is fine" and ok[1 if ok[0]["role"] == "system" else 0]["content"] == "tea?"
     assert by_branch[("ok-1", "alt")]["messages"][-1]["content"] == "tea, in short"
+    sub = [c for (run, _), c in by_branch.items() if run == "team-1" and c["metadata"]["subagent"]]
+    assert len(sub) == 1 and sub[0]["metadata"]["agent"] == "clerk" and sub[0]["messages"][-1]["content"] == "about tea"
+    assert [t["function"]["name"] for t in sub[0]["tools"]] == ["lookup"]
+    assert [t["function"]["name"] for t in by_branch[("team-1", "main")]["tools"]] == ["clerk"]
     broken = [m for m in by_branch[("toolerr-1", "main")]["messages"] if m["role"] == "tool"]
     assert len(broken) == 1 and "bug in broken(tea)" in broken[0]["content"]
     assert by_branch[("toolerr-1", "main")]["metadata"]["state"] == "completed"
@@ -192,7 +210,7 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     code, out, err = await rewind(reader, down, "export", "--runs", "--state", "completed")
     assert code == 0 and err.count("\n") == 1 and "Temporal is not reachable" in err, err
     alone = {(c["metadata"]["run_id"], c["metadata"]["branch_id"]): c for c in map(json.loads, out.splitlines())}
-    assert {k[0] for k in alone} == {"ok-1", "toolerr-1", "pipe-ok"}
+    assert {k[0] for k in alone} == {"ok-1", "toolerr-1", "pipe-ok", "team-1"}
     assert alone[("ok-1", "main")]["messages"] == by_branch[("ok-1", "main")]["messages"]
     assert alone[("ok-1", "main")]["metadata"]["tools_inferred"] is True
     assert alone[("toolerr-1", "main")]["tools"] == [{"type": "function", "function": {
@@ -222,13 +240,14 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     assert set((await rewind_json(reader, renv, "stats", "--by", "model"))["groups"]) >= {
         f"script:{names['plain']}", f"script:{names['alt']}"}
     tools = (await rewind_json(reader, renv, "stats", "--by", "tool"))["groups"]
-    assert set(tools) == {"lookup", "broken"}
+    assert set(tools) == {"lookup", "broken", "clerk"}  # a sub-agent is a tool of its caller
+    assert (tools["clerk"]["subagent_calls"], tools["clerk"]["tool_calls"]) == (1, 0)  # its run's steps count on their own
     assert sum(g["tool_calls"] for g in tools.values()) == stats["tool_calls"]
     assert sum(g["cache_hits"] for g in tools.values()) == stats["cache_hits"] == tools["lookup"]["cache_hits"]
     assert (tools["broken"]["tool_calls"], tools["broken"]["tool_errors"]) == (0, 1)  # it never returned
-    assert stats["cost_per_run"] == pytest.approx(totals["cost_usd"] / 4)
+    assert stats["cost_per_run"] == pytest.approx(totals["cost_usd"] / 5)
     recent = await rewind_json(reader, renv, "stats", "--since", "1d")
-    assert recent["runs"] == 4 and (await rewind_json(reader, renv, "stats", "--since", "2026-01-01"))["runs"] == 4
+    assert recent["runs"] == 5 and (await rewind_json(reader, renv, "stats", "--since", "2026-01-01"))["runs"] == 5
     code, text, _ = await rewind(reader, renv, "stats", "--by", "tool")
     assert code == 0 and "by tool" in text and "lookup" in text, text
 
