@@ -132,7 +132,7 @@ def grouped_text(by: str, groups: dict[str, Group]) -> list[str]:
              f"{'hit rate':>8} {'retries':>7} {'errors':>6} {'step p95':>8}"]
     for name, g in groups.items():
         rate = "-" if g.cache_hit_rate is None else f"{g.cache_hit_rate:.1%}"
-        lines.append(f"{'':>{len(by) + 4}}{name:<{width}}  {g.runs:>5} {g.steps:>6} {g.total_tokens:>8} "
+        lines.append(f"{'':>{len(by) + 5}}{name:<{width}}  {g.runs:>5} {g.steps:>6} {g.total_tokens:>8} "
                      f"{usd(g.cost_usd):>12} {usd(g.cost_per_run or 0.0):>12} {rate:>8} {g.retries:>7} "
                      f"{g.tool_errors:>6} {_ms(g.step_time_p95_ms):>8}")
     return lines
