@@ -7,6 +7,7 @@ The public API, in one place:
     from rewind import Settings, connect, start_run, agent_input, pipeline_input, wait_for_outcome, run_view
     from rewind import checkpoint_store, tree, fork, redo, rollback, diff, compensate, mirror_run, store_stats
     from rewind import list_runs, RunQuery                                # every run, filtered (`rewind runs`)
+    from rewind import step_rows, write_parquet, run_conversations        # runs as data (`rewind export --runs`)
     from rewind import delete_run, gc                                     # erasing runs
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
     from rewind import AgentInput, RunLimits, RewindError
@@ -95,6 +96,11 @@ _EXPORTS = {
     "list_runs": "checkpoint_bridge.views.runs",
     "RunQuery": "checkpoint_bridge.views.runs",
     "RunList": "checkpoint_bridge.views.runs",
+    # runs as data (`rewind export --runs`): a row per step, a Parquet file of them, a conversation per branch
+    "step_rows": "checkpoint_bridge.views.step_rows",
+    "StepRow": "checkpoint_bridge.views.step_rows",
+    "write_parquet": "checkpoint_bridge.views.parquet",
+    "run_conversations": "checkpoint_bridge.views.conversations",
     # erasure: a run everywhere it lives, or every finished run older than a duration
     "delete_run": "rewind.erasure",
     "gc": "rewind.erasure",

@@ -148,4 +148,6 @@ async def conversations(store: CheckpointStore, run_id: str, info: dict[str, Any
     return out
 
 
-__all__ = ["conversations", "paired", "inferred_tools"]
+run_conversations = conversations  # the facade's name (`from rewind import run_conversations`)
+
+__all__ = ["conversations", "run_conversations", "paired", "inferred_tools"]
