@@ -6,7 +6,11 @@ shape fine-tuning and evaluation tools read (one JSON object per line):
      "tools": [{"type": "function", "function": {"name", "description", "parameters"}}],
      "metadata": {"run_id", "branch_id", "checkpoint_id", "status", "state", "agent", "model", ...}}
 
-Each branch's conversation is its newest stored checkpoint's whole message list, loaded
+A pipeline's branch strings its calls' conversations together (its input, each `ctx.llm`
+call's messages and answer, its result): each model call is then a conversation of its own,
+the messages its step added (its tools inferred).
+
+Each agent branch's conversation is its newest stored checkpoint's whole message list, loaded
 with ``CheckpointStore.load`` (deltas and packs materialised, tool outputs stored by
 reference put back): forks, a rollback's revisions and sub-agents' runs are branches of
 their own; a branch a rollback cut keeps the steps it discarded (`metadata.status`
@@ -113,17 +117,55 @@ def inferred_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return tools
 
 
+async def _is_pipeline(store: CheckpointStore, run_id: str, branch: str, steps: set[int]) -> bool:
+    """Whether the branch's steps are a pipeline's calls (one of its steps names its call)."""
+    ends = await store.step_ends([checkpoint_id(run_id, branch, s) for s in sorted(steps)])
+    return any(isinstance(end.fields.get("pipeline"), dict) for end in ends)
+
+
 ToolsFor = Callable[[str, str], Awaitable["list[dict[str, Any]] | None"]]
+
+
+async def _model_calls(store: CheckpointStore, run_id: str, branch: str, steps: set[int],
+                       info: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pipeline branch's conversations: one per model call (`ctx.llm`), its own messages
+    (the branch's transcript strings its calls' conversations together); tools inferred."""
+    ends = await store.step_ends([checkpoint_id(run_id, branch, s) for s in sorted(steps)])
+    out = []
+    for end in ends:
+        call = end.fields.get("pipeline")
+        if not isinstance(call, dict) or call.get("kind") != "llm" or not end.fields.get("parent_id"):
+            continue
+        cid = checkpoint_id(run_id, branch, int(end.fields["step_index"]))
+        doc, parent = await store.document(cid), await store.document(end.fields["parent_id"])
+        messages, cut = paired([_message(m) for m in doc.get("messages", [])[len(parent.get("messages", [])):]])
+        if not any(m.get("role") == "assistant" for m in messages):
+            continue
+        ledger = ((doc.get("ledger") or {}).get("step")) or {}
+        out.append({"messages": messages, "tools": inferred_tools(messages), "metadata": {
+            **info, "run_id": run_id, "branch_id": branch, "checkpoint_id": cid, "step": end.fields["step_index"],
+            "label": end.fields.get("step_label"), "status": end.fields.get("status"), "model": end.fields.get("model"),
+            "agent": call.get("pipeline") or info.get("agent"), "subagent": False,
+            "total_tokens": int(ledger.get("total_tokens") or 0), "cost_usd": float(ledger.get("cost_usd") or 0.0),
+            "cut_unanswered": cut, "tools_inferred": True,
+        }})
+    return out
 
 
 async def conversations(store: CheckpointStore, run_id: str, info: dict[str, Any] | None = None,
                         tools_for: ToolsFor | None = None) -> list[dict[str, Any]]:
-    """One conversation per branch of the run (creation order); `info` goes into each
-    one's metadata (the run's state and agent, as `rewind runs` says them); `tools_for(run,
-    branch)`: the tools the branch's model was offered, or None (then inferred)."""
+    """One conversation per branch of the run (creation order), and per model call of a
+    pipeline's branch; `info` goes into each one's metadata (the run's state and agent, as
+    `rewind runs` says them); `tools_for(run, branch)`: the tools the branch's model was
+    offered, or None (then inferred)."""
     out = []
     for branch, (steps, _cutoff) in (await store.stored_steps(run_id)).items():
         if not steps:
+            continue
+        pipeline = ((info or {}).get("kind") == "pipeline" if (info or {}).get("kind") else
+                    await _is_pipeline(store, run_id, branch, steps))
+        if pipeline and parse_subagent_branch(branch) is None:  # a pipeline's ctx.agent runs the agent loop
+            out += await _model_calls(store, run_id, branch, steps, info or {})
             continue
         cp = await store.load(checkpoint_id(run_id, branch, max(steps)))
         messages, cut = paired([_message(m) for m in cp.messages])

@@ -7,7 +7,7 @@ model over HTTP), then `rewind export --runs` read back from an empty folder:
     team-1     asks the sub-agent `clerk`, whose run (a lookup, an answer) is a branch of team-1
     toolerr-1  completes after a tool that raises on every attempt (the model got the error)
     fail-400   fails: the model answers 400
-    pipe-ok    pipeline `report`: one tool call and a result
+    pipe-ok    pipeline `report`: a tool call, a model call (its own conversation), a result
 
 - `--format parquet` read back with pyarrow adds up to `rewind stats`' totals (steps,
   tokens, cost, tool calls, cache hits), and every branch of every run is in it;
@@ -51,7 +51,7 @@ clerk = subagent(name="clerk", description="Looks things up.", system_prompt="Lo
 @pipeline
 async def report(ctx, term: str) -> str:
     facts = await ctx.tool("lookup", term=term)
-    return f"report: {facts}"
+    return await ctx.llm("summarize", system="Be short.", user=facts)
 '''
 
 
@@ -96,7 +96,7 @@ def _paired(messages: list[dict]) -> bool:
 async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_path) -> None:
     wdir, cli = world.folder("w"), world.folder("cli")
     q = world.queue
-    names = {n: f"{n}-{q}" for n in ("plain", "alt", "toolerr", "bad", "team", "clerk")}
+    names = {n: f"{n}-{q}" for n in ("plain", "alt", "toolerr", "bad", "team", "clerk", "report")}
     (wdir / "datatools.py").write_text(TOOLS.replace("{clerk}", names["clerk"]))
     lookup = {"tool_calls": [{"name": "lookup", "arguments": {"term": "tea"}}]}
     world.model.add_script(names["plain"], [lookup, lookup, {"content": "tea is fine"}])
@@ -107,6 +107,7 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     world.model.add_script(names["team"], [{"tool_calls": [{"name": "clerk", "arguments": {"task": "tea?"}}]},
                                            {"content": "the clerk says: about tea"}])
     world.model.add_script(names["clerk"], [lookup, {"content": "about tea"}])
+    world.model.add_script(names["report"], {"summarize": [{"content": "tea: fine"}]})
     prices = {f"script:{n}": {"input": 1.0, "output": 2.0} for n in names.values()}
     env = world.env(cli)
 
@@ -119,7 +120,7 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
             ("ok-1", ["--task", "tea?", "--model", f"script:{names['plain']}"], 0),
             ("toolerr-1", ["--task", "tea?", "--model", f"script:{names['toolerr']}"], 0),
             ("fail-400", ["--task", "tea?", "--model", f"script:{names['bad']}"], 1),
-            ("pipe-ok", ["--pipeline", "report", "--input", '{"term": "tea"}'], 0),
+            ("pipe-ok", ["--pipeline", "report", "--input", '{"term": "tea"}', "--model", f"script:{names['report']}"], 0),
             ("team-1", ["--task", "tea?", "--model", f"script:{names['team']}", "--tools", "clerk"], 0),
         ]:
             code, out, err = await rewind(cli, env, "start", "--run-id", run_id, *args, "--wait")
@@ -197,6 +198,12 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
     assert [m["role"] for m in ok] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"][-len(ok):]
     assert ok[-1]["content"] == "tea is fine" and ok[1 if ok[0]["role"] == "system" else 0]["content"] == "tea?"
     assert by_branch[("ok-1", "alt")]["messages"][-1]["content"] == "tea, in short"
+    # A pipeline's branch strings its calls together: each model call is a conversation of its own.
+    piped = [c for c in lines if c["metadata"]["run_id"] == "pipe-ok"]
+    assert [(c["metadata"]["label"], c["metadata"]["agent"]) for c in piped] == [("summarize", "report")], piped
+    assert [(m["role"], m["content"]) for m in piped[0]["messages"]] == [
+        ("system", "Be short."), ("user", "about tea"), ("assistant", "tea: fine")]
+    assert by_step[("pipe-ok", "main", 3)]["final_answer"] == "tea: fine"
     sub = [c for (run, _), c in by_branch.items() if run == "team-1" and c["metadata"]["subagent"]]
     assert len(sub) == 1 and sub[0]["metadata"]["agent"] == "clerk" and sub[0]["messages"][-1]["content"] == "about tea"
     assert [t["function"]["name"] for t in sub[0]["tools"]] == ["lookup"]
