@@ -46,6 +46,7 @@ from workflows.contracts import (
     ToolCheckRequest,
     ToolOutcome,
     ToolRequest,
+    ToolSpec,
 )
 from workflows.effects import effect_identity
 from workflows.errors import CheckpointError
@@ -107,9 +108,10 @@ class ToolActivities:
     def __init__(
         self, registry: ToolRegistry, ledger: IdempotencyLedger, redactor: Redactor,
         *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, outputs: OutputStore | None = None,
-        inline_fallback_bytes: int = DEFAULT_INLINE_FALLBACK_BYTES,
+        inline_fallback_bytes: int = DEFAULT_INLINE_FALLBACK_BYTES, pipelines: list[ToolSpec] | None = None,
     ) -> None:
         self._registry = registry
+        self._pipelines = list(pipelines or [])  # listed with every tool (`rewind tools`)
         self._inline_fallback = inline_fallback_bytes
         self._ledger = ledger
         self._outputs = outputs  # None: every output stays in history
@@ -143,7 +145,7 @@ class ToolActivities:
         names = request.names or self._registry.names()
         specs = [self._registry.get(n).spec for n in names if self._registry.get(n) is not None]
         missing = [n for n in names if self._registry.get(n) is None]
-        return DescribeToolsResponse(tools=specs, missing=missing)
+        return DescribeToolsResponse(tools=specs, missing=missing, pipelines=[] if request.names else self._pipelines)
 
     @activity.defn(name=CHECK_TOOL_CALL)
     async def check_tool_call(self, request: ToolCheckRequest) -> ToolCheck:

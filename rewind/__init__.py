@@ -8,6 +8,7 @@ The public API, in one place:
     from rewind import checkpoint_store, tree, fork, redo, rollback, diff, compensate, mirror_run, store_stats
     from rewind import list_runs, RunQuery                                # every run, filtered (`rewind runs`)
     from rewind import step_rows, write_parquet, run_conversations        # runs as data (`rewind export --runs`)
+    from rewind import resume, select_runs, resume_runs, ResumeSelection  # resuming runs after a fix (`rewind resume`)
     from rewind import delete_run, gc                                     # erasing runs
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
     from rewind import AgentInput, RunLimits, RewindError
@@ -22,7 +23,7 @@ tests/test_layers.py):
     4  local/        the local stack: stack, `rewind dev`, `rewind demo`, servers for tests
     3  worker/       the worker process: build, run, pool, health, the offline model
     2  (this level)  the client API: client.py (connect, start, fork, approve, ...),
-                     stores.py, experiments.py, erasure.py, progress.py, variables.py
+                     stores.py, experiments.py, erasure.py, resuming.py, progress.py, variables.py
     1  temporal/     reaching Temporal: connection, converter, payloads, tracing, dev server
     0  settings/     the one place that reads the environment
        __init__.py   this facade: names as strings, imports nothing until used
@@ -101,6 +102,13 @@ _EXPORTS = {
     "StepRow": "checkpoint_bridge.views.step_rows",
     "write_parquet": "checkpoint_bridge.views.parquet",
     "run_conversations": "checkpoint_bridge.views.conversations",
+    # resuming runs after a fix: from just before the first failed call (`rewind resume`)
+    "resume": "rewind.resuming",
+    "resume_runs": "rewind.resuming",
+    "select_runs": "rewind.resuming",
+    "plan_resume": "checkpoint_bridge.branches.resume",
+    "ResumeSelection": "rewind.resuming",
+    "ResumeReport": "rewind.resuming",
     # erasure: a run everywhere it lives, or every finished run older than a duration
     "delete_run": "rewind.erasure",
     "gc": "rewind.erasure",

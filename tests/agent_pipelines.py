@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from activities.pipelines import pipeline
 
 
@@ -18,3 +20,10 @@ async def long_pairs(ctx, pairs: int, size: int = 1500) -> str:
         if turn == 0:
             await ctx.sleep(1)
     return f"{pairs} turns"
+
+
+@pipeline
+async def gathered(ctx, terms: list[str]) -> str:
+    """Look the terms up at once, then sum them up with one model call."""
+    found = await asyncio.gather(*(ctx.tool("lookup", term=term) for term in terms))
+    return await ctx.llm("sum", user="; ".join(found))

@@ -329,7 +329,7 @@ class AgentWorkflow:
         self._add_messages(*replies)
         self._step_calls.extend(self._tools.take_log())
         state.redo = None
-        self._record_step(f"{step_label(message)} (redo of {plan.call_id})")
+        self._record_step(f"{step_label(message)} ({plan.label or f'redo of {plan.call_id}'})")
 
     # -- sub-agents -------------------------------------------------------------
     def _budget_left(self) -> tuple[float | None, int | None]:
@@ -499,7 +499,7 @@ class AgentWorkflow:
     # -- checkpoints ----------------------------------------------------------
     def _record_step(self, label: str, *, failed: dict[str, Any] | None = None, model_view: dict[str, Any] | None = None,
                      variables: dict[str, Any] | None = None, pipeline: dict[str, Any] | None = None,
-                     model: str | None = None) -> None:
+                     model: str | None = None) -> StepRecord:
         """Hand what this step added to the mirror, off the loop's critical path. A pipeline
         gives its state as `variables`, which call of its code the step is and its model."""
         inp, state = self._input, self._state
@@ -539,6 +539,7 @@ class AgentWorkflow:
         status = self._status
         assert status is not None
         status.step_ledger = record.step_ledger
+        return record
 
     def _mirror_later(self, record: StepRecord) -> None:
         self._pending[record.step_index] = record

@@ -398,6 +398,9 @@ class DescribeToolsRequest(BaseModel):
 class DescribeToolsResponse(BaseModel):
     tools: list[ToolSpec]
     missing: list[str] = Field(default_factory=list)
+    # The worker's @pipeline functions, as another pipeline calls them (ctx.pipeline), when every
+    # tool is asked for (`rewind tools` lists them); never a tool a run is given.
+    pipelines: list[ToolSpec] = Field(default_factory=list)
 
 
 class ToolOutcome(BaseModel):
@@ -613,6 +616,9 @@ class LoopState(BaseModel):
     # The first model call goes out with them while the run describes its tools again
     # (the answer is what the run uses from then on; a tool no worker has still fails it).
     tool_specs: list[ToolSpec] | None = None
+    # `rewind resume`: the revision this one resumes (`main.r0`), named in the workflow's memo so
+    # that a second bulk resume skips the run.
+    resumed: str | None = None
 
 
 class RedoPlan(BaseModel):
@@ -628,6 +634,9 @@ class RedoPlan(BaseModel):
     model: str | None = None
     # What the recorded step's model call cost (the redo branch inherits it, not re-spent).
     model_ledger: Ledger = Field(default_factory=Ledger)
+    # What the step's label says in parentheses (default: `redo of CALL`); `rewind resume`
+    # runs every failed call of the step again (the calls `answers` leaves out), and says so.
+    label: str | None = None
 
 
 PipelineRun.model_rebuild()

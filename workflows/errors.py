@@ -24,6 +24,8 @@
     ├── ScriptError                      a script or fault given to the scripted model is malformed
     ├── DecisionRefusedError             an approval decision the run cannot take (it is unchanged)
     ├── RunActiveError                   a run still runs where only a finished one may go (`rewind delete` without --force)
+    ├── NotResumableError                a run `rewind resume` cannot continue: nothing failed, still running, a pipeline
+    │   └── AlreadyResumedError          the run's newest revision is already a resume (bulk resume skips it)
     ├── ErasureIncompleteError           part of a run could not be deleted; says what went and what is left
     ├── LangGraphThreadError             a LangGraph thread cannot be imported (not there, no `messages` state)
     └── CheckpointError                  anything wrong with a checkpoint or its store
@@ -149,6 +151,14 @@ class DecisionRefusedError(RewindError):
 
 class RunActiveError(RewindError):
     """A run has a branch that still runs (or waits), and the operation would stop it."""
+
+
+class NotResumableError(RewindError):
+    """`rewind resume` cannot continue this run; the message says why and what to do instead."""
+
+
+class AlreadyResumedError(NotResumableError):
+    """The run's newest revision was made by `rewind resume`: a bulk resume does not resume it again."""
 
 
 class LangGraphThreadError(RewindError):

@@ -29,7 +29,6 @@ import asyncio
 import hashlib
 import importlib
 import json
-import traceback
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,8 +41,8 @@ with workflow.unsafe.imports_passed_through():
 
     from workflows.agent import AgentWorkflow
     from workflows.canonical import canonical_json
-    from workflows.contracts import AgentInput, AgentResult, DescribeToolsResponse, LlmRequest, ToolCallLog
-    from workflows.errors import ModelCallFailed, OutputInvalid, PipelineError, ToolCallFailed
+    from workflows.contracts import AgentInput, AgentResult, DescribeToolsResponse, LlmRequest, StepRecord, ToolCallLog
+    from workflows.errors import ModelCallFailed, OutputInvalid, ToolCallFailed
     from workflows.pipeline_contracts import (
         DescribePipelineRequest,
         PipelineCall,
@@ -51,16 +50,21 @@ with workflow.unsafe.imports_passed_through():
         RecordedCall,
     )
     from workflows.ids import parse_checkpoint_id
+    from workflows.pipeline_values import (
+        REPAIR_PROMPT,
+        answer_text,
+        conversation as conversation_of,
+        parse_output,
+        pipeline_failure,
+        response_format as response_format_of,
+        state_copy,
+        with_system,
+    )
     from workflows.pipeline_ids import DIGEST_CHARS, call_activity_id, call_digest, code_change_line
     from workflows.status import PipelineCallState
     from workflows.summaries import model_call_summary
     from workflows.tool_calls import failure_text
     from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, PIPELINE_WORKFLOW
-
-# What a structured output's schema is sent as (OpenAI's `response_format`).
-_REPAIR_PROMPT = ("Your answer is not valid for the required JSON schema: {error}. "
-                  "Answer again with only a JSON object that matches the schema.")
-
 
 class PipelineContext:
     """What a pipeline's code reaches the world through (the `ctx` argument)."""
@@ -130,6 +134,7 @@ class PipelineWorkflow(AgentWorkflow):
         self._default_model = ""
         # The calls of the group in flight (an asyncio.gather's), by position, for the status.
         self._calls: dict[int, PipelineCallState] = {}
+        self._spans: dict[tuple[int, int], Any] = {}  # each live call's trace span, while it runs
         self._draws = 0  # ctx.random() numbers drawn so far
         self._fork_step = -1  # the step this run's record ends at (-1: a run started afresh)
         self._seed = 0
@@ -182,8 +187,8 @@ class PipelineWorkflow(AgentWorkflow):
             fn, arguments = self._load(spec.module, spec.attribute, described.arguments)
             # What the code returned, and its state, as the run's last checkpoint keeps them (a value
             # that is not JSON is the pipeline's error, like any other).
-            answer = _answer_text(await self._run_code(inp, fn(self._ctx, **arguments)))
-            final_state = _state_copy(self._ctx.state)
+            answer = answer_text(await self._run_code(inp, fn(self._ctx, **arguments)))
+            final_state = state_copy(self._ctx.state)
         except (asyncio.CancelledError, ApplicationError):
             raise  # stopped from outside; a Temporal failure the code raised on purpose
         except _BudgetSpent:
@@ -191,7 +196,7 @@ class PipelineWorkflow(AgentWorkflow):
         except _CodeChanged as changed:
             await self._fail(str(changed))
         except Exception as exc:  # noqa: BLE001 - the pipeline's own failure ends the run, said in one line
-            await self._fail(_pipeline_failure(plan.name, spec.module, exc))
+            await self._fail(pipeline_failure(plan.name, spec.module, exc))
         status = self._status
         assert status is not None
         self._add_messages({"role": "assistant", "content": answer})
@@ -313,15 +318,15 @@ class PipelineWorkflow(AgentWorkflow):
                          output: type[pydantic.BaseModel] | None, repairs: int, temperature: float | None) -> Any:
         inp = self._input
         assert inp is not None and inp.pipeline is not None
-        conversation = _conversation(label, messages, system, user)
+        conversation = conversation_of(label, messages, system, user)
         schemas = [self._tool_schema(name, label) for name in tools or []]
-        response_format = _response_format(output) if output is not None else None
+        response_format = response_format_of(output) if output is not None else None
         # The call is what the code asked; a fork's overrides change how it is answered when it runs.
         call = self._next_call(label, "llm", {"messages": conversation, "model": model or self._default_model,
                                              "tools": tools or [], "output": response_format})
         prompt = inp.pipeline.prompts.get(label)
         if prompt is not None:
-            conversation = _with_system(conversation, prompt)
+            conversation = with_system(conversation, prompt)
         chosen = inp.pipeline.models.get(label) or inp.pipeline.models.get("*") or model or self._default_model
         sent = list(conversation)  # the whole conversation, the repairs included
         new = list(conversation)  # what this attempt adds to it (its step's messages)
@@ -332,7 +337,7 @@ class PipelineWorkflow(AgentWorkflow):
             if recorded is not None and recorded.message is not None:  # answered from a fork's record
                 message = recorded.message
                 self._maybe_set_state()
-                problem, value = _parse_output(output, message) if output is not None else (None, None)
+                problem, value = parse_output(output, message) if output is not None else (None, None)
             else:
                 self._maybe_set_state(live=True)
                 await self._within_budget()
@@ -354,7 +359,7 @@ class PipelineWorkflow(AgentWorkflow):
                     raise ModelCallFailed(f"model call {label!r} failed: {failure_text(err)}") from None
                 message = response.message
                 self._count_model(response)
-                problem, value = _parse_output(output, message) if output is not None else (None, None)
+                problem, value = parse_output(output, message) if output is not None else (None, None)
                 self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen,
                                   invalid=problem)
             if output is None:
@@ -365,7 +370,7 @@ class PipelineWorkflow(AgentWorkflow):
                 raise OutputInvalid(f"model call {label!r}: the answer is not a valid {output.__name__} after "
                                     f"{repairs} repair(s): {problem}")
             attempt += 1
-            new = [{"role": "user", "content": _REPAIR_PROMPT.format(error=problem)}]
+            new = [{"role": "user", "content": REPAIR_PROMPT.format(error=problem)}]
             sent = [*sent, message, *new]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, kind: str) -> Any:
@@ -415,7 +420,7 @@ class PipelineWorkflow(AgentWorkflow):
         """The call's step: its messages, tool record and the state, right when it completed
         (nothing awaits in between, so the ledgers hold this call's spending alone)."""
         assert self._ctx is not None
-        variables = _state_copy(self._ctx.state)  # before anything changes: a state that is not JSON records nothing
+        variables = state_copy(self._ctx.state)  # before anything changes: a state that is not JSON records nothing
         self._step_messages = list(messages)
         self._state.step += 1
         for log in logs:
@@ -425,8 +430,8 @@ class PipelineWorkflow(AgentWorkflow):
         details = call.model_dump()
         if invalid is not None:
             details["invalid"] = invalid
-        self._record_step(label, variables=variables, model_view=model_view, pipeline=details, model=model)
-        self._call_ended(call, self._state.step)
+        record = self._record_step(label, variables=variables, model_view=model_view, pipeline=details, model=model)
+        self._call_ended(call, record)
 
     def _call_started(self, call: PipelineCall) -> None:
         """A live call starts: one of the group in flight, or the first of a new group."""
@@ -436,13 +441,15 @@ class PipelineWorkflow(AgentWorkflow):
         self._calls[call.position] = PipelineCallState(position=call.position, label=call.label, kind=call.kind,
                                                        state="running")
         self._show_calls()
+        self._spans[(call.position, call.attempt)] = self._trace.pipeline_call_started(call.position, call.attempt)
 
-    def _call_ended(self, call: PipelineCall, step: int | None) -> None:
-        """A call completed (recorded at `step`) or failed (None)."""
+    def _call_ended(self, call: PipelineCall, record: StepRecord | None) -> None:
+        """A call completed (its step's `record`) or failed (None)."""
         shown = self._calls.get(call.position)
         if shown is not None:
-            shown.state, shown.step = ("completed", step) if step is not None else ("failed", None)
+            shown.state, shown.step = ("completed", record.step_index) if record is not None else ("failed", None)
         self._show_calls()
+        self._trace.pipeline_call_ended(self._spans.pop((call.position, call.attempt), None), record)
 
     def _show_calls(self) -> None:
         """The status's calls: those started since none was in flight (an asyncio.gather's group,
@@ -483,100 +490,3 @@ class _BudgetSpent(BaseException):
 
 def _described_tools(described: PipelineDescription) -> DescribeToolsResponse:
     return DescribeToolsResponse(tools=described.tools, missing=[])
-
-
-def _state_copy(state: dict[str, Any]) -> dict[str, Any]:
-    """ctx.state as the checkpoint keeps it: a JSON copy (what is not JSON is an error now,
-    not a checkpoint that cannot be written)."""
-    try:
-        return json.loads(json.dumps(state))
-    except (TypeError, ValueError) as exc:
-        raise PipelineError(f"ctx.state holds a value that is not JSON ({exc}); keep str, numbers, bools, None, "
-                            "lists and dicts in it (a pydantic model: .model_dump(mode='json'))") from None
-
-
-def _conversation(label: str, messages: list[dict[str, Any]] | None, system: str | None,
-                  user: str | None) -> list[dict[str, Any]]:
-    if messages is not None:
-        if system is not None or user is not None:
-            raise PipelineError(f"model call {label!r}: give messages=, or system= and user=, not both")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-            raise PipelineError(f"model call {label!r}: messages must be a list of chat messages "
-                                "({'role': ..., 'content': ...})")
-        return [dict(m) for m in messages]
-    if user is None:
-        raise PipelineError(f"model call {label!r} has nothing to say: give user= (and system=) or messages=")
-    out = [{"role": "system", "content": system}] if system is not None else []
-    return [*out, {"role": "user", "content": user}]
-
-
-def _with_system(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
-    rest = [m for m in messages if m.get("role") != "system"]
-    return [{"role": "system", "content": prompt}, *rest]
-
-
-def _response_format(output: type[pydantic.BaseModel]) -> dict[str, Any]:
-    return {"type": "json_schema",
-            "json_schema": {"name": output.__name__, "schema": output.model_json_schema(), "strict": False}}
-
-
-def _parse_output(output: type[pydantic.BaseModel], message: dict[str, Any]) -> tuple[str | None, Any]:
-    text = message.get("content")
-    if not isinstance(text, str) or not text.strip():
-        return "the answer has no text content", None
-    try:
-        return None, output.model_validate_json(_json_part(text))
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the answer"
-        more = len(exc.errors()) - 1
-        return f"{where}: {first['msg']}" + (f" (+{more} more)" if more else ""), None
-
-
-def _json_part(text: str) -> str:
-    """The JSON in an answer, without a Markdown fence a model may wrap it in."""
-    stripped = text.strip()
-    if stripped.startswith("```"):
-        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
-        stripped = stripped.rsplit("```", 1)[0]
-    return stripped.strip()
-
-
-def _answer_text(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    if isinstance(result, pydantic.BaseModel):
-        return result.model_dump_json()
-    if result is None:
-        return ""
-    try:
-        return json.dumps(result, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise PipelineError(f"the pipeline returned a {type(result).__name__}, which is not JSON ({exc}); "
-                            "return a str, a dict / list of JSON values or a pydantic model") from None
-
-
-def _pipeline_failure(name: str, module: str, exc: BaseException) -> str:
-    """One line: what the pipeline raised and where in its code."""
-    where = _user_frame(exc, module)
-    restricted = type(exc).__name__ == "RestrictedWorkflowAccessError"
-    if restricted:
-        what = getattr(exc, "qualified_name", "") or str(exc).split(" from inside", 1)[0].removeprefix("Cannot access ")
-        what = what.removesuffix(".__call__").removeprefix("__builtins__.").removeprefix("builtins.")
-        return (f"pipeline {name} called {what}{where}: pipeline code runs as durable workflow code and must not "
-                "read the clock, draw random numbers or do I/O itself; use ctx.now(), ctx.random() or "
-                "ctx.sleep(), and put I/O in a @tool called with ctx.tool(...)")
-    if isinstance(exc, PipelineError):
-        return f"pipeline {name}{where}: {exc}"
-    return f"pipeline {name} raised {type(exc).__name__}{where}: {exc}"
-
-
-def _user_frame(exc: BaseException, module: str) -> str:
-    """` in FUNCTION (FILE:LINE)`: the innermost frame of the pipeline's own module."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    path = module.replace(".", "/")
-    mine = [f for f in frames if f.filename.endswith(f"{path}.py") or f.filename.endswith(f"{path}/__init__.py")]
-    if not mine:
-        return ""
-    frame = mine[-1]
-    return f" in {frame.name} ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"

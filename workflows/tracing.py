@@ -196,12 +196,33 @@ class RunTrace:
         step, self._step = self._step, None
         self._extern(EXTERN_EXIT)(self._step_token)
         self._step_token = None
-        now, span = workflow.time_ns(), self._span_id("step", step)
+        self._emit_step(record, self._span_id("step", step), self._step_start_ns)
+
+    def pipeline_call_started(self, position: int, attempt: int) -> Any:
+        """A pipeline's call (its calls overlap, so each has its own step span, named by its position
+        until it completes and gets its step): until `pipeline_call_ended`, the activities this task
+        schedules are children of that span (each asyncio task has its own context)."""
+        if not self._on:
+            return None
+        span = self._span_id("call", position, attempt)
+        return span, workflow.time_ns(), self._extern(EXTERN_ENTER)(self._trace_seed, span)
+
+    def pipeline_call_ended(self, token: Any, record: StepRecord | None) -> None:
+        """The call's span ends: as the step that records it, or (None: it failed) not at all."""
+        if not self._on or token is None:
+            return
+        span, start_ns, entered = token
+        self._extern(EXTERN_EXIT)(entered)
+        if record is not None:
+            self._emit_step(record, span, start_ns)
+
+    def _emit_step(self, record: StepRecord, span: int, start_ns: int) -> None:
+        step, now = record.step_index, workflow.time_ns()
         ledger = record.step_ledger
         error = (record.error_info or {}).get("reason") if record.status == "failed" else None
         self._emit(SpanRecord(
             name=STEP_SPAN, span_id=span, trace_seed=self._trace_seed, parent_id=self._run_span,
-            start_ns=self._step_start_ns, end_ns=now, error=str(error) if error else None,
+            start_ns=start_ns, end_ns=now, error=str(error) if error else None,
             attributes={**self._base, STEP: step, STEP_LABEL: record.step_label, GEN_AI_MODEL: record.model,
                         **_usage(ledger), MODEL_CALLS: ledger.model_calls, TOOL_CALLS: ledger.tool_calls,
                         CACHE_HITS: ledger.cache_hits},

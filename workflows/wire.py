@@ -55,6 +55,9 @@ SA_MODEL = "RewindModel"
 SA_STATE = "RewindState"    # running, waiting_for_approval, budget_exceeded, completed, failed, cancelled
 SEARCH_ATTRIBUTES = (SA_RUN_ID, SA_BRANCH, SA_MODEL, SA_STATE)
 
+# -- memo keys a branch's workflow starts with (besides run_id, branch_id, model, task) --
+MEMO_RESUMED = "resumed_from"  # `rewind resume`: the revision this workflow resumes (main.r0)
+
 # -- HTTP ---------------------------------------------------------------------
 # A pipeline's model call names its label in this request header (servers ignore it;
 # the scripted model answers by it).

@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from workflows.contracts import AgentInput
 from workflows.run_index import BRANCH_KEY, MODEL_KEY, RUN_ID_KEY, STATE_KEY
 from workflows.summaries import run_summary
-from workflows.wire import SEARCH_ATTRIBUTES
+from workflows.wire import MEMO_RESUMED, SEARCH_ATTRIBUTES
 
 _MEMO_TASK_CHARS = 500
 
@@ -74,6 +74,8 @@ def start_options(agent_input: AgentInput, indexed: bool) -> dict[str, Any]:
     }
     if resume is not None and resume.parent_checkpoint is not None:  # a fork or rollback, seeded from it
         memo["forked_from"] = resume.parent_checkpoint
+    if resume is not None and resume.resumed is not None:  # `rewind resume`: which revision it resumes
+        memo[MEMO_RESUMED] = resume.resumed
     options: dict[str, Any] = {
         "memo": memo,
         "static_summary": run_summary(agent_input.run_id, agent_input.branch_id, agent_input.task),

@@ -8,6 +8,9 @@ from typing import Any
 
 def policy_of(spec: Any) -> dict[str, Any]:
     """What a tool's spec decides (cache, effect, retry, approval) and the reasons."""
+    if spec.agent is not None and spec.agent.pipeline:
+        return {"label": "pipeline", "why": ["@pipeline: started with `rewind start --pipeline NAME --input JSON`, "
+                                             "or from another pipeline with ctx.pipeline(NAME, ...)"]}
     if spec.agent is not None:
         return {"label": "sub-agent", "why": ["a declared agent: each call runs it as a child run"]}
     approval = {"always": "every call", "by_arguments": "by its arguments' rule", "never": "none"}[spec.approval]

@@ -29,6 +29,7 @@ from rewind.cli.commands import (
     erasure,
     experiments,
     processes,
+    resuming,
     running,
     runs,
     tools,
@@ -41,7 +42,7 @@ from workflows.errors import RewindError, UsageError
 # The commands that run user code (tools, and the pydantic plugins they may rely on).
 RUNS_USER_CODE = frozenset({"worker", "dev", "demo"})
 # The groups in the order `rewind --help` lists their commands.
-GROUPS = (processes, running, runs, checkpoints, branches, experiments, erasure, approvals, tools)
+GROUPS = (processes, running, runs, checkpoints, branches, resuming, experiments, erasure, approvals, tools)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -59,7 +59,7 @@ from workflows.compensation import CompensationWorkflow
 from workflows.describe import DescribeToolsWorkflow
 from workflows.experiment import ExperimentWorkflow, ScoreWorkflow
 from workflows.pipeline import PipelineWorkflow
-from workflows.errors import ConfigError, RewindError
+from workflows.errors import ConfigError
 from workflows.wire import PIPELINE_WORKFLOW, tool_task_queue
 
 log = logging.getLogger("rewind.worker")
@@ -172,7 +172,8 @@ def build_worker(
     # archive (activities/idempotency.py says why).
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
                            max_output_bytes=settings.max_tool_output_bytes, outputs=outputs,
-                           inline_fallback_bytes=settings.payload_threshold // 2)
+                           inline_fallback_bytes=settings.payload_threshold // 2,
+                           pipelines=pipelines.callable_specs(registry.names()))
     checkpoints = CheckpointStore(objects)
     mirror = MirrorActivities(checkpoints, redactor, outputs)
     # An experiment forks its branches from a worker, as `rewind fork` does from the CLI.

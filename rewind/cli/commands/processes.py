@@ -65,8 +65,8 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
 
     args.tools_deprecated = None
     settings, modules = worker_settings(args, settings, warn)
-    return run_dev(settings, DevOptions(modules, scripts=settings.scripts_file,
-                                        mcp_config=args.mcp_config, port=args.port, ui_port=args.ui_port))
+    return run_dev(settings, DevOptions(modules, scripts=settings.scripts_file, mcp_config=args.mcp_config,
+                                        port=args.port, ui_port=args.ui_port, reload=not args.no_reload))
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -107,8 +107,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
     p.add_argument("--ui-port", type=int, default=8233, help="the Temporal UI's port")
 
-    p = command("dev", "the embedded Temporal dev server and a worker for your tools, in the foreground "
-                "(Ctrl-C stops both)", sync=cmd_dev)
+    p = command("dev", "the embedded Temporal dev server and a worker for your tools, in the foreground: the worker "
+                "starts again when it dies and when a file of your tools changes (Ctrl-C stops both)", sync=cmd_dev)
     p.add_argument("--tool-modules", metavar="MODULES",
                    help="comma-separated tool modules to load, e.g. mytools for mytools.py here "
                         "(default: REWIND_TOOL_MODULES)")
@@ -117,6 +117,9 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--mcp-config", metavar="FILE", help="MCP servers whose tools the worker offers (REWIND_MCP_CONFIG)")
     p.add_argument("--port", type=int, help="the server's gRPC port (default: from TEMPORAL_ADDRESS, 7233)")
     p.add_argument("--ui-port", type=int, help="the Temporal UI's port (default: 8233 if free, else any free port)")
+    p.add_argument("--no-reload", action="store_true",
+                   help="do not watch the files of --tool-modules and --scripts: an edit takes a restart of "
+                        "rewind dev (a worker that dies is still started again)")
 
     p = command("worker", "run a worker: --processes N of them (default: one per core; same as python worker.py)",
                 sync=cmd_worker)

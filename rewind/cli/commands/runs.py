@@ -118,6 +118,16 @@ def _next_page(args: argparse.Namespace, until: datetime | None) -> str | None:
     return shlex.join(words)
 
 
+def add_run_filters(p: argparse.ArgumentParser, *, next_page: bool = False) -> None:
+    """--since, --until and --agent, as `rewind runs` takes them (`rewind resume` selects with them too)."""
+    p.add_argument("--since", type=moment, metavar="DURATION",
+                   help="only runs started since then: 45s, 90m, 12h, 7d, 2w ago, or a time (2026-12-06T09:00:00Z)")
+    p.add_argument("--until", type=moment, metavar="WHEN",
+                   help="only runs started before then (a duration ago or a time)"
+                        + ("; the next page is --until the start of the last run shown" if next_page else ""))
+    p.add_argument("--agent", metavar="NAME", help="only runs of this declared agent or pipeline")
+
+
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
     p = command("runs", "list runs, newest first: id, agent or pipeline, start, state, steps, cost, why it failed "
@@ -132,12 +142,7 @@ def add_filters(p: argparse.ArgumentParser, *, limit_help: str, limit_default: i
     p.add_argument("--state", choices=RUN_STATES,
                    help="only runs in this state: waiting = for an approval, paused = by its budget, stuck = not "
                         "ended and no worker polls its task queue; failed includes terminated and timed out")
-    p.add_argument("--since", type=moment, metavar="DURATION",
-                   help="only runs started since then: 45s, 90m, 12h, 7d, 2w ago, or a time (2026-12-06T09:00:00Z)")
-    p.add_argument("--until", type=moment, metavar="WHEN",
-                   help="only runs started before then (a duration ago or a time)"
-                        + ("; the next page is --until the start of the last run shown" if listing else ""))
-    p.add_argument("--agent", metavar="NAME", help="only runs of this declared agent or pipeline")
+    add_run_filters(p, next_page=listing)
     p.add_argument("--tool-errors", action="store_true",
                    help="only runs with a tool call that failed after its retries, whatever their state (the "
                         "model got the error and the run may have completed)"

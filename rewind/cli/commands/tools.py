@@ -20,7 +20,7 @@ async def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:
                          "[--tool-modules MODULES] [--mcp-config FILE]`) and ask again")
     described = await describe_tools(client, settings.task_queue, [])
     rows = []
-    for spec in sorted(described.tools, key=lambda s: s.name):
+    for spec in [*sorted(described.tools, key=lambda s: s.name), *sorted(described.pipelines, key=lambda s: s.name)]:
         row: dict[str, Any] = {"name": spec.name, "description": spec.description, "policy": policy_of(spec)}
         if spec.mcp is not None:
             row["mcp"] = {"server": spec.mcp.server, "tool": spec.mcp.tool, "server_version": spec.mcp.server_version,
@@ -38,7 +38,7 @@ async def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     command("tools", "the tools a worker offers (@tool functions, MCP servers' tools) with their durability policy "
-                     "and why", handler=cmd_tools)
+                     "and why, then its @pipeline functions", handler=cmd_tools)
 
 
 __all__ = ["register"]

@@ -149,11 +149,13 @@ async def test_dev_sigterm_stops_both_and_the_default_port_needs_no_address(tmp_
     assert processes_of(folder) == []
 
 
-async def test_dev_with_a_broken_tool_module_says_why_and_stops_the_server(tmp_path):
+async def test_dev_no_reload_with_a_broken_tool_module_says_why_and_stops_the_server(tmp_path):
+    """With --no-reload nothing would start it again: one line, exit 1 (with reloading, rewind dev
+    waits for the fix: test_dev_reload_as_user.py)."""
     folder = empty_dir(tmp_path, "broken")
     (folder / "shop.py").write_text("import no_such_dependency_here\n")
     dev = Dev(folder, user_env(folder), "--tool-modules", "shop", "--port", str(free_port()),
-              "--ui-port", str(free_port()))
+              "--ui-port", str(free_port()), "--no-reload")
     code = await dev.wait_exit()
     log = dev.log()
     assert code == 1, log

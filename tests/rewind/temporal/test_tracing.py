@@ -208,6 +208,39 @@ async def test_a_sub_agent_is_a_span_under_its_callers_step_with_its_run_inside(
     assert look_b.attributes["rewind.branch"] == "main.s1-call_0_1"
 
 
+async def test_a_pipeline_has_a_step_span_per_call_over_its_own_activities(traced, model, exporter, monkeypatch,
+                                                                           tmp_path):
+    """A pipeline's calls overlap (asyncio.gather): each is a step span of its own, named by its label,
+    with its activity (and its retries) under it."""
+    from activities.pipelines import PipelineRegistry
+    from rewind.client import pipeline_input
+
+    monkeypatch.setenv("REWIND_TEST_EVENTS", str(tmp_path / "events.jsonl"))
+    client = await connect(traced)
+    name = f"trace-{uuid.uuid4().hex[:8]}"
+    model.add_script(name, {"sum": [{"content": "summed"}]})
+    endpoint = ModelEndpoint(base_url=model.base_url, api_key="test-key")
+    inp = pipeline_input(traced, "gathered", {"terms": ["a", "b"]}, model=f"script:{name}",
+                         run_id=f"trace-{uuid.uuid4().hex[:8]}")
+    async with build_worker(client, traced, ToolRegistry.from_modules(["agent_tools"]), endpoint,
+                            pipelines=PipelineRegistry.from_modules(["agent_pipelines"])):
+        result = await (await start_run(client, traced, inp)).result()
+    assert result.status.state == "completed" and result.status.final_answer == "summed"
+    spans = _of_run(exporter, inp.run_id)
+    [run] = _named(spans, "rewind.run")
+    steps = sorted(_named(spans, "rewind.step"), key=lambda s: s.attributes["rewind.step"])
+    assert [s.attributes["rewind.step"] for s in steps] == [1, 2, 3]
+    assert [s.attributes["rewind.step_label"] for s in steps] == ["lookup", "lookup", "sum"]
+    assert all(s.parent.span_id == run.context.span_id for s in steps)
+    # The two lookups ran at once, each under its own step; the model call under the third.
+    lookups = _named(spans, "execute_tool lookup")
+    assert sorted(_step_of(s, spans) for s in lookups) == [1, 2]
+    assert {s.attributes["rewind.step"] for s in steps[:2]} == {1, 2}
+    [chat] = _named(spans, f"chat script:{name}")
+    assert _ancestors(chat, spans)[:3] == ["RunActivity:call_llm", "StartActivity:call_llm", "rewind.step"]
+    assert _step_of(chat, spans) == 3
+
+
 async def test_replays_emit_no_span(traced, model, exporter):
     client = await connect(traced)
     # No workflow cache: every workflow task replays the run's history from its start.
