@@ -145,12 +145,19 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
 
     reader = world.folder("reader")  # an empty folder: what the store and Temporal say
     renv = world.env(reader)
-    stats = await rewind_json(reader, renv, "stats")
+
+    async def held_still() -> tuple[dict, dict] | None:
+        """stats, the export and stats again, until nothing was mirrored in between (a failed run's
+        last checkpoint may land after its workflow closed)."""
+        before = await rewind_json(reader, renv, "stats")
+        exported = await rewind_json(reader, renv, "export", "--runs", "--format", "parquet", "--out", "steps.parquet")
+        return (before, exported) if before == await rewind_json(reader, renv, "stats") else None
+
+    stats, done = await _until("stats that hold still", held_still)
     totals = stats["totals"]
     assert stats["runs"] == 5 and totals["steps"] > 0 and totals["cost_usd"] > 0
 
     # -- parquet: one row per step, adding up to stats' totals ---------------------------------
-    done = await rewind_json(reader, renv, "export", "--runs", "--format", "parquet", "--out", "steps.parquet")
     assert done["runs"] == 5 and done["rows"] == totals["steps"], done
     table = pq.read_table(reader / "steps.parquet").to_pylist()
     assert len(table) == totals["steps"]
