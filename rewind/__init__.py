@@ -7,6 +7,7 @@ The public API, in one place:
     from rewind import Settings, connect, start_run, agent_input, pipeline_input, wait_for_outcome, run_view
     from rewind import checkpoint_store, tree, fork, redo, rollback, diff, compensate, mirror_run, store_stats
     from rewind import list_runs, RunQuery                                # every run, filtered (`rewind runs`)
+    from rewind import step_rows, write_parquet, run_conversations        # runs as data (`rewind export --runs`)
     from rewind import resume, select_runs, resume_runs, ResumeSelection  # resuming runs after a fix (`rewind resume`)
     from rewind import delete_run, gc                                     # erasing runs
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
@@ -96,6 +97,11 @@ _EXPORTS = {
     "list_runs": "checkpoint_bridge.views.runs",
     "RunQuery": "checkpoint_bridge.views.runs",
     "RunList": "checkpoint_bridge.views.runs",
+    # runs as data (`rewind export --runs`): a row per step, a Parquet file of them, a conversation per branch
+    "step_rows": "checkpoint_bridge.views.step_rows",
+    "StepRow": "checkpoint_bridge.views.step_rows",
+    "write_parquet": "checkpoint_bridge.views.parquet",
+    "run_conversations": "checkpoint_bridge.views.conversations",
     # resuming runs after a fix: from just before the first failed call (`rewind resume`)
     "resume": "rewind.resuming",
     "resume_runs": "rewind.resuming",

@@ -290,7 +290,7 @@ def check_side_effects(mode: str) -> None:
         raise UsageError(f"--side-effects {mode!r}: choose one of {', '.join(SIDE_EFFECT_MODES)}")
 
 
-def _input_for(cp: AgentCheckpoint, source: AgentInput | None) -> AgentInput:
+def input_for(cp: AgentCheckpoint, source: AgentInput | None) -> AgentInput:
     if source is not None:
         return source
     task = next((m.get("content") for m in cp.messages if m.get("role") == "user"), "")
@@ -360,7 +360,7 @@ async def fork(
     )
     if taken or started:
         raise RunExistsError(f"run {run_id!r} already has a branch {branch!r}; choose another --branch")
-    base = _input_for(cp, source.input)
+    base = input_for(cp, source.input)
     if limit_overrides or llm_overrides:
         base = base.model_copy(update={"limits": (limits or base.limits).model_copy(update=limit_overrides or {}),
                                        "llm": base.llm.model_copy(update=llm_overrides or {})})
@@ -369,7 +369,7 @@ async def fork(
                                    model=model)
     if base.pipeline is not None:
         model = None
-    return await _start_from(client, launcher, cp, base, branch, branch,
+    return await start_from(client, launcher, cp, base, branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
                              effects=lineage_effects_of(cp, source.input) + await subagent_effects(store, cp),
                              subagent_overrides=subagent_overrides, side_effects=side_effects,
@@ -409,7 +409,7 @@ def pipeline_from(base: AgentInput, fork_point: int, variables: dict[str, Any] |
     return base.model_copy(update={"pipeline": base.pipeline.model_copy(update={"state_sets": sets})})
 
 
-async def _start_from(
+async def start_from(
     client: Client, launcher: Launcher, cp: AgentCheckpoint, base: AgentInput, name: str, storage: str, *,
     system_prompt: str | None = None, model: str | None = None, tools: list[str] | None = None,
     variables: dict[str, Any] | None = None, limits: RunLimits | None = None,
@@ -580,7 +580,7 @@ async def rollback(
                               idempotency_key=e.idempotency_key, branch_id=storage_of.get(e.workflow_id) or branch,
                               step=e.step, origin="discarded")
                 for e in effects if e.idempotency_key not in undone_keys]
-    continued = await _start_from(client, launcher, cp, _input_for(cp, source.input), branch,
+    continued = await start_from(client, launcher, cp, input_for(cp, source.input), branch,
                                   revision_branch(branch, next_revision),
                                   effects=lineage_effects_of(cp, source.input, standing) + await subagent_effects(store, cp),
                                   described=source.tools)
@@ -650,7 +650,7 @@ async def redo(
     if await _branch_taken(client, store, run_id, name):
         raise RunExistsError(f"run {run_id!r} already has a branch {name!r}; choose another --branch")
     source = await source_input(client, workflow_id_for(run_id, point.branch_id))
-    base = _input_for(cp, source)
+    base = input_for(cp, source)
     step_ledger = Ledger.model_validate((cp.ledger or {}).get("step") or {})
     old = Ledger.model_validate((redone.subagent or {}).get("ledger") or {}) if redone is not None else Ledger()
     # The branch inherits the step as recorded, but for what the redone call's old run spent.
@@ -670,7 +670,7 @@ async def redo(
         seed.tool_cache = tool_cache_of(cp)
         seed.redo = plan
 
-    return await _start_from(client, launcher, before, base, name, name, adjust=adjust,
+    return await start_from(client, launcher, before, base, name, name, adjust=adjust,
                              effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp),
                              side_effects=side_effects)
 
@@ -695,7 +695,7 @@ async def _redo_call(client: Client, launcher: Launcher, store: CheckpointStore,
     line = await lineage(store, cp.run_id, from_branch)
     head = await checkpoint_at(store, line[-1])
     source = await source_input(client, workflow_id_for(cp.run_id, line[-1].branch_id))
-    base = _input_for(head, source)
+    base = input_for(head, source)
     assert base.pipeline is not None
     label = str(call.get("label", ""))
     models = {label: model} if model and call.get("kind") == "llm" else {}
@@ -703,9 +703,9 @@ async def _redo_call(client: Client, launcher: Launcher, store: CheckpointStore,
         if record is not None and record.subagent and (model or system_prompt) else None
     base = base.model_copy(update={"pipeline": base.pipeline.model_copy(update={
         "redo_steps": [*base.pipeline.redo_steps, cp.step_index], "models": {**base.pipeline.models, **models}})})
-    return await _start_from(client, launcher, head, base, name, name, subagent_overrides=agent,
+    return await start_from(client, launcher, head, base, name, name, subagent_overrides=agent,
                              effects=lineage_effects_of(head, source) + await subagent_effects(store, head),
                              side_effects=side_effects)
 
 
-__all__ = ["fork", "rollback", "redo", "Launcher", "ForkResult", "RollbackResult", "SideEffect", "display_name"]
+__all__ = ["fork", "rollback", "redo", "Launcher", "ForkResult", "RollbackResult", "SideEffect", "display_name", "input_for", "start_from"]

@@ -41,8 +41,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from checkpoint_bridge.branches.branching import (
     ForkResult,
     Launcher,
-    _input_for,
-    _start_from,
+    input_for,
+    start_from,
     check_side_effects,
     checkpoint_at,
     lineage_effects_of,
@@ -197,7 +197,7 @@ async def resume(
     start = await checkpoint_at(store, found.start)
     head = await store.load(found.head.checkpoint_id)  # a failed step's too: its records are the line's
     source = await source_of(client, handle.id)
-    base = _input_for(start, source.input)
+    base = input_for(start, source.input)
     redo: RedoPlan | None = None
     if base.pipeline is not None:
         # A pipeline's code runs again against its record up to the start point (as a fork's
@@ -225,7 +225,7 @@ async def resume(
         for name in stored:
             await store.invalidate_after(run_id, name, plan.from_step, reason)
     effects = lineage_effects_of(head, source.input) + await subagent_effects(store, head)
-    continued = await _start_from(
+    continued = await start_from(
         client, launcher, start, base, plan.branch, revision_branch(plan.branch, next_revision),
         system_prompt=system_prompt, model=model, effects=effects, adjust=adjust, side_effects=side_effects,
         described=source.tools)

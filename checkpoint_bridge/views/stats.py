@@ -11,6 +11,9 @@ its model, under the branch of its top-level caller, and under its agent.
 A run's state is what its checkpoints can say: `completed` (main ends with a
 final answer), `failed`, or `unfinished` (running, waiting, paused, stopped
 or crashed: `rewind status RUN` asks Temporal which).
+
+`since`: only the runs that started then or later (their first checkpoint's
+time). `by`: the same figures per agent, model, tool or day too (stats_by.py).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pydantic import BaseModel, Field
 from checkpoint_bridge.checkpoints.lineage import split_revision, top_branch
 from checkpoint_bridge.checkpoints.store import CheckpointStore, StepFacts
 from checkpoint_bridge.document.schema import stored_state
+from checkpoint_bridge.views.stats_by import By, Group, grouped, grouped_text
+from checkpoint_bridge.views.step_rows import StepRow, rows_of
 from workflows.contracts import Ledger
 from workflows.errors import RunNotFoundError
 from workflows.ids import checkpoint_id, validate_id
@@ -62,7 +67,9 @@ class StoreStats(BaseModel):
     runs: int = 0
     branches: int = 0
     runs_by_state: dict[str, int] = Field(default_factory=dict)
+    since: datetime | None = None  # only runs started then or later
     totals: Spend = Field(default_factory=Spend)
+    cost_per_run: float | None = None
     by_model: dict[str, Spend] = Field(default_factory=dict)
     by_branch: dict[str, Spend] = Field(default_factory=dict)  # by branch name, revisions and sub-agents folded in
     by_agent: dict[str, Spend] = Field(default_factory=dict)  # by declared agent (runs started with --agent, sub-agents)
@@ -73,6 +80,8 @@ class StoreStats(BaseModel):
     reused_effects: int = 0
     step_time: StepTimes = Field(default_factory=StepTimes)
     retries: dict[str, int] = Field(default_factory=dict)  # attempts beyond the first, by activity
+    by: str | None = None  # --by: agent, model, tool or day
+    groups: dict[str, Group] = Field(default_factory=dict)  # the figures per group of `by`
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -148,22 +157,38 @@ def _add_run(stats: StoreStats, facts: list[StepFacts], durations: list[float], 
     stats.retries = dict(sorted(retries.items()))
 
 
-async def store_stats(store: CheckpointStore, run_ids: Iterable[str] | None = None) -> StoreStats:
-    """Stats of the named runs (default: every run in the store)."""
+def _started(facts: list[StepFacts]) -> datetime | None:
+    """When the run started: its first checkpoint's time."""
+    times = [t for t in (_when(f.fields) for f in facts) if t is not None]
+    return min(times) if times else None
+
+
+async def store_stats(store: CheckpointStore, run_ids: Iterable[str] | None = None, *,
+                      since: datetime | None = None, by: By | None = None) -> StoreStats:
+    """Stats of the named runs (default: every run in the store), those started since `since`,
+    with the figures per group of `by` too."""
     if run_ids is not None:
         wanted = [validate_id("run", r) for r in run_ids]
     else:
         wanted = await store.run_ids()
-    stats = StoreStats(store=store.url)
+    stats = StoreStats(store=store.url, since=since, by=by)
     durations: list[float] = []
     seen: dict[str, set[str]] = {}
+    rows: list[StepRow] = []
     for run_id in wanted:
         facts = await store.step_facts(run_id)
         if not facts:
             if run_ids is not None:
                 raise RunNotFoundError(f"no checkpoints for run {run_id!r} in {store.url}; check the id or REWIND_STORE")
             continue
+        if since is not None and ((started := _started(facts)) is None or started < since):
+            continue
         _add_run(stats, facts, durations, seen)
+        if by is not None:
+            rows += rows_of(facts)
+    if by is not None:
+        stats.groups = grouped(rows, by)
+    stats.cost_per_run = stats.totals.cost_usd / stats.runs if stats.runs else None
     stats.totals.branches = stats.branches
     for key, spend in [*(("model:" + k, v) for k, v in stats.by_model.items()),
                        *(("branch:" + k, v) for k, v in stats.by_branch.items()),
@@ -192,14 +217,15 @@ def _table(title: str, rows: dict[str, Spend]) -> list[str]:
 
 
 def stats_text(stats: StoreStats) -> str:
+    since = "" if stats.since is None else f" started since {stats.since.isoformat(timespec='seconds')}"
     if stats.runs == 0:
-        return f"no runs in {stats.store}"
+        return f"no runs{since} in {stats.store}"
     states = ", ".join(f"{n} {state}" for state, n in sorted(stats.runs_by_state.items()))
     t = stats.totals
     lines = [
-        f"{stats.runs} run(s), {stats.branches} branch(es), {t.steps} step(s) in {stats.store}: {states}",
+        f"{stats.runs} run(s){since}, {stats.branches} branch(es), {t.steps} step(s) in {stats.store}: {states}",
         f"spend      {t.total_tokens} tokens ({t.prompt_tokens} in / {t.completion_tokens} out), {usd(t.cost_usd)}, "
-        f"{t.model_calls} model call(s)",
+        f"{t.model_calls} model call(s); {usd(stats.cost_per_run or 0.0)} per run",
         "by model", *_table("model", stats.by_model),
         "by branch", *_table("branch", stats.by_branch),
     ]
@@ -212,6 +238,8 @@ def stats_text(stats: StoreStats) -> str:
     lines.append(f"step time  mean {_seconds(st.mean_ms)}, p95 {_seconds(st.p95_ms)} over {st.steps} step(s)")
     retried = ", ".join(f"{name} {n}" for name, n in stats.retries.items()) or "none"
     lines.append(f"retries    {retried}")
+    if stats.by is not None:
+        lines += grouped_text(stats.by, stats.groups)
     return "\n".join(lines)
 
 

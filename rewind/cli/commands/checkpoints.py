@@ -10,6 +10,7 @@ from typing import Callable
 
 from rewind.cli.commands.arguments import RUN_HELP
 from rewind.cli.commands.common import client_for, emit, open_checkpoints
+from rewind.cli.commands.runs import add_filters, moment
 from rewind.settings.config import Settings
 from workflows.errors import InvalidIdError, RewindError, UsageError
 from workflows.ids import parse_checkpoint_id, validate_id
@@ -38,8 +39,16 @@ async def cmd_stats(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.views.stats import stats_text, store_stats
 
     async with open_checkpoints(settings) as store:
-        stats = await store_stats(store, args.run or None)
-    emit(stats.model_dump(mode="json"), args.json, stats_text(stats) if not args.json else "")
+        stats = await store_stats(store, args.run or None, since=args.since, by=args.by)
+    doc, text = stats.model_dump(mode="json"), stats_text(stats) if not args.json else ""
+    if args.metrics:
+        # The store keeps no write timing (checkpoints are projections of history): the workers measure it.
+        from rewind.write_latency import latency_text, write_latency
+
+        latency = await write_latency(args.metrics)
+        doc["write_latency"] = latency.model_dump(mode="json")
+        text = text and f"{text}\n{latency_text(latency)}"
+    emit(doc, args.json, text)
     return 0
 
 
@@ -114,6 +123,21 @@ async def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+    if args.runs:
+        from rewind.cli.commands.run_export import cmd_export_runs
+
+        return await cmd_export_runs(args, settings)
+    if args.checkpoint is None:
+        raise UsageError("say what to export: a checkpoint id (RUN:BRANCH:STEP), or --runs with the filters of "
+                         "`rewind runs`")
+    if args.format in ("jsonl", "parquet"):
+        raise UsageError(f"--format {args.format} exports runs: add --runs (and the filters of `rewind runs`) in "
+                         f"place of checkpoint {args.checkpoint}")
+    given = [flag for flag, value in (("--state", args.state), ("--since", args.since), ("--until", args.until),
+                                      ("--agent", args.agent), ("--tool-errors", args.tool_errors or None),
+                                      ("--min-cost", args.min_cost), ("--limit", args.limit)) if value is not None]
+    if given:
+        raise UsageError(f"{given[0]} selects runs: add --runs (in place of checkpoint {args.checkpoint})")
     checkpoint_id(args.checkpoint)
     if args.format == "langgraph":
         return await _export_langgraph(args, settings)
@@ -194,18 +218,36 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--format", choices=["text", "mermaid", "dot"], default="text",
                    help="text (default), or a graph: Mermaid flowchart or Graphviz DOT")
 
-    p = command("stats", "runs by state, tokens and cost by model and branch, cache hits, step times, retries",
-                handler=cmd_stats, store_only=True)
+    p = command("stats", "runs by state, tokens and cost by model and branch, cost per run, cache hits, step "
+                         "times, retries; --by agent, model, tool or day", handler=cmd_stats, store_only=True)
     p.add_argument("--run", action="append", metavar="RUN", help="only this run (repeatable; default: every run in the store)")
+    p.add_argument("--since", type=moment, metavar="DURATION",
+                   help="only runs started since then (their first checkpoint): 45s, 90m, 12h, 7d, 2w ago, or a "
+                        "time (2026-12-06T09:00:00Z)")
+    p.add_argument("--by", choices=["agent", "model", "tool", "day"],
+                   help="the figures per group too: steps, tokens, cost, cost per run, cache hit rate, retries, "
+                        "tool errors, step time (by tool: calls, cache hits, retries, errors, call time)")
+    p.add_argument("--metrics", action="append", metavar="URL",
+                   help="also the checkpoint write latency and mirror lag the workers measured, read from their "
+                        "metrics endpoint (http://HOST:PORT/metrics, REWIND_METRICS_PORT; repeatable: added up)")
 
     p = command("show", "one full AgentCheckpoint (id RUN:BRANCH:STEP)", handler=cmd_show, store_only=True)
     p.add_argument("checkpoint", help=CHECKPOINT_HELP)
 
-    p = command("export", "write one checkpoint as a standalone JSON document", handler=cmd_export, store_only=True)
-    p.add_argument("checkpoint", help=CHECKPOINT_HELP)
-    p.add_argument("--out", help="file to write, or - for stdout (the JSON document)")
-    p.add_argument("--format", choices=["json", "langgraph"], default="json",
-                   help="json (default): a standalone AgentCheckpoint; langgraph: a checkpoint of a LangGraph thread")
+    p = command("export", "write one checkpoint as a standalone JSON document, or (--runs) runs as data: "
+                          "conversations (jsonl) or steps (parquet)", handler=cmd_export, store_only=True)
+    p.add_argument("checkpoint", nargs="?", help=CHECKPOINT_HELP + " (leave it out with --runs)")
+    p.add_argument("--out", help="file to write, or - for stdout (the JSON document); --runs: default stdout for "
+                                 "jsonl, runs.parquet for parquet")
+    p.add_argument("--format", choices=["json", "langgraph", "jsonl", "parquet"], default=None,
+                   help="json (default): a standalone AgentCheckpoint; langgraph: a checkpoint of a LangGraph thread; "
+                        "with --runs: jsonl (default), one conversation per branch in the OpenAI chat format with "
+                        "tools, or parquet, one row per step (needs pip install 'rewind-agents[export]')")
+    p.add_argument("--runs", action="store_true",
+                   help="export the runs the filters (those of `rewind runs`) select, every branch of each, in "
+                        "place of one checkpoint")
+    add_filters(p, limit_default=None, listing=False,
+                limit_help="--runs: at most N runs, the newest (default: every run that matches)")
     p.add_argument("--thread", help="langgraph: the thread to write the checkpoint to")
     p.add_argument("--sqlite", metavar="PATH", help="langgraph: a SqliteSaver database file (created if missing)")
     p.add_argument("--store", metavar="URL", help="langgraph: a RewindSaver store (folder or s3://bucket/prefix)")

@@ -7,12 +7,15 @@ import re
 import shlex
 import sys
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rewind.cli.commands.arguments import STEPS, USD
 from rewind.cli.commands.common import connection_for, emit, open_checkpoints
 from rewind.settings.config import Settings
 from workflows.ids import echo
+
+if TYPE_CHECKING:
+    from checkpoint_bridge.checkpoints.store import CheckpointStore
 
 # `rewind runs --state`, spelled out (checkpoint_bridge.views.runs.STATES: `rewind --help`
 # imports no pydantic model; a test checks the two agree).
@@ -38,23 +41,39 @@ def moment(text: str) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
-async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.views.runs import RunQuery, list_runs, runs_text
+def run_query(args: argparse.Namespace, *, limit: int | None = None) -> Any:
+    """The RunQuery the filters of `rewind runs` on the command line make (`limit`: in place of --limit)."""
+    from checkpoint_bridge.views.runs import RunQuery
+
+    return RunQuery(state=args.state, since=args.since, until=args.until, agent=args.agent,
+                    tool_errors=args.tool_errors, min_cost=args.min_cost, limit=limit or args.limit)
+
+
+async def select_runs(args: argparse.Namespace, settings: Settings, store: CheckpointStore,
+                      query: Any) -> tuple[Any, Any | None]:
+    """(the runs `query` selects, as `rewind runs` lists them: Temporal's visibility joined with
+    the store, or the store alone (saying so in one line on stderr) when Temporal does not answer;
+    the Temporal connection, None when it did not answer)."""
+    from checkpoint_bridge.views.runs import list_runs
     from workflows.errors import TemporalUnreachableError
 
-    query = RunQuery(state=args.state, since=args.since, until=args.until, agent=args.agent,
-                     tool_errors=args.tool_errors, min_cost=args.min_cost, limit=args.limit)
     try:
         client = await connection_for(settings)
     except TemporalUnreachableError as exc:
         client = _store_alone(args, settings, exc)
+    try:
+        return await list_runs(store, client, query), client
+    except Exception as exc:
+        if client is None or not _gone(exc):
+            raise
+        return await list_runs(store, _store_alone(args, settings, exc), query), None  # it went away meanwhile
+
+
+async def cmd_runs(args: argparse.Namespace, settings: Settings) -> int:
+    from checkpoint_bridge.views.runs import runs_text
+
     async with open_checkpoints(settings) as store:
-        try:
-            listed = await list_runs(store, client, query)
-        except Exception as exc:
-            if client is None or not _gone(exc):
-                raise
-            listed = await list_runs(store, _store_alone(args, settings, exc), query)  # it went away meanwhile
+        listed, _ = await select_runs(args, settings, store, run_query(args))
     emit(listed.model_dump(mode="json"), args.json, runs_text(listed, next_page=_next_page(args, listed.next_until)))
     return 0
 
@@ -113,14 +132,20 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
     p = command("runs", "list runs, newest first: id, agent or pipeline, start, state, steps, cost, why it failed "
                         "or is stuck", handler=cmd_runs)
+    add_filters(p, limit_help=f"show at most N runs (default {DEFAULT_LIMIT}); when more match, the last line "
+                              "gives the command for the next page")
+
+
+def add_filters(p: argparse.ArgumentParser, *, limit_help: str, limit_default: int | None = DEFAULT_LIMIT,
+                listing: bool = True) -> None:
+    """The filters of `rewind runs` (`rewind export --runs` takes them too: `listing` False)."""
     p.add_argument("--state", choices=RUN_STATES,
                    help="only runs in this state: waiting = for an approval, paused = by its budget, stuck = not "
                         "ended and no worker polls its task queue; failed includes terminated and timed out")
-    add_run_filters(p, next_page=True)
+    add_run_filters(p, next_page=listing)
     p.add_argument("--tool-errors", action="store_true",
                    help="only runs with a tool call that failed after its retries, whatever their state (the "
-                        "model got the error and the run may have completed); the reason column shows the first")
+                        "model got the error and the run may have completed)"
+                        + ("; the reason column shows the first" if listing else ""))
     p.add_argument("--min-cost", type=USD, metavar="USD", help="only runs that cost at least this many USD")
-    p.add_argument("--limit", type=STEPS, default=DEFAULT_LIMIT, metavar="N",
-                   help=f"show at most N runs (default {DEFAULT_LIMIT}); when more match, the last line gives the "
-                        "command for the next page")
+    p.add_argument("--limit", type=STEPS, default=limit_default, metavar="N", help=limit_help)
