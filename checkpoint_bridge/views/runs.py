@@ -86,6 +86,9 @@ class RunRow(BaseModel):
     model: str | None = None
     task_queue: str | None = None
     source: Literal["temporal", "store"] = "temporal"  # where its state comes from
+    # The store holds a checkpoint of it (False: Temporal lists a run no worker has mirrored into
+    # this store yet, or one of another deployment's store on the same namespace).
+    stored: bool = False
 
 
 class RunList(BaseModel):
@@ -289,7 +292,7 @@ async def _row(store: CheckpointStore, client: Any | None, c: _Candidate, end: S
     row = RunRow(run_id=c.run_id, started=c.started, state=c.state or (stored_state(fields) if fields else "unfinished"),
                  steps=int(fields.get("step_index") or 0), cost_usd=float(fields.get("llm_cost_usd") or 0.0),
                  model=fields.get("model") or None, task_queue=w.task_queue if w is not None else None,
-                 source="temporal" if c.state is not None else "store")
+                 source="temporal" if c.state is not None else "store", stored=end is not None)
     if query.state is not None and row.state != query.state:
         return None
     if query.min_cost is not None and row.cost_usd < query.min_cost:

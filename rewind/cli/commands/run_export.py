@@ -40,7 +40,10 @@ async def cmd_export_runs(args: argparse.Namespace, settings: Settings) -> int:
     settings = Settings.from_env()
     async with open_checkpoints(settings) as store:
         listed, client = await select_runs(args, settings, store, run_query(args, limit=args.limit or ALL_RUNS))
-        runs = list(reversed(listed.runs))  # oldest first: a file that grows at its end as runs come
+        # Oldest first: a file that grows at its end as runs come. A run the store holds nothing of
+        # (Temporal lists it, no checkpoint of it is here) has no data to export: counted apart.
+        runs = [r for r in reversed(listed.runs) if r.stored]
+        unstored = len(listed.runs) - len(runs)
         if args.format == "parquet":
             from checkpoint_bridge.views.parquet import write_parquet
             from checkpoint_bridge.views.step_rows import step_rows
@@ -79,9 +82,10 @@ async def cmd_export_runs(args: argparse.Namespace, settings: Settings) -> int:
             count = len(lines)
             what = f"{count} conversation(s)"
     more = "; more runs match: raise --limit" if listed.more else ""
+    apart = f" ({unstored} run(s) Temporal lists have no checkpoint in this store yet)" if unstored else ""
     emit({"format": args.format, "out": str(Path(out).resolve()), "runs": len(runs), "rows" if args.format == "parquet"
-          else "conversations": count, "more": listed.more, "temporal": listed.temporal}, args.json,
-         f"wrote {what} of {len(runs)} run(s) to {out}{more}")
+          else "conversations": count, "more": listed.more, "temporal": listed.temporal, "not_in_store": unstored},
+         args.json, f"wrote {what} of {len(runs)} run(s) to {out}{apart}{more}")
     return 0
 
 
