@@ -47,6 +47,19 @@ def empty_dir(tmp_path: Path, name: str) -> Path:
     return path
 
 
+async def until(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    """Poll the coroutine function `check` until it returns something true, and return that
+    (visibility and the mirror lag a moment behind what a command just did)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = await check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not so after {timeout_s:.0f} s")
+        await asyncio.sleep(0.2)
+
+
 async def rewind(cwd: Path, env: dict[str, str], *args: str, timeout_s: float = 150.0) -> tuple[int, str, str]:
     """`rewind ARGS...` from `cwd`: (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(

@@ -29,7 +29,7 @@ from checkpoint_bridge.checkpoints.lineage import split_revision, top_branch
 from checkpoint_bridge.checkpoints.store import CheckpointStore, StepFacts
 from checkpoint_bridge.document.schema import stored_state
 from checkpoint_bridge.views.stats_by import By, Group, grouped, grouped_text
-from checkpoint_bridge.views.step_rows import StepRow, rows_of
+from checkpoint_bridge.views.step_rows import StepRow, created_at, rows_of
 from workflows.contracts import Ledger
 from workflows.errors import RunNotFoundError
 from workflows.ids import checkpoint_id, validate_id
@@ -89,14 +89,6 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
 
 
-def _when(fields: dict[str, Any]) -> datetime | None:
-    value = fields.get("created_at")
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
-    except ValueError:
-        return None
-
-
 def _own(ledger: dict[str, Any]) -> dict[str, Any]:
     """A step's ledger without what its sub-agents spent (counted at their own steps)."""
     return Ledger.model_validate(ledger).own().model_dump()
@@ -122,7 +114,7 @@ def _add_run(stats: StoreStats, facts: list[StepFacts], durations: list[float], 
         fields = f.fields
         branch, step = fields["branch_id"], fields["step_index"]
         cid = checkpoint_id(fields["run_id"], branch, step)
-        created[cid] = _when(fields)
+        created[cid] = created_at(fields)
         parent = fields.get("parent_id")
         if parent is not None and parent.rsplit(":", 2)[1] == branch:
             start, end = created.get(parent), created[cid]
@@ -159,7 +151,7 @@ def _add_run(stats: StoreStats, facts: list[StepFacts], durations: list[float], 
 
 def _started(facts: list[StepFacts]) -> datetime | None:
     """When the run started: its first checkpoint's time."""
-    times = [t for t in (_when(f.fields) for f in facts) if t is not None]
+    times = [t for t in (created_at(f.fields) for f in facts) if t is not None]
     return min(times) if times else None
 
 

@@ -74,7 +74,8 @@ class StepRow(BaseModel):
     repetition: int | None = None
 
 
-def _when(fields: dict[str, Any]) -> datetime | None:
+def created_at(fields: dict[str, Any]) -> datetime | None:
+    """When a step object's checkpoint was made (None: not recorded, or not a time)."""
     value = fields.get("created_at")
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
@@ -99,7 +100,7 @@ def rows_of(facts: list[StepFacts]) -> list[StepRow]:
         fields = f.fields
         branch, step = fields["branch_id"], int(fields["step_index"])
         cid = checkpoint_id(fields["run_id"], branch, step)
-        created[cid] = when = _when(fields)
+        created[cid] = when = created_at(fields)
         kind, agent = _agent(fields)
         if kind == "pipeline" and agent:
             pipelines[branch] = agent
@@ -161,4 +162,4 @@ async def step_rows(store: CheckpointStore, run_ids: list[str]) -> list[StepRow]
     return rows
 
 
-__all__ = ["StepRow", "ToolCallFacts", "rows_of", "step_rows"]
+__all__ = ["StepRow", "ToolCallFacts", "created_at", "rows_of", "step_rows"]

@@ -19,14 +19,12 @@ model over HTTP), then `rewind export --runs` read back from an empty folder:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
-import time
 
 import pyarrow.parquet as pq
 import pytest
-from as_user import one_line_error, rewind, rewind_json, user_workers
+from as_user import one_line_error, rewind, rewind_json, until, user_workers
 
 TOOLS = '''
 from rewind import pipeline, subagent, tool
@@ -61,14 +59,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def _until(what: str, check, timeout_s: float = 60.0):
-    """Poll `check()` until it returns something true (the last write is recorded after the run's end)."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := await check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not so after {timeout_s:.0f} s")
-        await asyncio.sleep(0.2)
-    return found
 
 
 def _paired(messages: list[dict]) -> bool:
@@ -133,7 +123,7 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
             found = await rewind_json(cli, env, "stats", "--metrics", f"http://127.0.0.1:{port}/metrics")
             return found if found["write_latency"]["checkpoint_write"]["count"] >= found["totals"]["steps"] else None
 
-        latency = (await _until("the worker's checkpoint writes", written))["write_latency"]
+        latency = (await until("the worker's checkpoint writes", written))["write_latency"]
         writes = latency["checkpoint_write"]
         assert writes["mean_ms"] > 0 and writes["p50_ms"] <= writes["p95_ms"] <= writes["p99_ms"], latency
         assert latency["mirror_lag"]["count"] == writes["count"]
@@ -153,7 +143,7 @@ async def test_export_runs_add_up_to_stats_and_select_as_runs_does(world, tmp_pa
         exported = await rewind_json(reader, renv, "export", "--runs", "--format", "parquet", "--out", "steps.parquet")
         return (before, exported) if before == await rewind_json(reader, renv, "stats") else None
 
-    stats, done = await _until("stats that hold still", held_still)
+    stats, done = await until("stats that hold still", held_still)
     totals = stats["totals"]
     assert stats["runs"] == 5 and totals["steps"] > 0 and totals["cost_usd"] > 0
 

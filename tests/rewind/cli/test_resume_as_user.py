@@ -23,12 +23,10 @@ calls' (fetch_page(b) once per run), and a second resume starts nothing.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections import Counter
 from pathlib import Path
 
-from as_user import one_line_error, rewind, rewind_json, user_workers
+from as_user import one_line_error, rewind, rewind_json, until, user_workers
 from rewind.temporal.dev_server import DevServer
 
 TOOLS = '''
@@ -95,15 +93,6 @@ def _shape(first: str, mid: str, name: str) -> list[dict]:
 REFUSED = {"error": {"status": 400, "message": "provider outage: request refused"}}
 
 
-async def _until(what: str, check, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = await check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not so after {timeout_s:.0f} s")
-        await asyncio.sleep(0.2)
 
 
 def _counted(path: Path) -> Counter:
@@ -197,7 +186,7 @@ async def _scenario(world, server: DevServer) -> None:
         assert len(lines) == 3 and lines[1].startswith("fail-c") and "resumed" in lines[1], text
         assert "failed at step 2; from step 1" in lines[1] and "provider outage" in lines[1], text
         assert lines[-1] == "1 resumed", text
-        await _until("fail-c failed again", lambda: _state_is(states, "fail-c", "failed"))
+        await until("fail-c failed again", lambda: _state_is(states, "fail-c", "failed"))
         code, text, err = await rewind(cli, env, "resume", "--failed", "--since", "1h", "--yes")
         assert code == 0 and "already resumed: main.r1 resumed main.r0" in text, (text, err)
         assert text.splitlines()[-1] == "1 already resumed", text
@@ -212,7 +201,7 @@ async def _scenario(world, server: DevServer) -> None:
         first_time = Counter({"fetch_page:f": 1, "save:f": 1})
         rerun = _counted(calls) - before - first_time
         assert rerun == Counter({"fetch_page:b": 4}), rerun
-        assert await _until("the resumed runs completed", lambda: _all_completed(states))
+        assert await until("the resumed runs completed", lambda: _all_completed(states))
         for run_id, answer in (("err-a", "done a"), ("fail-b", "done b"), ("fail-c", "done c")):
             status = await rewind_json(cli, env, "status", run_id)
             assert (status["state"], status["status"]["final_answer"]) == ("completed", answer), status

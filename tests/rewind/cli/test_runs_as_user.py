@@ -18,11 +18,9 @@ listing then comes from the checkpoint store, saying so in one line).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 
-from as_user import one_line_error, rewind, rewind_json, user_workers
+from as_user import one_line_error, rewind, rewind_json, until, user_workers
 from rewind.temporal.dev_server import DevServer
 
 TOOLS = '''
@@ -62,16 +60,6 @@ ENDED_IN_STORE = {"completed": {"ok-1", "clerk-1", "toolerr-1", "pipe-ok"}, "fai
 WITH_TOOL_ERRORS = {"toolerr-1", "pipe-bug"}  # pipe-bug's failed call is recorded before the pipeline fails
 
 
-async def _until(what: str, check, timeout_s: float = 60.0):
-    """Poll `check()` until it returns something true (visibility and the mirror lag a moment)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = await check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not so after {timeout_s:.0f} s")
-        await asyncio.sleep(0.2)
 
 
 async def test_runs_lists_exactly_what_each_filter_selects_with_temporal_up_and_down(world, tmp_path) -> None:
@@ -141,7 +129,7 @@ async def _scenario(world, server: DevServer, tmp_path) -> None:
             code, _, err = await start(run_id, "--task", "pay bob", *model("wire"))
             assert code == 0, err
         for run_id in ("cancel-1", "wait-1"):
-            await _until(f"{run_id} waits for its approval", lambda r=run_id: _waits(cli, env, r))
+            await until(f"{run_id} waits for its approval", lambda r=run_id: _waits(cli, env, r))
         code, _, err = await rewind(cli, env, "cancel", "cancel-1")
         assert code == 0, err
         # A run on a queue no worker polls: it never starts.
@@ -159,7 +147,7 @@ async def _scenario(world, server: DevServer, tmp_path) -> None:
             listed = await runs()
             return listed if {r["run_id"]: r["state"] for r in listed["runs"]} == expected_states else None
 
-        listed = await _until("every run in its state", settled)
+        listed = await until("every run in its state", settled)
         rows = {r["run_id"]: r for r in listed["runs"]}
         assert listed["temporal"] is True and listed["more"] is False
         # Newest first: the order they were started in, reversed.
@@ -200,9 +188,9 @@ async def _scenario(world, server: DevServer, tmp_path) -> None:
         # A time window, at the start of one of the runs (their own start times, no clock).
         cut = rows["pipe-ok"]["started"]
         since = await ids("--since", cut)
-        until = await ids("--until", cut)
+        before_cut = await ids("--until", cut)
         assert since == newest_first[: newest_first.index("pipe-ok") + 1]
-        assert until == newest_first[newest_first.index("pipe-ok") + 1:]
+        assert before_cut == newest_first[newest_first.index("pipe-ok") + 1:]
         assert set(await ids("--since", "1d")) == ALL and await ids("--until", "1d") == []
         # Pages: the last line names the next one, and the pages make up the whole list.
         pages, args = [], ["--limit", "4"]
@@ -250,7 +238,7 @@ async def _scenario(world, server: DevServer, tmp_path) -> None:
     assert set(await ids("--agent", "report")) == {"pipe-ok", "pipe-bug"}
     assert await ids("--min-cost", threshold) == ["clerk-1"]
     assert await ids("--since", cut) == [r for r in since if r != "stuck-1"]
-    assert await ids("--until", cut) == until
+    assert await ids("--until", cut) == before_cut
     # States only Temporal knows: refused in one line, naming what to do.
     code, _, err = await rewind(cli, env, "runs", "--state", "waiting")
     one_line_error(code, err, "Temporal is not reachable", "--state waiting", "completed or failed", prefix="rewind: ")
