@@ -19,6 +19,7 @@ from temporalio import activity
 
 from temporalio.exceptions import ApplicationError
 
+from activities.graphs import GraphInputError, RegisteredGraph, graphs_in
 from activities.tools import ToolRegistry, _args_model, _json_schema, import_tool_module
 from checkpoint_bridge.checkpoints.store import CheckpointStore, StepEnd
 from checkpoint_bridge.document.schema import ToolCallRecord
@@ -33,6 +34,7 @@ from workflows.pipeline_contracts import (
     PipelineRecord,
     PipelineSpec,
     RecordedCall,
+    SuperStepMark,
 )
 from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE
 
@@ -54,6 +56,15 @@ class RegisteredPipeline:
     def spec(self, module: str, attribute: str) -> PipelineSpec:
         return PipelineSpec(name=self.name, module=module, attribute=attribute, description=self.description,
                             model=self.model, parameters=_json_schema(self.arguments_model))
+
+    def checked(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments validated, as JSON (raises pydantic.ValidationError)."""
+        return self.arguments_model.model_validate(arguments).model_dump(mode="json")
+
+    def takes(self) -> str:
+        fields = self.arguments_model.model_fields
+        return "{" + ", ".join(f'"{n}": {getattr(f.annotation, "__name__", str(f.annotation))}'
+                               for n, f in fields.items()) + "}"
 
 
 def pipeline(fn: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None, model: str | None = None,
@@ -87,7 +98,7 @@ class PipelineRegistry:
     """The pipelines one worker offers, by name, with where each is defined."""
 
     def __init__(self) -> None:
-        self._found: dict[str, tuple[RegisteredPipeline, str, str]] = {}
+        self._found: dict[str, tuple[RegisteredPipeline | RegisteredGraph, str, str]] = {}
 
     @classmethod
     def from_modules(cls, module_names: list[str]) -> "PipelineRegistry":
@@ -97,11 +108,13 @@ class PipelineRegistry:
             for attribute, value in vars(module).items():
                 if isinstance(value, RegisteredPipeline):
                     registry.add(value, module_name, attribute)
+            for attribute, graph in graphs_in(module, module_name):
+                registry.add(graph, module_name, attribute)
         return registry
 
-    def add(self, found: RegisteredPipeline, module: str, attribute: str) -> None:
+    def add(self, found: RegisteredPipeline | RegisteredGraph, module: str, attribute: str) -> None:
         existing = self._found.get(found.name)
-        if existing is not None and existing[0].fn is not found.fn:
+        if existing is not None and existing[0] != found:
             raise ToolRegistryError(f"two different pipelines are named {found.name!r} ({existing[1]} and {module}); "
                                     "pass name= to @pipeline to rename one")
         self._found[found.name] = (found, module, attribute)
@@ -129,7 +142,7 @@ class PipelineRegistry:
                                          max_steps=PIPELINE_MAX_STEPS, pipeline=True))
                 for spec in self.specs() if spec.name not in taken]
 
-    def get(self, name: str) -> RegisteredPipeline | None:
+    def get(self, name: str) -> RegisteredPipeline | RegisteredGraph | None:
         found = self._found.get(name)
         return found[0] if found is not None else None
 
@@ -163,13 +176,20 @@ class PipelineActivities:
         found = self._pipelines.get(request.name)
         if found is None:
             offered = ", ".join(self._pipelines.names()) or "none"
+            if ":" in request.name:
+                module = request.name.split(":", 1)[0]
+                return PipelineDescription(error=f"no graph {request.name!r} on this worker (it offers: {offered}); "
+                                                 f"start a worker with {module} in --tool-modules / REWIND_TOOL_MODULES, "
+                                                 "whose module-level attribute is the compiled graph")
             return PipelineDescription(error=f"no pipeline named {request.name!r} on this worker (it offers: {offered}); "
                                              "start a worker whose --tool-modules define it with @pipeline")
+        what = "graph" if isinstance(found, RegisteredGraph) else "pipeline"
         try:
-            arguments = found.arguments_model.model_validate(request.arguments).model_dump(mode="json")
-        except pydantic.ValidationError as exc:
-            return PipelineDescription(error=f"the input of pipeline {request.name!r} is invalid: {_first(exc)}; "
-                                             f"it takes {_signature(found)}")
+            arguments = found.checked(request.arguments)
+        except (pydantic.ValidationError, GraphInputError) as exc:
+            problem = _first(exc) if isinstance(exc, pydantic.ValidationError) else str(exc)
+            return PipelineDescription(error=f"the input of {what} {request.name!r} is invalid: {problem}; "
+                                             f"it takes {found.takes()}")
         record = await self._record(request.fork_point) if request.fork_point is not None else None
         return PipelineDescription(spec=self._pipelines.spec(request.name), arguments=arguments,
                                    tools=[*self._tools.specs(), *self._pipelines.callable_specs(self._tools.names())],
@@ -178,12 +198,16 @@ class PipelineActivities:
 
 async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> PipelineRecord:
     """The calls of the lineage of `checkpoint_id` (itself included) and their answers."""
-    calls = []
+    calls, supersteps = [], []
     for end in await _lineage_ends(store, checkpoint_id):
         call = end.fields.get("pipeline")
         if not isinstance(call, dict):
             continue
         step = int(end.fields["step_index"])
+        if "superstep" in call:  # a graph's super-step: every call made in it
+            supersteps.append(SuperStepMark(step=step, superstep=call["superstep"], nodes=call.get("nodes") or []))
+            calls.extend(_graph_calls(call.get("calls") or [], end, step))
+            continue
         recorded = RecordedCall(position=call["position"], attempt=call.get("attempt", 0), kind=call["kind"],
                                 label=call["label"], digest=call["digest"], step=step)
         if recorded.kind == "llm":
@@ -191,7 +215,26 @@ async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> Pipelin
         elif end.last_tool_record is not None:
             recorded.tool = log_of(ToolCallRecord.model_validate(end.last_tool_record), step)
         calls.append(recorded)
-    return PipelineRecord(calls=calls)
+    return PipelineRecord(calls=calls, supersteps=supersteps)
+
+
+def _graph_calls(entries: list[dict[str, Any]], end: StepEnd, step: int) -> list[RecordedCall]:
+    """A graph super-step's calls with their answers: a model call's message is in its entry,
+    a tool call's log is the step's tool record of its id."""
+    by_id = {r.get("tool_call_id"): r for r in end.records}
+    out = []
+    for entry in entries:
+        recorded = RecordedCall(position=entry["position"], attempt=entry.get("attempt", 0), kind=entry["kind"],
+                                label=entry["label"], digest=entry["digest"], step=step)
+        if recorded.kind == "llm":
+            recorded.message = entry.get("message")
+        else:
+            found = by_id.get(entry.get("tool_call_id"))
+            if found is None:
+                continue  # not in the step's records: the call runs again, live
+            recorded.tool = log_of(ToolCallRecord.model_validate(found), step)
+        out.append(recorded)
+    return out
 
 
 async def _lineage_ends(store: CheckpointStore, checkpoint_id: str) -> list[StepEnd]:
@@ -226,12 +269,6 @@ def _first(exc: pydantic.ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "input"
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
-
-
-def _signature(found: RegisteredPipeline) -> str:
-    fields = found.arguments_model.model_fields
-    return "{" + ", ".join(f'"{n}": {getattr(f.annotation, "__name__", str(f.annotation))}'
-                           for n, f in fields.items()) + "}"
 
 
 __all__ = ["pipeline", "RegisteredPipeline", "PipelineRegistry", "PipelineActivities"]

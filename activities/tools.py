@@ -361,12 +361,16 @@ class ToolRegistry:
         registry = cls()
         for module_name in module_names:
             module = import_tool_module(module_name)
+            from activities.graphs import graphs_in, langchain_tools  # LangChain's tools, a graph's ToolNodes'
+
             found = [v for v in vars(module).values() if isinstance(v, RegisteredTool)]
-            # A module may hold pipelines alone (activities/pipelines.py registers those).
-            if not found and not any(getattr(v, "is_rewind_pipeline", False) for v in vars(module).values()):
+            found += langchain_tools(module, module_name)
+            # A module may hold pipelines or graphs alone (activities/pipelines.py registers those).
+            if (not found and not any(getattr(v, "is_rewind_pipeline", False) for v in vars(module).values())
+                    and not graphs_in(module, module_name)):
                 raise ToolRegistryError(
                     f"tool module {module_name!r} ({getattr(module, '__file__', '?')}) defines no @tool functions, "
-                    "sub-agents or @pipeline functions"
+                    "sub-agents, @pipeline functions or LangGraph graphs"
                 )
             for t in found:
                 registry.add(t.with_arg_cap(max_arg_chars))

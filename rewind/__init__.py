@@ -4,7 +4,7 @@ The public API, in one place:
 
     from rewind import tool, subagent, tool_context, ToolError  # writing tools and agents
     from rewind import pipeline, OutputInvalid, ToolCallFailed   # your own orchestration code (docs/pipelines.md)
-    from rewind import Settings, connect, start_run, agent_input, pipeline_input, wait_for_outcome, run_view
+    from rewind import Settings, connect, start_run, agent_input, pipeline_input, graph_input, wait_for_outcome, run_view
     from rewind import checkpoint_store, tree, fork, redo, rollback, diff, compensate, mirror_run, store_stats
     from rewind import list_runs, RunQuery                                # every run, filtered (`rewind runs`)
     from rewind import step_rows, write_parquet, run_conversations        # runs as data (`rewind export --runs`)
@@ -52,6 +52,7 @@ _EXPORTS = {
     "OutputInvalid": "workflows.errors",
     "ToolCallFailed": "workflows.errors",
     "pipeline_input": "rewind.client",
+    "graph_input": "rewind.client",
     "NotAnOption": "activities.arg_types",
     # configuration and runs
     "Settings": "rewind.settings.config",

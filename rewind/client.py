@@ -196,6 +196,23 @@ def pipeline_input(settings: Settings, pipeline: str, arguments: dict[str, Any] 
     )
 
 
+def graph_input(settings: Settings, graph: str, graph_input: dict[str, Any] | None = None, *,
+                run_id: str | None = None, model: str | None = None, limits: RunLimits | None = None,
+                **fields: Any) -> AgentInput:
+    """The input of a run of the LangGraph graph `graph` ("module:attribute", a compiled graph a
+    tools module of the worker defines) on `graph_input` (its input channels as JSON;
+    docs/langgraph.md). Start it with `start_run`. `model`: every model call's, instead of the one
+    its chat model names."""
+    if ":" not in graph:
+        raise ValueError(f"graph {graph!r}: name it module:attribute (e.g. research:graph)")
+    inp = pipeline_input(settings, graph, graph_input, run_id=run_id, model=model, limits=limits, **fields)
+    inp.task = f"graph {graph}"
+    if model is not None:  # a graph's chat models each name their model: `model` is every call's
+        assert inp.pipeline is not None
+        inp.pipeline.models = {"*": model}
+    return inp
+
+
 def new_run_id() -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"run-{stamp}-{uuid.uuid4().hex[:6]}"

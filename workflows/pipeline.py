@@ -42,11 +42,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agent import AgentWorkflow
     from workflows.canonical import canonical_json
     from workflows.contracts import AgentInput, AgentResult, DescribeToolsResponse, LlmRequest, StepRecord, ToolCallLog
-    from workflows.errors import ModelCallFailed, OutputInvalid, ToolCallFailed
+    from workflows.errors import ModelCallFailed, OutputInvalid, PipelineError, ToolCallFailed
     from workflows.pipeline_contracts import (
         DescribePipelineRequest,
         PipelineCall,
         PipelineDescription,
+        PipelineSpec,
         RecordedCall,
     )
     from workflows.ids import parse_checkpoint_id
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         with_system,
     )
     from workflows.pipeline_ids import DIGEST_CHARS, call_activity_id, call_digest, code_change_line
+    from workflows.graph_run import GraphRunner, chat_messages, graph_state
     from workflows.status import PipelineCallState
     from workflows.summaries import model_call_summary
     from workflows.tool_calls import failure_text
@@ -132,6 +134,8 @@ class PipelineWorkflow(AgentWorkflow):
         self._sets_applied = 0
         self._pipeline_name = ""
         self._default_model = ""
+        self._graph: GraphRunner | None = None  # a LangGraph graph's run (workflows/graph_run.py)
+        self._kind = "pipeline"
         # The calls of the group in flight (an asyncio.gather's), by position, for the status.
         self._calls: dict[int, PipelineCallState] = {}
         self._spans: dict[tuple[int, int], Any] = {}  # each live call's trace span, while it runs
@@ -171,24 +175,29 @@ class PipelineWorkflow(AgentWorkflow):
             await self._fail(described.error or f"no worker offers pipeline {plan.name!r}")
         spec = described.spec
         assert spec is not None
+        self._kind = spec.kind
         self._default_model = spec.model or inp.model
         self._status.model = self._default_model  # type: ignore[union-attr]
         await self._use_tools(_described_tools(described), routed=False)
         self._ctx = PipelineContext(self, {})
         if inp.resume is None:
-            self._add_messages({"role": "user", "content": f"{plan.name}({canonical_json(described.arguments)})"})
-            self._record_step("start", variables={}, model=self._default_model)
+            if spec.kind == "graph":  # the graph's input: its messages channel and its other channels
+                self._add_messages(*chat_messages(described.arguments.get("messages")))
+                self._record_step("start", variables=graph_state(described.arguments), model=self._default_model)
+            else:
+                self._add_messages({"role": "user", "content": f"{plan.name}({canonical_json(described.arguments)})"})
+                self._record_step("start", variables={}, model=self._default_model)
         elif described.record is not None:
             # A fork or rollback: the code runs again from its start, and every call the lineage
             # recorded up to the fork point is answered from the record (no activity, no step).
             self._record = {(c.position, c.attempt): c for c in described.record.calls}
         self._maybe_set_state()
         try:
-            fn, arguments = self._load(spec.module, spec.attribute, described.arguments)
+            fn, arguments = self._load(spec, described)
             # What the code returned, and its state, as the run's last checkpoint keeps them (a value
             # that is not JSON is the pipeline's error, like any other).
             answer = answer_text(await self._run_code(inp, fn(self._ctx, **arguments)))
-            final_state = state_copy(self._ctx.state)
+            final_state = self._graph.final_state if self._graph is not None else state_copy(self._ctx.state)
         except (asyncio.CancelledError, ApplicationError):
             raise  # stopped from outside; a Temporal failure the code raised on purpose
         except _BudgetSpent:
@@ -240,13 +249,116 @@ class PipelineWorkflow(AgentWorkflow):
         """The code is still before the last call of its record (a fork's, a continued run's)."""
         return any(position >= self._positions for position, _ in self._record)
 
-    def _load(self, module_name: str, attribute: str, arguments: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def _load(self, spec: PipelineSpec, described: PipelineDescription) -> tuple[Any, dict[str, Any]]:
         """The pipeline's function, imported here (inside the sandbox), and its arguments as
-        its type hints want them (validated again: the worker checked the JSON)."""
-        module = importlib.import_module(module_name)
-        registered = getattr(module, attribute)
-        values = registered.arguments_model.model_validate(arguments)
+        its type hints want them (validated again: the worker checked the JSON). A graph's code
+        is its runner's, on the graph the module defines (compiled afresh for this run)."""
+        module = importlib.import_module(spec.module)
+        registered = getattr(module, spec.attribute)
+        if spec.kind == "graph":
+            self._graph = GraphRunner(self, spec.name, registered, fork_superstep=self._fork_superstep_of(described),
+                                      sets=self._graph_sets(described))
+            graph_input = dict(described.arguments)
+            graph_input.update(self._sets_at_start(described))
+            return (lambda _ctx, **_: self._graph.run(graph_input)), {}  # type: ignore[union-attr]
+        values = registered.arguments_model.model_validate(described.arguments)
         return registered.fn, {name: getattr(values, name) for name in registered.arguments_model.model_fields}
+
+    # -- graph runs ------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        assert self._input is not None
+        return self._input.run_id
+
+    def _marks(self, described: PipelineDescription) -> dict[int, Any]:
+        return {m.step: m for m in described.record.supersteps} if described.record is not None else {}
+
+    def _fork_superstep_of(self, described: PipelineDescription) -> int:
+        """The super-step a fork's record ends at (-1: a run started afresh; 0: forked at its start)."""
+        if self._fork_step < 0:
+            return -1
+        marks = [m for m in self._marks(described).values() if m.step <= self._fork_step]
+        return max((m.superstep for m in marks), default=0)
+
+    def _graph_sets(self, described: PipelineDescription) -> list[tuple[int, str, dict[str, Any]]]:
+        """Each `--set` of the lineage as (super-step, node, values): merged into the update of the
+        last node of the super-step its fork point ends."""
+        inp = self._input
+        assert inp is not None and inp.pipeline is not None
+        marks = self._marks(described)
+        out = []
+        for found in inp.pipeline.state_sets:
+            at = [m for m in marks.values() if m.step <= found.after_step]
+            if at:
+                mark = max(at, key=lambda m: m.step)
+                out.append((mark.superstep, mark.nodes[-1], dict(found.values)))
+        return out
+
+    def _sets_at_start(self, described: PipelineDescription) -> dict[str, Any]:
+        """A `--set` at the run's start step (before any node): into the graph's input."""
+        inp = self._input
+        assert inp is not None and inp.pipeline is not None
+        marks = self._marks(described)
+        out: dict[str, Any] = {}
+        for found in inp.pipeline.state_sets:
+            if not any(m.step <= found.after_step for m in marks.values()):
+                out.update(found.values)
+        return out
+
+    async def call_chat(self, label: str, node: str, payload: dict[str, Any],
+                        response_format: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], str]:
+        """A graph node's chat model call (its OpenAI request `payload`): the assistant message,
+        the usage and the model that answered; from the record when a fork answers it again."""
+        inp = self._input
+        assert inp is not None and inp.pipeline is not None
+        conversation = [dict(m) for m in payload.get("messages") or []]
+        schemas = list(payload.get("tools") or [])
+        asked = str(payload.get("model") or self._default_model)
+        call = self._next_call(label, "llm", {"messages": conversation, "model": asked, "tools": schemas,
+                                             "output": response_format, "tool_choice": payload.get("tool_choice")})
+        prompt = inp.pipeline.prompts.get(label)
+        if prompt is not None:
+            conversation = with_system(conversation, prompt)
+        chosen = inp.pipeline.models.get(label) or inp.pipeline.models.get("*") or asked
+        recorded = self._from_record(call)
+        if recorded is not None and recorded.message is not None:
+            return recorded.message, {}, chosen
+        await self._within_budget()
+        temperature = payload.get("temperature")
+        request = LlmRequest(
+            run_id=inp.run_id, step=self._state.step + 1, model=chosen, new_messages=conversation, tools=schemas,
+            context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
+            temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
+            tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
+            transcript=False,
+        )
+        self._call_started(call)
+        try:
+            response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),
+                                                  activity_id=call_activity_id(call))
+        except ActivityError as err:
+            self._call_ended(call, None)
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError() from err
+            raise ModelCallFailed(f"model call of node {node!r} failed: {failure_text(err)}") from None
+        self._count_model(response)
+        self._record_call(call, [response.message], [], model_view=response.model_view, model=chosen,
+                          node=node, response=response)
+        usage = response.usage
+        return response.message, {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                                  "total_tokens": usage.total_tokens}, chosen
+
+    def record_super_step(self, label: str, new_messages: list[dict[str, Any]], variables: dict[str, Any],
+                          details: dict[str, Any]) -> None:
+        """A graph's super-step (its nodes' updates applied): one step, with the calls made in it."""
+        self._step_messages = list(new_messages)
+        self._state.unsent.extend(new_messages)
+        self._state.step += 1
+        self._record_step(label, variables=variables, pipeline=details, model=self._default_model)
+
+    async def graph_interrupted(self, values: list[Any], ids: list[str]) -> Any:
+        """A node called LangGraph's interrupt(): the run waits for `rewind approve --value`."""
+        raise PipelineError("interrupt() is not supported in a Rewind graph run yet")
 
     # -- calls ------------------------------------------------------------------
     async def _within_budget(self) -> None:
@@ -254,7 +366,9 @@ class PipelineWorkflow(AgentWorkflow):
         spent budget pauses the run until `rewind continue` raises it."""
         inp = self._input
         assert inp is not None
-        if not self._continuing and self._live_calls >= self._handover_at and self._should_continue_as_new(inp):
+        # A graph run does not hand over mid-way: its super-step's calls are not a step until it ends.
+        if (self._graph is None and not self._continuing and self._live_calls >= self._handover_at
+                and self._should_continue_as_new(inp)):
             self._continuing = True
         if self._continuing:
             await workflow.wait_condition(lambda: not self._continuing)
@@ -290,6 +404,8 @@ class PipelineWorkflow(AgentWorkflow):
         answered from the record (whichever comes first)."""
         inp = self._input
         assert inp is not None and inp.pipeline is not None and self._ctx is not None
+        if self._kind == "graph":
+            return  # a graph's --set lands in its channels (GraphRunner), not in ctx.state
         for index, found in enumerate(inp.pipeline.state_sets):
             if index < self._sets_applied:
                 continue
@@ -374,6 +490,18 @@ class PipelineWorkflow(AgentWorkflow):
             sent = [*sent, message, *new]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, kind: str) -> Any:
+        log = await self.tool_log(name, arguments, kind=kind)
+        if log.error is not None:
+            raise ToolCallFailed(f"{name}: {log.error}")
+        if log.approval is not None and log.approval.verdict == "rejected":
+            raise ToolCallFailed(f"{name} was rejected by {log.approval.by}"
+                                 + (f": {log.approval.reason}" if log.approval.reason else ""))
+        return log.output
+
+    async def tool_log(self, name: str, arguments: dict[str, Any], *, kind: str = "tool",
+                       node: str | None = None) -> ToolCallLog:
+        """A tool, agent or pipeline call's log (its output or its error): from the record, or
+        run live."""
         tools = self._tools
         assert tools is not None
         spec = tools.spec(name)
@@ -400,13 +528,8 @@ class PipelineWorkflow(AgentWorkflow):
             except BaseException:
                 self._call_ended(call, None)
                 raise
-            self._record_call(call, [], [log])
-        if log.error is not None:
-            raise ToolCallFailed(f"{name}: {log.error}")
-        if log.approval is not None and log.approval.verdict == "rejected":
-            raise ToolCallFailed(f"{name} was rejected by {log.approval.by}"
-                                 + (f": {log.approval.reason}" if log.approval.reason else ""))
-        return log.output
+            self._record_call(call, [], [log], node=node)
+        return log
 
     def _tool_schema(self, name: str, label: str) -> dict[str, Any]:
         spec = self._tools.spec(name) if self._tools is not None else None
@@ -416,9 +539,24 @@ class PipelineWorkflow(AgentWorkflow):
 
     def _record_call(self, call: PipelineCall, messages: list[dict[str, Any]], logs: list[ToolCallLog], *,
                      model_view: dict[str, Any] | None = None, model: str | None = None,
-                     invalid: str | None = None) -> None:
+                     invalid: str | None = None, node: str | None = None, response: Any = None) -> None:
         """The call's step: its messages, tool record and the state, right when it completed
-        (nothing awaits in between, so the ledgers hold this call's spending alone)."""
+        (nothing awaits in between, so the ledgers hold this call's spending alone). In a graph
+        run the call joins its super-step's step instead (its answer kept for a fork)."""
+        if self._graph is not None:
+            entry: dict[str, Any] = {**call.model_dump(exclude={"pipeline"}), "node": node}
+            if call.kind == "llm":
+                entry.update(message=messages[-1], model=model)
+                if response is not None:
+                    entry.update(prompt_tokens=response.usage.prompt_tokens,
+                                 completion_tokens=response.usage.completion_tokens, cost_usd=response.cost_usd)
+            for log in logs:
+                log.step = self._state.step + 1
+                entry["tool_call_id"] = log.tool_call_id
+            self._step_calls.extend(logs)
+            self._graph.calls.append(entry)
+            self._call_ended(call, None, done=True)
+            return
         assert self._ctx is not None
         variables = state_copy(self._ctx.state)  # before anything changes: a state that is not JSON records nothing
         self._step_messages = list(messages)
@@ -443,11 +581,13 @@ class PipelineWorkflow(AgentWorkflow):
         self._show_calls()
         self._spans[(call.position, call.attempt)] = self._trace.pipeline_call_started(call.position, call.attempt)
 
-    def _call_ended(self, call: PipelineCall, record: StepRecord | None) -> None:
-        """A call completed (its step's `record`) or failed (None)."""
+    def _call_ended(self, call: PipelineCall, record: StepRecord | None, done: bool = False) -> None:
+        """A call completed (its step's `record`; `done`: a graph's, whose step comes with its
+        super-step) or failed (None)."""
         shown = self._calls.get(call.position)
         if shown is not None:
-            shown.state, shown.step = ("completed", record.step_index) if record is not None else ("failed", None)
+            ok = record is not None or done
+            shown.state, shown.step = ("completed" if ok else "failed"), (record.step_index if record else None)
         self._show_calls()
         self._trace.pipeline_call_ended(self._spans.pop((call.position, call.attempt), None), record)
 

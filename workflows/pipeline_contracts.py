@@ -27,6 +27,9 @@ class PipelineSpec(BaseModel):
     description: str = ""
     model: str | None = None  # the pipeline's default model (None: the run's)
     parameters: dict[str, Any] = Field(default_factory=dict)  # JSON schema of its arguments
+    # "graph": a LangGraph graph (compiled StateGraph or @entrypoint) the module defines at `attribute`,
+    # run by workflows/graph_run.py; its name is "module:attribute" and its arguments are its input.
+    kind: Literal["pipeline", "graph"] = "pipeline"
 
 
 class DescribePipelineRequest(BaseModel):
@@ -73,8 +76,17 @@ class RecordedCall(BaseModel):
     tool: ToolCallLog | None = None
 
 
+class SuperStepMark(BaseModel):
+    """A graph run's step: which super-step of the graph it checkpointed, after which nodes."""
+
+    step: int
+    superstep: int
+    nodes: list[str] = Field(default_factory=list)
+
+
 class PipelineRecord(BaseModel):
     calls: list[RecordedCall] = Field(default_factory=list)
+    supersteps: list[SuperStepMark] = Field(default_factory=list)  # a graph run's (empty for a pipeline)
 
 
 PipelineDescription.model_rebuild()

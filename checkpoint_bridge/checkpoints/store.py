@@ -495,7 +495,7 @@ class CheckpointStore:
             fields = migrate({k: v for k, v in payload.items()
                               if k not in ("messages", "new_messages", "tool_call_cache", "new_tool_records")}, key)
             out.append(StepEnd(fields, messages[-1] if messages else None, records[-1] if records else None,
-                               len(messages), len(records), envelope.kind == "delta"))
+                               len(messages), len(records), envelope.kind == "delta", tuple(records)))
         return out
 
     async def stored_steps(self, run_id: str) -> dict[str, tuple[set[int], int | None]]:
@@ -604,6 +604,9 @@ class StepEnd:
     messages: int
     tool_records: int
     own: bool
+    # The tool records the object holds (a delta: the step's own; a snapshot: the line's, the
+    # step's last): a graph's super-step answers every call it made from them.
+    records: tuple[dict[str, Any], ...] = ()
 
 
 def _fresh(value: Any) -> Any:

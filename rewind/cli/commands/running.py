@@ -54,11 +54,11 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
 
     await check_stores(settings)
     client = await client_for(settings)
-    if args.pipeline:
-        from rewind.client import pipeline_input
+    if args.pipeline or args.graph:
+        from rewind.client import graph_input, pipeline_input
 
-        agent_input = pipeline_input(
-            settings, args.pipeline, args.input, run_id=args.run_id, model=args.model, fast=args.fast,
+        agent_input = (graph_input if args.graph else pipeline_input)(
+            settings, args.graph or args.pipeline, args.input, run_id=args.run_id, model=args.model, fast=args.fast,
             limits=RunLimits(max_steps=args.max_steps or PIPELINE_MAX_STEPS, max_cost_usd=args.max_cost,
                              max_tokens=args.max_tokens),
         )
@@ -294,13 +294,18 @@ async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Add this group's commands to the parser (`command(name, help, handler=...)` makes one)."""
-    p = command("start", "start an agent run (--task) or a pipeline run (--pipeline); prints its run id",
+    p = command("start", "start an agent run (--task), a pipeline run (--pipeline) or a graph run (--graph); "
+                         "prints its run id",
                 handler=cmd_start)
     p.add_argument("--task", type=task_text, help="what the agent should do (its first user message)")
     p.add_argument("--pipeline", metavar="NAME",
                    help="run a @pipeline of the worker's tool modules instead of the agent loop (docs/pipelines.md)")
+    p.add_argument("--graph", metavar="MODULE:ATTR",
+                   help="run a LangGraph graph (a compiled StateGraph or an @entrypoint) that a tools module of the "
+                        "worker defines, as a durable run (docs/langgraph.md)")
     p.add_argument("--input", metavar="JSON", type=pipeline_arguments,
-                   help="a pipeline's arguments: a JSON object, or @FILE holding one (default: {})")
+                   help="a pipeline's arguments or a graph's input: a JSON object, or @FILE holding one "
+                        "(default: {})")
     p.add_argument("--agent", metavar="NAME",
                    help="run a declared agent (subagent(...) in a tools module): its prompt, tools, model and "
                         "max_steps, unless given here")

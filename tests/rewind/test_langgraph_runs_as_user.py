@@ -1,0 +1,209 @@
+"""LangGraph graphs as durable Rewind runs, as a user meets them: the article's research
+graph (planner -> retriever -> synthesizer -> validator, back to the retriever when
+validation fails -> formatter) unchanged but for its imports, in a tools module of
+`rewind worker`, started with `rewind start --graph MODULE:ATTR`. Its model calls go
+through ChatOpenAI to the scripted model (answering by node), its tools are LangChain
+tools that count their executions in files; the worker is killed inside the retriever."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from as_user import UserWorker, rewind, rewind_json, until
+
+RESEARCH_GRAPH = '''
+"""The article's research graph."""
+import operator
+from pathlib import Path
+from typing import Annotated, TypedDict
+
+from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, StateGraph
+
+LOG = Path({log!r})
+RELEASE = Path({release!r})
+SLOW = {slow!r}
+
+llm = ChatOpenAI(model="gpt-4o-mini")
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+@tool
+async def search_web(query: str) -> str:
+    """Search the web."""
+    import asyncio
+    count(f"start {{query}}")
+    while query in SLOW and not RELEASE.exists():
+        await asyncio.sleep(0.05)
+    count(f"done {{query}}")
+    return f"results for {{query}}"
+
+
+@tool
+async def save_report(text: str) -> str:
+    """Save the report where the team reads it."""
+    count("save")
+    return "saved"
+
+
+rewind_tool_options = {{"save_report": {{"side_effects": True}}}}
+
+
+class ResearchAgentState(TypedDict):
+    messages: Annotated[list, operator.add]
+    research_notes: str
+    sources_consulted: list[str]
+    draft_report: str
+    validation_passed: bool
+
+
+async def planner_node(state):
+    plan = await llm.ainvoke([SystemMessage("You plan research."), *state["messages"]])
+    return {{"messages": [plan]}}
+
+
+async def retriever_node(state):
+    queries = [q.strip() for q in state["messages"][-1].content.split(",")] if state.get("validation_passed") is None \\
+        else ["competitor pricing"]
+    notes = [await search_web.ainvoke({{"query": q}}) for q in queries]
+    return {{"research_notes": "\\n".join(notes), "sources_consulted": state.get("sources_consulted", []) + queries}}
+
+
+async def synthesizer_node(state):
+    draft = await llm.ainvoke([SystemMessage("You write reports."), HumanMessage(state["research_notes"])])
+    return {{"draft_report": draft.content}}
+
+
+async def validator_node(state):
+    verdict = await llm.ainvoke([HumanMessage("Is this report supported? " + state["draft_report"])])
+    return {{"validation_passed": verdict.content.strip().upper().startswith("PASS")}}
+
+
+async def formatter_node(state):
+    await save_report.ainvoke({{"text": state["draft_report"]}})
+    return {{"messages": [{{"role": "assistant", "content": "REPORT: " + state["draft_report"]}}]}}
+
+
+def build_research_agent_graph():
+    graph = StateGraph(ResearchAgentState)
+    graph.add_node("planner", planner_node)
+    graph.add_node("retriever", retriever_node)
+    graph.add_node("synthesizer", synthesizer_node)
+    graph.add_node("validator", validator_node)
+    graph.add_node("formatter", formatter_node)
+    graph.set_entry_point("planner")
+    graph.add_edge("planner", "retriever")
+    graph.add_edge("retriever", "synthesizer")
+    graph.add_edge("synthesizer", "validator")
+    graph.add_conditional_edges(
+        "validator",
+        lambda state: "formatter" if state["validation_passed"] else "retriever",
+        {{"formatter": "formatter", "retriever": "retriever"}},
+    )
+    graph.add_edge("formatter", END)
+    return graph.compile()
+
+
+agent = build_research_agent_graph()
+'''
+
+SCRIPT = {
+    "planner": [{"content": "acme, globex, initech"}],
+    "synthesizer": [{"content": "DRAFT: three rivals grow"}],
+    "validator": [{"content": "PASS"}],
+}
+TASK = {"messages": [{"role": "user", "content": "Research our top competitors"}]}
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def write_graph(folder: Path, tmp_path: Path, *, slow: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    log, release = tmp_path / f"calls-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
+    (folder / "research_graph.py").write_text(RESEARCH_GRAPH.format(log=str(log), release=str(release),
+                                                                    slow=list(slow)))
+    return log, release
+
+
+def script(model, by_label: dict) -> str:
+    name = f"g-{uuid.uuid4().hex[:8]}"
+    model.add_script(name, by_label)
+    return f"script:{name}"
+
+
+def labels_asked(model, name: str) -> list[str]:
+    return [r.get("label") for r in model.requests() if r.get("model") == name and r.get("status") == 200]
+
+
+async def finished(cli: Path, env: dict, run_id: str) -> dict:
+    async def check():
+        view = await rewind_json(cli, env, "status", run_id)
+        return view if view["state"] in ("completed", "failed") and view["workflow_status"] != "running" else None
+    return await until(f"run {run_id} ends", check, timeout_s=120)
+
+
+async def tree_labels(cli: Path, env: dict, run_id: str, branch: str = "main") -> list[str]:
+    tree = await rewind_json(cli, env, "tree", run_id)
+    return [r["step_label"] for r in tree["branches"][branch]]
+
+
+async def test_a_killed_worker_inside_a_node_costs_no_completed_node_or_tool_call(world, tmp_path):
+    folder = world.folder("graph")
+    log, release = write_graph(folder, tmp_path, slow=("initech",))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, SCRIPT)
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    first = UserWorker(folder / "w1", env, "--tool-modules", "research_graph")
+    try:
+        await first.wait_ready()
+        started = await rewind_json(cli, cli_env, "start", "--graph", "research_graph:agent", "--input",
+                                    json.dumps(TASK), "--model", model, "--run-id", "graph-crash")
+        assert started["run_id"] == "graph-crash", started
+        # Two searches of the retriever done, the third running: the machine dies.
+        await _explained(cli, cli_env, "graph-crash", first, until("two searches done, the third started",
+                    _async(lambda: lines(log) == ["start acme", "done acme", "start globex", "done globex",
+                                                  "start initech"])))
+        first.kill()
+    finally:
+        first.stop()
+    release.touch()
+    with UserWorker(folder / "w2", env, "--tool-modules", "research_graph") as second:
+        await second.wait_ready()
+        view = await finished(cli, cli_env, "graph-crash")
+    assert view["state"] == "completed", view
+    assert view["status"]["final_answer"] == "REPORT: DRAFT: three rivals grow"
+    done = [x for x in lines(log) if x.startswith("done")]
+    assert done == ["done acme", "done globex", "done initech"], lines(log)  # each completed search once
+    assert lines(log).count("save") == 1
+    assert labels_asked(world.model, model) == ["planner", "synthesizer", "validator"]  # no model call twice
+    labels = await tree_labels(cli, cli_env, "graph-crash")
+    assert labels == ["start", "planner", "retriever", "synthesizer", "validator", "formatter", "result"], labels
+    shown = await rewind_json(cli, cli_env, "show", "graph-crash:main:2")
+    assert shown["agent_variables"]["sources_consulted"] == ["acme", "globex", "initech"], shown["agent_variables"]
+    assert [c["label"] for c in shown["pipeline"]["calls"]] == ["search_web"] * 3, shown["pipeline"]
+    assert [m["role"] for m in shown["messages"]] == ["user", "assistant"]  # the messages channel
+
+
+def _async(check):
+    async def run():
+        return check()
+    return run
+
+
+async def _explained(cli: Path, env: dict, run_id: str, worker: UserWorker, waiting):
+    """`waiting`, or its failure with the run's status and the worker's log."""
+    try:
+        return await waiting
+    except AssertionError as exc:
+        code, out, err = await rewind(cli, env, "status", run_id)
+        raise AssertionError(f"{exc}\nrewind status: {out}{err}\nworker log:\n{worker.log()[-4000:]}") from None
