@@ -354,7 +354,8 @@ class PipelineWorkflow(AgentWorkflow):
         self._step_messages = list(new_messages)
         self._state.unsent.extend(new_messages)
         self._state.step += 1
-        self._record_step(label, variables=variables, pipeline=details, model=self._default_model)
+        model = next((c["model"] for c in reversed(details["calls"]) if c.get("model")), self._default_model)
+        self._record_step(label, variables=variables, pipeline=details, model=model)
 
     async def graph_interrupted(self, values: list[Any], ids: list[str]) -> Any:
         """A node called LangGraph's interrupt(): the run waits for `rewind approve --value`."""

@@ -38,8 +38,9 @@ class EffectRef(BaseModel):
     step: int | None = None  # None: a step before the fork point (the checkpoint does not say which)
     tool_call_id: str | None = None
     # "ancestor": before the fork point on a parent branch (or this branch's own
-    # earlier line); "discarded": in a step a rollback invalidated.
-    origin: Literal["ancestor", "discarded"] = "ancestor"
+    # earlier line); "discarded": in a step a rollback invalidated; "sibling": on another branch
+    # of the run (known to a branch forked with --side-effects reuse, which reuses those too).
+    origin: Literal["ancestor", "discarded", "sibling"] = "ancestor"
 
 
 class RunLimits(BaseModel):

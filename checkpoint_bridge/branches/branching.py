@@ -371,9 +371,28 @@ async def fork(
         model = None
     return await start_from(client, launcher, cp, base, branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
-                             effects=lineage_effects_of(cp, source.input) + await subagent_effects(store, cp),
+                             effects=lineage_effects_of(cp, source.input) + await subagent_effects(store, cp)
+                             + (await sibling_effects(store, run_id) if side_effects == "reuse" else []),
                              subagent_overrides=subagent_overrides, side_effects=side_effects,
                              described=source.tools if tools is None else None)
+
+
+async def sibling_effects(store: CheckpointStore, run_id: str) -> list[LineageEffect]:
+    """The side effects every branch of the run caused (each branch's newest checkpoint): a fork
+    with `--side-effects reuse` answers a repeat of any of them with its recorded result, so the
+    same report is not saved again by a branch forked from before it was."""
+    heads: dict[str, Any] = {}
+    for summary in await store.list_checkpoints(run_id):
+        if summary.status == "invalidated":
+            continue
+        known = heads.get(summary.branch_id)
+        if known is None or summary.step_index > known.step_index:
+            heads[summary.branch_id] = summary
+    found = []
+    for summary in heads.values():
+        head = await store.load(summary.checkpoint_id)
+        found += [e.model_copy(update={"origin": "sibling"}) for e in lineage_effects_of(head, None)]
+    return found
 
 
 def with_pipeline_overrides(base: AgentInput, *, system_prompt: str | None = None, tools: list[str] | None = None,

@@ -280,7 +280,7 @@ def diff_branches(run_id: str, name_a: str, lineage_a: Sequence[AgentCheckpoint]
             checkpoint_id=base.checkpoint_id, step_index=base.step_index, step_label=base.step_label),
         a=a, b=b, same_final_answer=a.final_answer == b.final_answer,
         redone=_redone(lineage_a[i + 1:], lineage_b[j + 1:]),
-        calls=_pipeline_calls(lineage_a[i + 1:], lineage_b[j + 1:]),
+        calls=_pipeline_calls(lineage_a[i + 1:], lineage_b[j + 1:]) or _graph_nodes(lineage_a[i:], lineage_b[j:]),
     )
 
 
@@ -290,7 +290,7 @@ def _call_answers(after: Sequence[AgentCheckpoint]) -> dict[tuple[int, int], tup
     found: dict[tuple[int, int], tuple[str, str, str, int]] = {}
     for cp in after:
         call = cp.pipeline
-        if not isinstance(call, dict):
+        if not isinstance(call, dict) or "superstep" in call:
             continue
         if call.get("kind") == "llm":
             last = cp.messages[-1] if cp.messages else {}
@@ -311,6 +311,37 @@ def _pipeline_calls(after_a: Sequence[AgentCheckpoint], after_b: Sequence[AgentC
                                       a=a[key][2] if key in a else None, b=b[key][2] if key in b else None,
                                       a_step=a[key][3] if key in a else None, b_step=b[key][3] if key in b else None))
     return pairs
+
+
+def _node_updates(line: Sequence[AgentCheckpoint]) -> dict[tuple[str, int], tuple[int, str, int]]:
+    """(node, n-th time it ran) -> (super-step, what it wrote, step) of a graph branch's steps after
+    its first checkpoint (the fork point): the channels it changed and the messages it added."""
+    found: dict[tuple[str, int], tuple[int, str, int]] = {}
+    seen: dict[str, int] = {}
+    for before, cp in zip(line, line[1:]):
+        step = cp.pipeline
+        if not isinstance(step, dict) or "superstep" not in step:
+            continue
+        changed = {k: v for k, v in cp.agent_variables.items() if before.agent_variables.get(k, object()) != v}
+        added = [_text(m.get("content")) or "" for m in cp.messages[len(before.messages):]]
+        wrote = json.dumps(changed, sort_keys=True) if changed else ""
+        if added:
+            wrote = (wrote + " " if wrote else "") + "messages: " + " / ".join(added)
+        label = cp.step_label
+        seen[label] = seen.get(label, 0) + 1
+        found[(label, seen[label])] = (int(step["superstep"]), wrote or "(no change)", cp.step_index)
+    return found
+
+
+def _graph_nodes(line_a: Sequence[AgentCheckpoint], line_b: Sequence[AgentCheckpoint]) -> list[PipelineCallPair]:
+    """A graph run's branches after the fork point, node by node (a node's n-th run on one branch
+    beside its n-th run on the other): what each wrote."""
+    a, b = _node_updates(line_a), _node_updates(line_b)
+    order = sorted(set(a) | set(b), key=lambda k: ((a.get(k) or b[k])[0], k))
+    return [PipelineCallPair(position=(a.get(k) or b[k])[0], label=k[0], kind="node", attempt=0,
+                             a=a[k][1] if k in a else None, b=b[k][1] if k in b else None,
+                             a_step=a[k][2] if k in a else None, b_step=b[k][2] if k in b else None)
+            for k in order]
 
 
 def _result(r: Any) -> CallResult:
@@ -470,7 +501,8 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
                          f"{right[k] if k < len(right) else ''}".rstrip())
     for call in d.calls:
         name = call.label + (f" r{call.attempt}" if call.attempt else "")
-        lines.append(_shorten(f"call {call.position} {name} ({call.kind}): step "
+        what = "super-step" if call.kind == "node" else "call"
+        lines.append(_shorten(f"{what} {call.position} {name} ({call.kind}): step "
                               f"{call.a_step if call.a_step is not None else '-'} | "
                               f"{call.b_step if call.b_step is not None else '-'}", width))
         pair("", call.a if call.a is not None else "(not made)", call.b if call.b is not None else "(not made)", 3)

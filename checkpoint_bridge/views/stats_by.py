@@ -1,9 +1,11 @@
-"""`rewind stats --by agent|model|tool|day`: the figures of `rewind stats` per group.
+"""`rewind stats --by agent|model|tool|day|node`: the figures of `rewind stats` per group.
 
 Built from the same step rows `rewind export --runs --format parquet` writes (step_rows.py),
 so each group's steps, tokens and cost add up to the totals: by model, by agent (a step of
 no declared agent or pipeline under `-`) and by day (the UTC day a step's checkpoint was
-made) split the steps; by tool splits the tool calls (a step's tokens and cost are its
+made) split the steps; by node splits a graph run's super-steps among the nodes they ran
+(a super-step of one node is all its node's; of several, each node gets its own model calls
+and tool calls, and its own time); by tool splits the tool calls (a step's tokens and cost are its
 model call's, no tool's: those columns stay empty there).
 
 Per group: runs and branches it touched, steps, tokens, cost, cost per run (of the runs it
@@ -25,7 +27,7 @@ from pydantic import BaseModel
 from checkpoint_bridge.views.step_rows import StepRow
 from workflows.text import usd
 
-By = Literal["agent", "model", "tool", "day"]
+By = Literal["agent", "model", "tool", "day", "node"]
 BY: tuple[str, ...] = By.__args__  # type: ignore[attr-defined]
 NONE = "-"  # the group of steps without an agent (or a model)
 
@@ -83,17 +85,34 @@ def grouped(rows: Iterable[StepRow], by: By) -> dict[str, Group]:
                     g.retries += c.retries
                     times.setdefault(name, []).append(float(c.duration_ms))
             continue
+        if by == "node":
+            for node in row.nodes:
+                g = touch(node.name, row)
+                g.steps += 1
+                times.setdefault(node.name, []).append(node.seconds * 1000)
+                if len(row.nodes) == 1:
+                    _add_step(g, row)
+                    continue
+                g.prompt_tokens += node.prompt_tokens
+                g.completion_tokens += node.completion_tokens
+                g.total_tokens += node.prompt_tokens + node.completion_tokens
+                g.cost_usd += node.cost_usd
+                g.model_calls += node.model_calls
+                for c in row.calls:
+                    if c.node == node.name:
+                        g.cache_hits += c.cached
+                        g.reused_effects += c.reused
+                        g.tool_calls += not (c.cached or c.reused or c.failed or c.subagent)
+                        g.tool_errors += c.failed
+                        g.retries += c.retries
+            continue
         if by == "day":
             name = row.created_at.strftime("%Y-%m-%d") if row.created_at is not None else NONE
         else:
             name = (row.agent if by == "agent" else row.model) or NONE
         g = touch(name, row)
         g.steps += 1
-        for field in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "cache_hits",
-                      "retries", "tool_errors"):
-            setattr(g, field, getattr(g, field) + getattr(row, field))
-        g.cost_usd += row.cost_usd
-        g.reused_effects += sum(c.reused for c in row.calls)
+        _add_step(g, row)
         if row.duration_ms is not None:
             times.setdefault(name, []).append(row.duration_ms)
     for name, g in groups.items():
@@ -107,6 +126,15 @@ def grouped(rows: Iterable[StepRow], by: By) -> dict[str, Group]:
             g.step_time_mean_ms = sum(ordered) / len(ordered)
             g.step_time_p95_ms = _percentile(ordered, 0.95)
     return dict(sorted(groups.items()))
+
+
+def _add_step(g: Group, row: StepRow) -> None:
+    """A whole step's figures into its group."""
+    for field in ("prompt_tokens", "completion_tokens", "total_tokens", "model_calls", "tool_calls", "cache_hits",
+                  "retries", "tool_errors"):
+        setattr(g, field, getattr(g, field) + getattr(row, field))
+    g.cost_usd += row.cost_usd
+    g.reused_effects += sum(c.reused for c in row.calls)
 
 
 def _ms(value: float | None) -> str:

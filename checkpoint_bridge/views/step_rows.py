@@ -37,6 +37,18 @@ class ToolCallFacts(BaseModel):
     subagent: bool = False  # a sub-agent's run (its own steps are rows of its branch)
     retries: int = 0  # attempts beyond the first
     duration_ms: int = 0
+    node: str | None = None  # a graph run's: the node that made the call
+
+
+class NodeFacts(BaseModel):
+    """A node a graph run's super-step ran: its own time and its model calls' spending."""
+
+    name: str
+    seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    model_calls: int = 0
 
 
 class StepRow(BaseModel):
@@ -72,6 +84,7 @@ class StepRow(BaseModel):
     experiment: str | None = None  # a branch of `rewind experiment`: which, its variant and repetition
     variant: str | None = None
     repetition: int | None = None
+    nodes: list[NodeFacts] = Field(default_factory=list)  # a graph run's super-step: the nodes it ran
 
 
 def created_at(fields: dict[str, Any]) -> datetime | None:
@@ -85,6 +98,8 @@ def created_at(fields: dict[str, Any]) -> datetime | None:
 
 def _agent(fields: dict[str, Any]) -> tuple[str, str | None]:
     if isinstance(fields.get("pipeline"), dict):
+        if "superstep" in fields["pipeline"]:
+            return "graph", fields["pipeline"].get("graph")
         return "pipeline", fields["pipeline"].get("pipeline")
     if isinstance(fields.get("agent"), dict):
         return "agent", fields["agent"].get("name")
@@ -102,7 +117,7 @@ def rows_of(facts: list[StepFacts]) -> list[StepRow]:
         cid = checkpoint_id(fields["run_id"], branch, step)
         created[cid] = when = created_at(fields)
         kind, agent = _agent(fields)
-        if kind == "pipeline" and agent:
+        if kind in ("pipeline", "graph") and agent:
             pipelines[branch] = agent
         if step == 0:
             continue  # the start: a task, no work
@@ -119,6 +134,8 @@ def rows_of(facts: list[StepFacts]) -> list[StepRow]:
             errors.append(str(fields["error_info"].get("reason") or fields["error_info"]))
         errors += [str(r["error"]) for r in f.tool_records if r.get("error")]
         experiment = parse_branch_name(display_name(branch)) or {}
+        graph = fields["pipeline"] if kind == "graph" else {}
+        node_of = {e.get("tool_call_id"): e.get("node") for e in graph.get("calls") or [] if e.get("tool_call_id")}
         rows.append(StepRow(
             run_id=fields["run_id"], branch_id=branch, branch=top_branch(branch), step=step,
             label=fields.get("step_label") or "", status="invalidated" if f.invalidated else fields.get("status") or "completed",
@@ -130,17 +147,31 @@ def rows_of(facts: list[StepFacts]) -> list[StepRow]:
             calls=[ToolCallFacts(tool=str(r.get("tool_name")), cached=bool(r.get("served_from_cache")),
                                  reused=bool(r.get("reused")), failed=is_failed_after_retries(r),
                                  subagent=bool(r.get("subagent")),
-                                 retries=int(r.get("attempts") or 1) - 1, duration_ms=int(r.get("duration_ms") or 0))
+                                 retries=int(r.get("attempts") or 1) - 1, duration_ms=int(r.get("duration_ms") or 0),
+                                 node=node_of.get(r.get("tool_call_id")))
                    for r in f.tool_records],
             tool_errors=sum(1 for r in f.tool_records if is_failed_after_retries(r)),
             model_retries=ledger.model_retries, tool_retries=tool_retries, retries=ledger.model_retries + tool_retries,
             errors=errors, experiment=experiment.get("experiment"), variant=experiment.get("variant"),
-            repetition=experiment.get("repetition"),
+            repetition=experiment.get("repetition"), nodes=_nodes(graph),
         ))
     for row in rows:  # a pipeline's start and result steps: the pipeline its calls name
         if row.agent is None and row.branch_id in pipelines:
             row.kind, row.agent = "pipeline", pipelines[row.branch_id]
     return rows
+
+
+def _nodes(graph: dict[str, Any]) -> list[NodeFacts]:
+    """The nodes of a graph's super-step, each with its model calls' tokens and cost."""
+    seconds = graph.get("node_seconds") or {}
+    out = []
+    for name in graph.get("nodes") or []:
+        mine = [e for e in graph.get("calls") or [] if e.get("node") == name and e.get("kind") == "llm"]
+        out.append(NodeFacts(name=name, seconds=float(seconds.get(name) or 0.0), model_calls=len(mine),
+                             prompt_tokens=sum(int(e.get("prompt_tokens") or 0) for e in mine),
+                             completion_tokens=sum(int(e.get("completion_tokens") or 0) for e in mine),
+                             cost_usd=sum(float(e.get("cost_usd") or 0.0) for e in mine)))
+    return out
 
 
 async def step_rows(store: CheckpointStore, run_ids: list[str]) -> list[StepRow]:

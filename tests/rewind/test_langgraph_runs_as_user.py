@@ -71,8 +71,7 @@ async def planner_node(state):
 
 
 async def retriever_node(state):
-    queries = [q.strip() for q in state["messages"][-1].content.split(",")] if state.get("validation_passed") is None \\
-        else ["competitor pricing"]
+    queries = [q.strip() for q in state["messages"][-1].content.split(",")]
     notes = [await search_web.ainvoke({{"query": q}}) for q in queries]
     return {{"research_notes": "\\n".join(notes), "sources_consulted": state.get("sources_consulted", []) + queries}}
 
@@ -192,6 +191,91 @@ async def test_a_killed_worker_inside_a_node_costs_no_completed_node_or_tool_cal
     assert shown["agent_variables"]["sources_consulted"] == ["acme", "globex", "initech"], shown["agent_variables"]
     assert [c["label"] for c in shown["pipeline"]["calls"]] == ["search_web"] * 3, shown["pipeline"]
     assert [m["role"] for m in shown["messages"]] == ["user", "assistant"]  # the messages channel
+
+
+async def test_a_fork_at_the_validator_with_a_set_channel_and_another_model_reruns_nothing_before_it(world, tmp_path):
+    folder = world.folder("graph")
+    log, _ = write_graph(folder, tmp_path)
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, SCRIPT)
+    other = script(world.model, {"synthesizer": [{"content": "DRAFT: three rivals grow"}],
+                                 "validator": [{"content": "PASS, after a second look"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "research_graph") as worker:
+        await worker.wait_ready()
+        run = await rewind_json(cli, cli_env, "start", "--graph", "research_graph:agent", "--input",
+                                json.dumps(TASK), "--model", model, "--run-id", "graph-fork", "--wait")
+        assert run["status"]["state"] == "completed", run
+        labels = await tree_labels(cli, cli_env, "graph-fork")
+        validator = labels.index("validator")
+        before = lines(log)
+        forked = await rewind_json(cli, cli_env, "fork", "graph-fork", "--step", str(validator), "--branch",
+                                   "doubt", "--set", "validation_passed=false", "--model", other,
+                                   "--side-effects", "reuse", "--wait")
+        assert forked["status"]["state"] == "completed", forked
+    # Nothing before the fork ran again; the retriever's repeated searches came from the run's
+    # cache, and the same report's save was reused, not repeated.
+    assert lines(log) == before, lines(log)
+    assert labels_asked(world.model, model) == ["planner", "synthesizer", "validator"]
+    assert labels_asked(world.model, other) == ["synthesizer", "validator"]
+    branch = await tree_labels(cli, cli_env, "graph-fork", "doubt")
+    assert branch == ["retriever", "synthesizer", "validator", "formatter", "result"], branch
+    tree = await rewind_json(cli, cli_env, "tree", "graph-fork")
+    first = tree["branches"]["doubt"][0]["step_index"]
+    retrieved = await rewind_json(cli, cli_env, "show", f"graph-fork:doubt:{first}")
+    assert retrieved["agent_variables"]["validation_passed"] is False  # the --set, at the fork point
+    searches = retrieved["tool_call_cache"][-3:]
+    assert [r["served_from_cache"] for r in searches] == [True, True, True], searches
+    code, out, err = await rewind(cli, cli_env, "diff", "graph-fork", "main", "doubt")
+    assert code == 0, err
+    assert "super-step 7 validator (node): step - | 7" in out, out
+    diffed = await rewind_json(cli, cli_env, "diff", "graph-fork", "main", "doubt")
+    nodes = {(c["label"], c["kind"]): c for c in diffed["calls"]}
+    assert nodes[("formatter", "node")]["a"] == nodes[("formatter", "node")]["b"], nodes
+    assert nodes[("validator", "node")]["a"] is None and "validation_passed" in nodes[("validator", "node")]["b"]
+
+
+async def test_stats_by_node_over_three_runs_add_up_to_their_checkpoints_ledgers(world, tmp_path):
+    folder = world.folder("graph")
+    write_graph(folder, tmp_path)
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    runs = [f"graph-stats-{i}" for i in range(3)]
+    with UserWorker(folder / "w", env, "--tool-modules", "research_graph") as worker:
+        await worker.wait_ready()
+        for run_id in runs:
+            model = script(world.model, SCRIPT)
+            done = await rewind_json(cli, cli_env, "start", "--graph", "research_graph:agent", "--input",
+                                     json.dumps(TASK), "--model", model, "--run-id", run_id, "--wait")
+            assert done["status"]["state"] == "completed", done
+    expected: dict[str, dict[str, float]] = {}
+    for run_id in runs:
+        for index, label in enumerate(await tree_labels(cli, cli_env, run_id)):
+            if label in ("start", "result"):
+                continue
+            shown = await rewind_json(cli, cli_env, "show", f"{run_id}:main:{index}")
+            step = shown["ledger"]["step"]
+            sums = expected.setdefault(label, {"steps": 0, "total_tokens": 0, "cost_usd": 0.0, "model_calls": 0,
+                                               "tool_calls": 0, "cache_hits": 0})
+            sums["steps"] += 1
+            for field in ("total_tokens", "cost_usd", "model_calls", "tool_calls", "cache_hits"):
+                sums[field] += step.get(field, 0)
+    args = [a for run_id in runs for a in ("--run", run_id)]
+    stats = await rewind_json(cli, cli_env, "stats", *args, "--by", "node")
+    assert stats["by"] == "node", stats
+    groups = stats["groups"]
+    assert set(groups) == {"planner", "retriever", "synthesizer", "validator", "formatter"}, groups
+    for node, sums in expected.items():
+        got = groups[node]
+        assert got["runs"] == 3 and got["steps"] == sums["steps"], (node, got)
+        for field in ("total_tokens", "model_calls", "tool_calls", "cache_hits"):
+            assert got[field] == sums[field], (node, field, got, sums)
+        assert abs(got["cost_usd"] - sums["cost_usd"]) < 1e-9, (node, got, sums)
+    assert groups["retriever"]["tool_calls"] == 9 and groups["planner"]["model_calls"] == 3
+    code, out, err = await rewind(cli, cli_env, "stats", *args, "--by", "node")
+    assert code == 0 and "by node" in out and "retriever" in out, out + err
 
 
 def _async(check):

@@ -166,8 +166,8 @@ async def cmd_diff(args: argparse.Namespace, settings: Settings) -> int:
 def _side_effects_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--side-effects", choices=SIDE_EFFECT_MODES, default="run",
                    help="what the new branch's side-effecting tool calls do: run (default: as any run; a repeat of "
-                        "an effect of its lineage follows the tool's on_repeat), reuse (a repeat always returns the "
-                        "recorded result) or dry-run (none runs: the tool's dry_run answers, or a stub)")
+                        "an effect of its lineage follows the tool's on_repeat), reuse (a repeat of an effect of its "
+                        "lineage or of any other branch of the run returns the recorded result) or dry-run (none runs: the tool's dry_run answers, or a stub)")
 
 
 def register(command: Callable[..., argparse.ArgumentParser]) -> None:

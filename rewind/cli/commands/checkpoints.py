@@ -224,9 +224,10 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--since", type=moment, metavar="DURATION",
                    help="only runs started since then (their first checkpoint): 45s, 90m, 12h, 7d, 2w ago, or a "
                         "time (2026-12-06T09:00:00Z)")
-    p.add_argument("--by", choices=["agent", "model", "tool", "day"],
+    p.add_argument("--by", choices=["agent", "model", "tool", "day", "node"],
                    help="the figures per group too: steps, tokens, cost, cost per run, cache hit rate, retries, "
-                        "tool errors, step time (by tool: calls, cache hits, retries, errors, call time)")
+                        "tool errors, step time (by tool: calls, cache hits, retries, errors, call time; by node: a "
+                        "graph run's nodes, with each node's own time)")
     p.add_argument("--metrics", action="append", metavar="URL",
                    help="also the checkpoint write latency and mirror lag the workers measured, read from their "
                         "metrics endpoint (http://HOST:PORT/metrics, REWIND_METRICS_PORT; repeatable: added up)")
