@@ -26,18 +26,20 @@ from typing import Any, TextIO
 from examples import competitive_report as report
 from examples.fanout_research import FANOUT_TASK
 from examples.research_agent import DEFAULT_COMPANIES, DEFAULT_TASK, RESEARCH_PROMPT, outbox_dir
-from rewind.client import agent_input, new_run_id, pipeline_input, start_run
+from rewind.client import agent_input, graph_input, new_run_id, pipeline_input, start_run
 from rewind.settings.config import Settings
 from rewind.temporal.dev_server import port_open
 from rewind.progress import follow
 from rewind.local.stack import embedded_stack
 from rewind.temporal.timing import median_or_none, retried_attempts, step_durations
 from workflows.contracts import AgentInput, AgentResult
+from workflows.errors import UsageError
 
 
 async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sys.stdout, *, quiet: bool = False,
                    approve: bool = False, ask: bool | None = None, fanout: bool = False,
-                   keep: bool = False, mcp: bool = False, pipeline: bool = False) -> AgentResult:
+                   keep: bool = False, mcp: bool = False, pipeline: bool = False,
+                   langgraph: bool = False) -> AgentResult:
     """`quiet` (rewind demo --json): nothing on `out`; the caller prints the result.
     `approve`: save_report waits for approval; `ask` (default: stdin is a terminal) asks
     for the decision there, else the demo approves on its own after showing the call.
@@ -45,24 +47,32 @@ async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sy
     `keep`: the stack (server on TEMPORAL_ADDRESS's port when free, worker) keeps running after
     the run until SIGINT/SIGTERM, so `rewind fork RUN ...` from another shell works.
     `mcp`: the agent of examples.mcp_files_agent, whose only tools are the filesystem MCP server's.
-    `pipeline`: examples.competitive_report, the research as your own code (a @pipeline)."""
+    `pipeline`: examples.competitive_report, the research as your own code (a @pipeline).
+    `langgraph`: examples.langgraph_research, the article's LangGraph graph as a durable run."""
     if mcp:
         return await _mcp_demo(settings, task, io.StringIO() if quiet else out)
     if quiet:
         out = io.StringIO()
     if ask is None:
         ask = sys.stdin.isatty() and not quiet
-    tools = ["examples.competitive_report" if pipeline else "examples.fanout_research" if fanout else
-             "examples.research_with_approval" if approve else "examples.research_agent"]
+    if langgraph:
+        graph = _langgraph_example()
+    tools = ["examples.langgraph_research" if langgraph else "examples.competitive_report" if pipeline else
+             "examples.fanout_research" if fanout else "examples.research_with_approval" if approve else
+             "examples.research_agent"]
     port = None
     if keep:
         wanted = int(settings.temporal_address.rsplit(":", 1)[-1])
         port = wanted if not port_open("127.0.0.1", wanted) else None
-    scripts = {report.SCRIPT_NAME: report.script()} if pipeline else None
+    scripts = ({report.SCRIPT_NAME: report.script()} if pipeline else
+               {graph.SCRIPT_NAME: graph.script()} if langgraph else None)
     async with embedded_stack(settings, tools, out, port=port, shared_server=keep, scripts=scripts) as stack:
         client = stack.client
         run_id = new_run_id()
-        if pipeline:
+        if langgraph:
+            inp = graph_input(settings, "examples.langgraph_research:agent", graph.TASK, run_id=run_id,
+                              model=f"script:{graph.SCRIPT_NAME}" if stack.offline else None)
+        elif pipeline:
             model = f"script:{report.SCRIPT_NAME}" if stack.offline else settings.model
             inp = pipeline_input(settings, "competitive_report", {"companies": DEFAULT_COMPANIES}, run_id=run_id,
                                  model=model)
@@ -86,7 +96,7 @@ async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sy
                 task.cancel()
         durations = await step_durations(client, run_id)
         retries = await retried_attempts(client, run_id)
-        _report(settings, run_id, result, durations, retries, out, fanout, pipeline)
+        _report(settings, run_id, result, durations, retries, out, fanout, pipeline, langgraph)
         if keep:
             await _keep_running(stack.settings.temporal_address, wanted if port else None, run_id, out, pipeline)
     return result
@@ -116,8 +126,18 @@ async def _keep_running(address: str, default_port: int | None, run_id: str, out
     print("stopping the worker and the server", file=out, flush=True)
 
 
+def _langgraph_example() -> Any:
+    """examples.langgraph_research, or one line on what to install."""
+    try:
+        from examples import langgraph_research
+    except ImportError as exc:
+        raise UsageError(f"rewind demo --langgraph needs LangGraph and langchain-openai ({exc}): "
+                         "pip install 'rewind-agents[langgraph]'") from None
+    return langgraph_research
+
+
 def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any, retries: Any, out: TextIO,
-            fanout: bool, pipeline: bool = False) -> None:
+            fanout: bool, pipeline: bool = False, langgraph: bool = False) -> None:
     home = settings.home
     print(f"\nfinished: {result.status.state} after {result.status.step} steps, "
           f"{result.status.total_tokens} tokens, ${result.status.cost_usd:.5f}", file=out)
@@ -138,6 +158,10 @@ def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any
     if fanout:
         print(f"each sub-agent's run is a branch of {run_id} (`rewind tree {run_id}` nests them under step 1); "
               f"run one call again with `rewind redo {run_id} --step 1 --call CALL_ID`", file=out)
+    if langgraph:
+        print(f"each super-step of the graph is a step labelled by its node (`rewind tree {run_id}`); "
+              f"`rewind fork {run_id} --step 4 --branch doubt --set validation_passed=false` continues from the "
+              "validator's step with that channel changed, re-running no node before it", file=out)
     if pipeline:
         print(f"each call of the pipeline's code is a step labelled by the call (`rewind tree {run_id}`); "
               f"`rewind fork {run_id} --step 6 --branch brief --prompt synthesize=\"Be brief.\"` runs the code "

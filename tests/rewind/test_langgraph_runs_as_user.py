@@ -11,7 +11,8 @@ import json
 import uuid
 from pathlib import Path
 
-from as_user import UserWorker, rewind, rewind_json, until
+from as_user import UserWorker, empty_dir, rewind, rewind_json, until, user_env
+from rewind.temporal.dev_server import free_port
 
 RESEARCH_GRAPH = '''
 """The article's research graph."""
@@ -276,6 +277,29 @@ async def test_stats_by_node_over_three_runs_add_up_to_their_checkpoints_ledgers
     assert groups["retriever"]["tool_calls"] == 9 and groups["planner"]["model_calls"] == 3
     code, out, err = await rewind(cli, cli_env, "stats", *args, "--by", "node")
     assert code == 0 and "by node" in out and "retriever" in out, out + err
+
+
+async def test_the_example_graph_as_a_user_runs_it_with_rewind_demo(tmp_path):
+    """`rewind demo --langgraph` (examples/langgraph_research.py, offline, in an empty folder): the
+    article's graph, its first draft sent back by the validator, the second accepted, the report
+    saved once; then a fork from the validator's step with the channel set the other way."""
+    folder = empty_dir(tmp_path, "demo")
+    port = free_port()
+    env = user_env(folder, TEMPORAL_ADDRESS=f"127.0.0.1:{port}", REWIND_SCRIPTED_LATENCY_MS="0",
+                   REWIND_DEMO_FAILURE_RATE="0.2", REWIND_DEMO_SEARCH_LATENCY_S="0")
+    code, out, err = await rewind(folder, env, "demo", "--langgraph", "--json", timeout_s=240)
+    assert code == 0, err[-3000:]
+    result = json.loads(out)
+    assert result["status"]["state"] == "completed", result["status"]
+    assert result["final_answer"].startswith("The five companies compared"), result["final_answer"]
+    run_id = result["status"]["run_id"]
+    assert await tree_labels(folder, env, run_id) == [
+        "start", "planner", "retriever", "synthesizer", "validator", "retriever", "synthesizer", "validator",
+        "formatter", "result"]
+    reports = list((folder / ".rewind" / "outbox").glob("*.md"))
+    assert len(reports) == 1, reports  # saved once
+    rerun = await rewind_json(folder, env, "show", f"{run_id}:main:5")
+    assert [r["served_from_cache"] for r in rerun["tool_call_cache"][-1:]] == [True]  # the same search, cached
 
 
 def _async(check):

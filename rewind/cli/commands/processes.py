@@ -15,14 +15,14 @@ from workflows.ids import validate_id
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.local.demo import run_demo
 
-    if sum(bool(x) for x in (args.approve, args.fanout, args.mcp, args.pipeline)) > 1:
-        raise UsageError("--approve, --fanout, --mcp and --pipeline are different demos; choose one")
+    if sum(bool(x) for x in (args.approve, args.fanout, args.mcp, args.pipeline, args.langgraph)) > 1:
+        raise UsageError("--approve, --fanout, --mcp, --pipeline and --langgraph are different demos; choose one")
     if args.keep and args.json:
         raise UsageError("--keep runs until Ctrl-C, --json prints once at the end; choose one")
     if args.keep and args.mcp:
         raise UsageError("--keep keeps the research demo's stack; run the MCP agent's with `rewind dev --mcp-config FILE`")
     result = await run_demo(settings, quiet=args.json, approve=args.approve, fanout=args.fanout, keep=args.keep,
-                            mcp=args.mcp, pipeline=args.pipeline)
+                            mcp=args.mcp, pipeline=args.pipeline, langgraph=args.langgraph)
     if args.json:
         emit(result.model_dump(mode="json"), True, "")
     return EXIT_DONE if result.status.state == "completed" else EXIT_NOT_DONE
@@ -137,6 +137,9 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--pipeline", action="store_true",
                    help="the research as your own code: a @pipeline (examples/competitive_report.py) whose every "
                         "call is a checkpointed step")
+    p.add_argument("--langgraph", action="store_true",
+                   help="the article's LangGraph research graph, unchanged, as a durable run "
+                        "(examples/langgraph_research.py; needs the langgraph extra)")
     p.add_argument("--keep", action="store_true",
                    help="keep the server and the worker running after the run (until Ctrl-C), so `rewind fork` "
                         "and the other commands work from another terminal")
