@@ -51,6 +51,8 @@ class RegisteredGraph:
     def checked(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The graph's input as given, once every key names one of its channels (LangGraph checks
         the values when the run starts; raises GraphInputError)."""
+        if getattr(self.graph, "builder", None) is None:
+            return dict(arguments)  # an @entrypoint takes its input as one value: this JSON object
         unknown = sorted(set(arguments) - set(self.channels()))
         if unknown:
             raise GraphInputError(f"{', '.join(unknown)} is not a channel of the graph")

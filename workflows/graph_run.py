@@ -159,10 +159,15 @@ class GraphRunner:
     calls, and records a step when LangGraph checkpoints a super-step."""
 
     def __init__(self, run: "PipelineWorkflow", name: str, graph: Any, *, fork_superstep: int,
-                 sets: list[tuple[int, str, dict[str, Any]]]) -> None:
+                 sets: list[tuple[int, str, dict[str, Any]]], module: Any = None) -> None:
         self._run = run
         self.name = name
         self._graph = graph
+        # A functional-API graph (an @entrypoint): a step per @task it runs, not per super-step.
+        self.functional = getattr(graph, "builder", None) is None
+        self._module = module
+        self._finished: list[tuple[str, float]] = []  # @tasks that returned, in order, with their time
+        self._tasks_done = 0
         self._fork_superstep = fork_superstep  # super-steps up to this one are the fork's record
         self._sets = sets  # (super-step, node, values): a fork's --set, merged into that node's update
         self.calls: list[dict[str, Any]] = []  # the calls of the super-step in flight
@@ -195,7 +200,10 @@ class GraphRunner:
     def _answer(self, out: Any) -> str:
         """The run's answer: the last assistant message's text when the graph has a `messages`
         channel that ends with one, else its final state as JSON (the result step keeps the state)."""
-        values = out if isinstance(out, dict) else {}
+        if not isinstance(out, dict):  # an @entrypoint's return value
+            self.final_state = {"result": to_json(out)}
+            return out if isinstance(out, str) else json.dumps(to_json(out), sort_keys=True)
+        values = out
         self.final_state = graph_state(values)
         messages = chat_messages(values.get("messages"))
         if messages and messages[-1].get("role") == "assistant" and isinstance(messages[-1].get("content"), str):
@@ -214,7 +222,39 @@ class GraphRunner:
                 continue
             nodes[name] = node.copy(update={"bound": RunnableCallable(None, self._node(name, node.bound), name=name,
                                                                       trace=False)})
+        if self.functional:
+            self._wrap_tasks()
         return self._graph.copy(update={"checkpointer": RecordingSaver(self), "nodes": nodes})
+
+    def _wrap_tasks(self) -> None:
+        """Each @task of the entrypoint's module says when it returns (the module is this run's
+        own, imported in its sandbox: the wrapping ends with the run)."""
+        import functools
+        import inspect
+
+        from langgraph.func import _TaskFunction
+
+        for value in vars(self._module).values() if self._module is not None else ():
+            if not isinstance(value, _TaskFunction) or getattr(value.func, "_rewind_task", False):
+                continue
+            func, name = value.func, value.func.__name__
+
+            if inspect.iscoroutinefunction(func):
+                @functools.wraps(func)
+                async def timed(*args: Any, _func: Any = func, _name: str = name, **kwargs: Any) -> Any:
+                    started = workflow.now()
+                    out = await _func(*args, **kwargs)
+                    self._finished.append((_name, _seconds(started, workflow.now())))
+                    return out
+            else:
+                @functools.wraps(func)
+                def timed(*args: Any, _func: Any = func, _name: str = name, **kwargs: Any) -> Any:
+                    started = workflow.now()
+                    out = _func(*args, **kwargs)
+                    self._finished.append((_name, _seconds(started, workflow.now())))
+                    return out
+            timed._rewind_task = True  # type: ignore[attr-defined]
+            value.func = timed
 
     def _node(self, name: str, bound: Any) -> Any:
         async def node(state: Any, config: Any) -> Any:
@@ -282,8 +322,28 @@ class GraphRunner:
                            tool_call_id=call_id, status="error" if failed else "success")
 
     # -- super-steps -------------------------------------------------------------------
+    def task_returned(self, value: Any) -> None:
+        """An @entrypoint's @task returned (LangGraph saved its result): the task's step, with the
+        calls it made (and those the entrypoint's own code made since the last step)."""
+        if not self._finished:
+            return
+        name, seconds = self._finished.pop(0)
+        self._tasks_done += 1
+        entry = set(self._graph.nodes)  # the entrypoint's own code, between its tasks
+        taken = [c for c in self.calls if c.get("node") == name or c.get("node") in entry]
+        self.calls = [c for c in self.calls if not (c.get("node") == name or c.get("node") in entry)]
+        if self._tasks_done <= self._fork_superstep:
+            return  # the fork's record
+        self._run.record_super_step(name, [], {"result": to_json(value)}, {
+            "graph": self.name, "superstep": self._tasks_done, "nodes": [name], "calls": taken, "task": True,
+            "node_seconds": {name: round(seconds, 6)}})
+
     def super_step(self, checkpoint: dict[str, Any], metadata: dict[str, Any]) -> None:
-        """LangGraph checkpointed the graph after a super-step: that super-step's step."""
+        """LangGraph checkpointed the graph after a super-step: that super-step's step (a
+        functional graph's steps are its tasks')."""
+        if self.functional:
+            self._ran, self._node_seconds = [], {}
+            return
         superstep = metadata.get("step")
         ran, calls, seconds = self._ran, self.calls, self._node_seconds
         self._ran, self.calls, self._node_seconds = [], [], {}
@@ -335,6 +395,12 @@ def recording_saver_class() -> type:
         async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
             self._runner.super_step(checkpoint, dict(metadata or {}))
             return await super().aput(config, checkpoint, metadata, new_versions)
+
+        async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> Any:
+            for channel, value in writes:
+                if channel == "__return__" and self._runner.functional:
+                    self._runner.task_returned(value)
+            return await super().aput_writes(config, writes, task_id, task_path)
 
     return _RecordingSaver
 

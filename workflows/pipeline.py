@@ -257,7 +257,7 @@ class PipelineWorkflow(AgentWorkflow):
         registered = getattr(module, spec.attribute)
         if spec.kind == "graph":
             self._graph = GraphRunner(self, spec.name, registered, fork_superstep=self._fork_superstep_of(described),
-                                      sets=self._graph_sets(described))
+                                      sets=self._graph_sets(described), module=module)
             graph_input = dict(described.arguments)
             graph_input.update(self._sets_at_start(described))
             return (lambda _ctx, **_: self._graph.run(graph_input)), {}  # type: ignore[union-attr]

@@ -315,3 +315,103 @@ async def _explained(cli: Path, env: dict, run_id: str, worker: UserWorker, wait
     except AssertionError as exc:
         code, out, err = await rewind(cli, env, "status", run_id)
         raise AssertionError(f"{exc}\nrewind status: {out}{err}\nworker log:\n{worker.log()[-4000:]}") from None
+
+
+FUNCTIONAL = '''
+"""Three @tasks under an @entrypoint: outline, research in parallel, write."""
+import asyncio
+from pathlib import Path
+
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.func import entrypoint, task
+
+LOG = Path({log!r})
+RELEASE = Path({release!r})
+SLOW = {slow!r}
+llm = ChatOpenAI(model="gpt-4o-mini")
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+@tool
+async def search_web(query: str) -> str:
+    """Search the web."""
+    count(f"start {{query}}")
+    while query in SLOW and not RELEASE.exists():
+        await asyncio.sleep(0.05)
+    count(f"done {{query}}")
+    return f"results for {{query}}"
+
+
+@task
+async def outline(topic: str) -> list[str]:
+    answer = await llm.ainvoke([HumanMessage("Outline: " + topic)])
+    return [p.strip() for p in str(answer.content).split(",")]
+
+
+@task
+async def research(point: str) -> str:
+    return await search_web.ainvoke({{"query": point}})
+
+
+@task
+async def write(points: list[str], notes: list[str]) -> str:
+    answer = await llm.ainvoke([HumanMessage("Write from: " + "; ".join(notes))])
+    return str(answer.content)
+
+
+@entrypoint()
+async def report(inputs: dict) -> str:
+    points = await outline(inputs["topic"])
+    notes = await asyncio.gather(*(research(p) for p in points))
+    return await write(points, list(notes))
+'''
+
+FUNCTIONAL_SCRIPT = {"outline": [{"content": "acme, globex, initech"}], "write": [{"content": "REPORT on three"}]}
+
+
+async def test_a_functional_graph_crashes_forks_and_counts_by_task(world, tmp_path):
+    folder = world.folder("functional")
+    log, release = tmp_path / f"f-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"r-{uuid.uuid4().hex[:6]}"
+    (folder / "report_flow.py").write_text(FUNCTIONAL.format(log=str(log), release=str(release), slow=["initech"]))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, FUNCTIONAL_SCRIPT)
+    other = script(world.model, {"write": [{"content": "SHORTER REPORT"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    first = UserWorker(folder / "w1", env, "--tool-modules", "report_flow")
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "report_flow:report", "--input",
+                          json.dumps({"topic": "rivals"}), "--model", model, "--run-id", "flow-crash")
+        await _explained(cli, cli_env, "flow-crash", first, until(
+            "two searches done, the third started",
+            _async(lambda: sorted(lines(log)) == ["done acme", "done globex", "start acme", "start globex",
+                                                  "start initech"])))
+        first.kill()
+    finally:
+        first.stop()
+    release.touch()
+    with UserWorker(folder / "w2", env, "--tool-modules", "report_flow") as second:
+        await second.wait_ready()
+        view = await finished(cli, cli_env, "flow-crash")
+        assert view["state"] == "completed" and view["status"]["final_answer"] == "REPORT on three", view
+        assert sorted(x for x in lines(log) if x.startswith("done")) == ["done acme", "done globex", "done initech"]
+        assert labels_asked(world.model, model) == ["outline", "write"]
+        labels = await tree_labels(cli, cli_env, "flow-crash")
+        assert labels[:2] == ["start", "outline"] and sorted(labels[2:5]) == ["research"] * 3, labels
+        assert labels[5:] == ["write", "result"], labels
+        # A fork after the research, with another model for the writing: no task before it runs again.
+        forked = await rewind_json(cli, cli_env, "fork", "flow-crash", "--step", "4", "--branch", "short",
+                                   "--model", other, "--wait")
+        assert forked["status"]["state"] == "completed", forked
+        assert forked["status"]["final_answer"] == "SHORTER REPORT"
+    assert len([x for x in lines(log) if x.startswith("done")]) == 3
+    assert labels_asked(world.model, other) == ["write"]
+    stats = await rewind_json(cli, cli_env, "stats", "--run", "flow-crash", "--by", "node")
+    assert stats["groups"]["research"]["tool_calls"] == 3 and stats["groups"]["write"]["model_calls"] == 2, stats
