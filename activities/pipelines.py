@@ -228,6 +228,8 @@ def _graph_calls(entries: list[dict[str, Any]], end: StepEnd, step: int) -> list
                                 label=entry["label"], digest=entry["digest"], step=step)
         if recorded.kind == "llm":
             recorded.message = entry.get("message")
+        elif recorded.kind == "interrupt":
+            recorded.message = {"resume": entry.get("resume")}
         else:
             found = by_id.get(entry.get("tool_call_id"))
             if found is None:

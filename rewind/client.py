@@ -133,13 +133,15 @@ def _decider(by: str | None) -> str:
 
 
 async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str = "main", by: str | None = None,
-                  reason: str | None = None, arguments: dict[str, Any] | None = None) -> ApprovalRecord:
-    """`rewind approve`: let a waiting call run (with `arguments` instead, if given). `by`
-    defaults to the OS user. Raises DecisionRefusedError if the run cannot take it."""
+                  reason: str | None = None, arguments: dict[str, Any] | None = None,
+                  value: Any = None) -> ApprovalRecord:
+    """`rewind approve`: let a waiting call run (with `arguments` instead, if given), or resume
+    a graph's interrupt() with `value` (default: true). `by` defaults to the OS user. Raises
+    DecisionRefusedError if the run cannot take it."""
     from workflows.contracts import ApprovalDecision
 
     decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="approve", by=_decider(by), reason=reason,
-                                arguments=arguments, decided_at=datetime.now(timezone.utc))
+                                arguments=arguments, value=value, decided_at=datetime.now(timezone.utc))
     return await decisions.decide(client, run_id, decision, branch=branch)
 
 

@@ -23,7 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.approvals import ApprovalGate, refused
+    from workflows.approvals import INTERRUPT, ApprovalGate, refused
     from workflows.contracts import (
         AgentInput,
         AgentResult,
@@ -151,7 +151,8 @@ class AgentWorkflow:
     async def decide(self, decision: ApprovalDecision) -> ApprovalRecord:
         """Approve or reject a waiting tool call (rewind approve / rewind reject)."""
         waiting = self._gate.check(decision)
-        if decision.verdict == "approve" and decision.arguments is not None and decision.arguments != waiting.arguments:
+        if (decision.verdict == "approve" and decision.arguments is not None and decision.arguments != waiting.arguments
+                and waiting.tool_name != INTERRUPT):
             # Checked by a worker that holds the tool, with the validator the call itself meets.
             tools = self._tools  # set before any call can wait
             spec = tools.spec(waiting.tool_name) if tools is not None else None

@@ -22,6 +22,10 @@ from workflows.contracts import ApprovalDecision, ApprovalRecord, PendingApprova
 from workflows.wire import DECISION_REFUSED
 
 
+# The tool name a graph run's interrupt() waits under (`rewind pending`, `rewind approve --value`).
+INTERRUPT = "interrupt"
+
+
 def refused(message: str) -> ApplicationError:
     """An error to the caller of the update; the run is unchanged."""
     return ApplicationError(message, type=DECISION_REFUSED, non_retryable=True)
@@ -52,6 +56,11 @@ class ApprovalGate:
                 raise refused("a rejection needs a reason (--reason TEXT): the model receives it as the tool result")
             if decision.arguments is not None:
                 raise refused("edited arguments go with an approval, not a rejection")
+            if decision.value is not None:
+                raise refused("a value goes with an approval, not a rejection")
+        if decision.value is not None and waiting.tool_name != INTERRUPT:
+            raise refused(f"{call!r} is a call of tool {waiting.tool_name}: --value answers a graph's interrupt(); "
+                          "edit a tool call's arguments with --args")
         return waiting
 
     def decide(self, decision: ApprovalDecision) -> ApprovalRecord:
@@ -64,7 +73,7 @@ class ApprovalGate:
             by=decision.by, requested_at=waiting.requested_at, decided_at=decided,
             applied_at=now if (now - decided).total_seconds() > 1 else None,
             reason=decision.reason, original_arguments=waiting.arguments if edited else None,
-            repeat_of=waiting.repeat_of,
+            repeat_of=waiting.repeat_of, value=decision.value,
         )
         self._decided[decision.tool_call_id] = record
         if edited:
@@ -113,4 +122,4 @@ def rejection_text(record: ApprovalRecord, tool_name: str) -> str:
     return f"{tool_name} was not run: rejected by {record.by}: {record.reason or 'no reason given'}"
 
 
-__all__ = ["ApprovalGate", "refused", "rejection_text"]
+__all__ = ["ApprovalGate", "refused", "rejection_text", "INTERRUPT"]

@@ -149,6 +149,8 @@ class ApprovalDecision(BaseModel):
     decided_at: datetime | None = None
     # Run with these arguments instead (approve only); checked against the tool's schema.
     arguments: dict[str, Any] | None = None
+    # A graph run's interrupt() (approve only): the value it returns in the node (default: true).
+    value: Any = None
 
 
 class ApprovalRecord(BaseModel):
@@ -165,6 +167,8 @@ class ApprovalRecord(BaseModel):
     original_arguments: dict[str, Any] | None = None
     timed_out: bool = False
     repeat_of: EffectRef | None = None
+    # A graph run's interrupt(): what it returns in the node (`rewind approve --value JSON`).
+    value: Any = None
 
 
 class ToolCheckRequest(BaseModel):

@@ -168,6 +168,10 @@ class GraphRunner:
         self._module = module
         self._finished: list[tuple[str, float]] = []  # @tasks that returned, in order, with their time
         self._tasks_done = 0
+        # Calls of a node interrupted since the last step (answered again when it re-runs) and
+        # those its re-run may still take, by (node, kind, request).
+        self._interrupted_calls: list[tuple[tuple[str, str, str], Any]] = []
+        self._before_interrupt: list[tuple[tuple[str, str, str], Any]] = []
         self._fork_superstep = fork_superstep  # super-steps up to this one are the fork's record
         self._sets = sets  # (super-step, node, values): a fork's --set, merged into that node's update
         self.calls: list[dict[str, Any]] = []  # the calls of the super-step in flight
@@ -189,11 +193,14 @@ class GraphRunner:
             self._messages = chat_messages(graph_input.get("messages"))
             out = await app.ainvoke(graph_input, config, durability="sync")
             while True:
-                pending = [i for t in (await app.aget_state(config)).tasks for i in t.interrupts]
-                if not pending:
+                waiting = [(t.name, i) for t in (await app.aget_state(config)).tasks for i in t.interrupts]
+                if not waiting:
                     return self._answer(out)
-                resume = await self._run.graph_interrupted([to_json(i.value) for i in pending], [i.id for i in pending])
-                out = await app.ainvoke(Command(resume=resume), config, durability="sync")
+                # The interrupted nodes run again from their start when resumed (LangGraph's way):
+                # the calls they made before interrupt() are answered with what they returned.
+                self._before_interrupt = [c for c in self._interrupted_calls]
+                resumes = {i.id: await self._run.graph_interrupted(node, to_json(i.value)) for node, i in waiting}
+                out = await app.ainvoke(Command(resume=resumes), config, durability="sync")
         finally:
             _RUNNER.reset(token)
 
@@ -290,7 +297,12 @@ class GraphRunner:
         response_format = payload.get("response_format")
         if response_format is not None and not isinstance(response_format, dict):
             response_format = _convert_to_openai_response_format(response_format)
-        message, usage, model_name = await self._run.call_chat(node, node, payload, response_format)
+        key = (node, "llm", json.dumps([payload.get("messages"), payload.get("tools")], sort_keys=True, default=str))
+        answered = self._answered_again(key)
+        if answered is None:
+            answered = await self._run.call_chat(node, node, payload, response_format)
+        self._interrupted_calls.append((key, answered))
+        message, usage, model_name = answered
         completion = {"id": f"rewind-{self._run.run_id}", "object": "chat.completion", "created": 0,
                       "model": model_name, "choices": [{"index": 0, "message": message,
                                                         "finish_reason": "tool_calls" if message.get("tool_calls")
@@ -311,7 +323,12 @@ class GraphRunner:
         else:
             raise PipelineError(f"node {current_node()!r} calls tool {base_tool.name!r} with a "
                                 f"{type(tool_input).__name__}: give its arguments as a dict")
-        log = await self._run.tool_log(base_tool.name, arguments, node=current_node())
+        node = current_node()
+        key = (node, "tool", json.dumps([base_tool.name, arguments], sort_keys=True, default=str))
+        log = self._answered_again(key)
+        if log is None:
+            log = await self._run.tool_log(base_tool.name, arguments, node=node)
+        self._interrupted_calls.append((key, log))
         if call_id is None:
             if log.error is not None:
                 raise ToolCallFailed(f"{base_tool.name}: {log.error}")
@@ -320,6 +337,15 @@ class GraphRunner:
         content = log.error if log.error is not None else log.output
         return ToolMessage(content=content if isinstance(content, str) else json.dumps(content), name=base_tool.name,
                            tool_call_id=call_id, status="error" if failed else "success")
+
+    def _answered_again(self, key: tuple[str, str, str]) -> Any:
+        """What an interrupted node's call returned before its interrupt(), when the node, run
+        again on resume, makes the same call (None: not such a call)."""
+        for index, (known, answer) in enumerate(self._before_interrupt):
+            if known == key:
+                del self._before_interrupt[index]
+                return answer
+        return None
 
     # -- super-steps -------------------------------------------------------------------
     def task_returned(self, value: Any) -> None:
@@ -345,9 +371,12 @@ class GraphRunner:
             self._ran, self._node_seconds = [], {}
             return
         superstep = metadata.get("step")
+        if not self._ran:
+            return  # the input, or a super-step whose nodes were interrupted: no node completed
         ran, calls, seconds = self._ran, self.calls, self._node_seconds
         self._ran, self.calls, self._node_seconds = [], [], {}
-        if metadata.get("source") != "loop" or not ran or not isinstance(superstep, int):
+        self._interrupted_calls, self._before_interrupt = [], []
+        if metadata.get("source") != "loop" or not isinstance(superstep, int):
             return
         values = checkpoint.get("channel_values") or {}
         messages = chat_messages(values.get("messages"))

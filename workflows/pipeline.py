@@ -63,7 +63,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.pipeline_ids import DIGEST_CHARS, call_activity_id, call_digest, code_change_line
     from workflows.graph_run import GraphRunner, chat_messages, graph_state
-    from workflows.status import PipelineCallState
+    from workflows.status import PendingApproval, PipelineCallState
+    from workflows.approvals import INTERRUPT
     from workflows.summaries import model_call_summary
     from workflows.tool_calls import failure_text
     from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, PIPELINE_WORKFLOW
@@ -205,7 +206,7 @@ class PipelineWorkflow(AgentWorkflow):
         except _CodeChanged as changed:
             await self._fail(str(changed))
         except Exception as exc:  # noqa: BLE001 - the pipeline's own failure ends the run, said in one line
-            await self._fail(pipeline_failure(plan.name, spec.module, exc))
+            await self._fail(pipeline_failure(plan.name, spec.module, exc, spec.kind))
         status = self._status
         assert status is not None
         self._add_messages({"role": "assistant", "content": answer})
@@ -357,9 +358,27 @@ class PipelineWorkflow(AgentWorkflow):
         model = next((c["model"] for c in reversed(details["calls"]) if c.get("model")), self._default_model)
         self._record_step(label, variables=variables, pipeline=details, model=model)
 
-    async def graph_interrupted(self, values: list[Any], ids: list[str]) -> Any:
-        """A node called LangGraph's interrupt(): the run waits for `rewind approve --value`."""
-        raise PipelineError("interrupt() is not supported in a Rewind graph run yet")
+    async def graph_interrupted(self, node: str, value: Any) -> Any:
+        """A node called LangGraph's interrupt(value): the run waits for a person, as a tool call
+        that needs approval does (`rewind pending`); `rewind approve RUN CALL --value JSON` resumes
+        the node with that value (true without one), `rewind reject` with false. A fork answers
+        it again from the record."""
+        inp = self._input
+        assert inp is not None and self._graph is not None
+        call = self._next_call(node, "interrupt", {"value": value})
+        recorded = self._from_record(call)
+        if recorded is not None and recorded.message is not None:
+            return recorded.message.get("resume")
+        request = PendingApproval(run_id=inp.run_id, branch_id=inp.branch_id, step=self._state.step + 1,
+                                  tool_call_id=f"interrupt_{call.position}", tool_name=INTERRUPT,
+                                  arguments={"node": node, "value": value}, requested_at=workflow.now())
+        self._call_started(call)
+        record, _ = await self._gate.wait(request, None)
+        resume = (record.value if record.value is not None else True) if record.verdict == "approved" else False
+        self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), "node": node, "resume": resume,
+                                  "by": record.by})
+        self._call_ended(call, None, done=True)
+        return resume
 
     # -- calls ------------------------------------------------------------------
     async def _within_budget(self) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from workflows.contracts import ToolCallLog, ToolSpec
 
-CallKind = Literal["llm", "tool", "agent", "pipeline"]
+CallKind = Literal["llm", "tool", "agent", "pipeline", "interrupt"]  # interrupt: a graph's interrupt()
 
 
 class PipelineSpec(BaseModel):

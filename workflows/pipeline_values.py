@@ -89,10 +89,16 @@ def answer_text(result: Any) -> str:
                             "return a str, a dict / list of JSON values or a pydantic model") from None
 
 
-def pipeline_failure(name: str, module: str, exc: BaseException) -> str:
-    """One line: what the pipeline raised and where in its code."""
+def pipeline_failure(name: str, module: str, exc: BaseException, kind: str = "pipeline") -> str:
+    """One line: what the pipeline (or graph) raised and where in its code."""
     where = user_frame(exc, module)
     restricted = type(exc).__name__ == "RestrictedWorkflowAccessError"
+    if restricted and kind == "graph":
+        what = getattr(exc, "qualified_name", "") or str(exc).split(" from inside", 1)[0].removeprefix("Cannot access ")
+        what = what.removesuffix(".__call__").removeprefix("__builtins__.").removeprefix("builtins.")
+        return (f"graph {name} called {what}{where}: a graph's nodes run as durable workflow code and must not "
+                "read the clock, draw random numbers or do I/O themselves; put I/O in a LangChain tool the node "
+                "calls (a tool of the worker, run as an activity) and model calls in a ChatOpenAI")
     if restricted:
         what = getattr(exc, "qualified_name", "") or str(exc).split(" from inside", 1)[0].removeprefix("Cannot access ")
         what = what.removesuffix(".__call__").removeprefix("__builtins__.").removeprefix("builtins.")
@@ -100,8 +106,8 @@ def pipeline_failure(name: str, module: str, exc: BaseException) -> str:
                 "read the clock, draw random numbers or do I/O itself; use ctx.now(), ctx.random() or "
                 "ctx.sleep(), and put I/O in a @tool called with ctx.tool(...)")
     if isinstance(exc, PipelineError):
-        return f"pipeline {name}{where}: {exc}"
-    return f"pipeline {name} raised {type(exc).__name__}{where}: {exc}"
+        return f"{kind} {name}{where}: {exc}"
+    return f"{kind} {name} raised {type(exc).__name__}{where}: {exc}"
 
 
 def user_frame(exc: BaseException, module: str) -> str:

@@ -415,3 +415,137 @@ async def test_a_functional_graph_crashes_forks_and_counts_by_task(world, tmp_pa
     assert labels_asked(world.model, other) == ["write"]
     stats = await rewind_json(cli, cli_env, "stats", "--run", "flow-crash", "--by", "node")
     assert stats["groups"]["research"]["tool_calls"] == 3 and stats["groups"]["write"]["model_calls"] == 2, stats
+
+
+REVIEWED = '''
+"""A draft, a person's look at it (interrupt), the report."""
+from pathlib import Path
+from typing import TypedDict
+
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+LOG = Path({log!r})
+llm = ChatOpenAI(model="gpt-4o-mini")
+
+
+class State(TypedDict, total=False):
+    topic: str
+    draft: str
+    note: str
+    report: str
+
+
+async def draft(state):
+    answer = await llm.ainvoke([HumanMessage("Draft on " + state["topic"])])
+    return {{"draft": str(answer.content)}}
+
+
+async def review(state):
+    hint = await llm.ainvoke([HumanMessage("What should a reviewer check in: " + state["draft"])])
+    note = interrupt({{"draft": state["draft"], "check": str(hint.content)}})
+    return {{"note": note}}
+
+
+async def publish(state):
+    return {{"report": state["draft"] + " / reviewer: " + str(state["note"])}}
+
+
+builder = StateGraph(State)
+builder.add_node("draft", draft)
+builder.add_node("review", review)
+builder.add_node("publish", publish)
+builder.add_edge(START, "draft")
+builder.add_edge("draft", "review")
+builder.add_edge("review", "publish")
+builder.add_edge("publish", END)
+graph = builder.compile()
+'''
+
+
+async def test_an_interrupt_waits_as_an_approval_and_resumes_with_the_value_after_a_crash(world, tmp_path):
+    folder = world.folder("reviewed")
+    log = tmp_path / f"review-{uuid.uuid4().hex[:6]}.txt"
+    (folder / "reviewed.py").write_text(REVIEWED.format(log=str(log)))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, {"draft": [{"content": "DRAFT one"}], "review": [{"content": "the figures"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    first = UserWorker(folder / "w1", env, "--tool-modules", "reviewed")
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "reviewed:graph", "--input",
+                          json.dumps({"topic": "rivals"}), "--model", model, "--run-id", "graph-review")
+
+        async def waiting():
+            view = await rewind_json(cli, cli_env, "status", "graph-review")
+            return view if view["state"] == "waiting_for_approval" else None
+        view = await _explained(cli, cli_env, "graph-review", first, until("the interrupt waits", waiting))
+        [pending] = view["status"]["pending_approvals"]
+        assert pending["tool_name"] == "interrupt" and pending["arguments"]["value"] == {
+            "draft": "DRAFT one", "check": "the figures"}, pending
+        code, out, err = await rewind(cli, cli_env, "pending")
+        assert code == 0 and "graph-review" in out and pending["tool_call_id"] in out, out + err
+        first.kill()  # the machine dies while the run waits for a person
+    finally:
+        first.stop()
+    # A new worker: the run waits again where it was, its model calls answered from history.
+    with UserWorker(folder / "w2", env, "--tool-modules", "reviewed") as second:
+        await second.wait_ready()
+        await until("the interrupt waits again", waiting)
+        code, out, err = await rewind(cli, cli_env, "approve", "graph-review", pending["tool_call_id"],
+                                      "--by", "ann", "--value", '"checked: fine"')
+        assert code == 0, out + err
+        view = await finished(cli, cli_env, "graph-review")
+    assert view["state"] == "completed", view
+    result = json.loads(view["status"]["final_answer"])
+    assert result["report"] == "DRAFT one / reviewer: checked: fine", result
+    assert labels_asked(world.model, model) == ["draft", "review"]  # the review's call ran once
+    labels = await tree_labels(cli, cli_env, "graph-review")
+    assert labels == ["start", "draft", "review", "publish", "result"], labels
+    shown = await rewind_json(cli, cli_env, "show", "graph-review:main:2")
+    decided = [c for c in shown["pipeline"]["calls"] if c["kind"] == "interrupt"]
+    assert decided and decided[0]["resume"] == "checked: fine" and decided[0]["by"] == "ann", shown["pipeline"]
+
+
+async def test_a_node_that_does_io_itself_fails_the_run_in_one_line(world, tmp_path):
+    folder = world.folder("io")
+    (folder / "io_graph.py").write_text('''
+from typing import TypedDict
+from langgraph.graph import END, START, StateGraph
+
+
+class State(TypedDict, total=False):
+    text: str
+
+
+async def read(state):
+    with open("/etc/hostname") as f:
+        return {"text": f.read()}
+
+
+builder = StateGraph(State)
+builder.add_node("read", read)
+builder.add_edge(START, "read")
+builder.add_edge("read", END)
+graph = builder.compile()
+''')
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "io_graph") as worker:
+        await worker.wait_ready()
+        code, out, err = await rewind(cli, cli_env, "start", "--graph", "io_graph:graph", "--wait")
+        assert code != 0
+        view = await finished(cli, cli_env, out.split()[1] if out.startswith("run ") else
+                              (await rewind_json(cli, cli_env, "runs"))["runs"][0]["run_id"])
+        code, out, err = await rewind(cli, cli_env, "start", "--graph", "io_graph:graph", "--input", '{"nope": 1}',
+                                      "--wait")
+        assert code != 0 and "nope is not a channel of the graph" in out + err, out + err
+    assert view["state"] == "failed"
+    assert view["failure"].startswith("AgentRunFailed: graph io_graph:graph called open in read (io_graph.py:"), view
+    assert "put I/O in a LangChain tool" in view["failure"]
+    code, out, err = await rewind(cli, cli_env, "start", "--graph", "io_graph", "--input", "{}")
+    assert code == 2 and "MODULE:ATTR" in err, err

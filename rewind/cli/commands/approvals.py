@@ -38,10 +38,21 @@ async def cmd_approve(args: argparse.Namespace, settings: Settings) -> int:
     validate_id("run", args.run)
     edited = _edited_arguments(args.args)
     client = await client_for(settings)
+    value = _interrupt_value(args.value)
     record = await approve(client, args.run, args.call, branch=args.branch, by=args.by, reason=args.reason,
-                           arguments=edited)
+                           arguments=edited, value=value)
     emit(record.model_dump(mode="json"), args.json, _decision_text(args.run, args.call, record))
     return 0
+
+
+def _interrupt_value(text: str | None) -> Any:
+    """`--value JSON`: what a graph's interrupt() returns in its node."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--value is not JSON ({exc.msg} at character {exc.pos}); quote a text: --value '\"yes\"'") from None
 
 
 async def cmd_reject(args: argparse.Namespace, settings: Settings) -> int:
@@ -100,6 +111,8 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--by", help="who decides (default: the OS user)")
     p.add_argument("--reason", help="why, recorded with the decision")
     p.add_argument("--args", metavar="JSON", help="run with these arguments instead (checked against the tool's schema)")
+    p.add_argument("--value", metavar="JSON", help="a graph run's interrupt(): the value it returns in the node "
+                                                   "(default: true; `rewind reject` resumes it with false)")
 
     p = command("reject", "refuse a tool call that waits for approval; the model gets the reason", handler=cmd_reject)
     p.add_argument("run", help=RUN_HELP)
