@@ -120,6 +120,12 @@ def langchain_tools(module: Any, module_name: str) -> list[RegisteredTool]:
     return [_registered(t, dict(options.get(name) or {}), module_name) for name, t in sorted(found.items())]
 
 
+def find_langchain(module: Any, module_name: str) -> tuple[list[RegisteredTool], bool]:
+    """The ToolRegistry's finder (activities/tools.py) for LangChain: the module's LangChain
+    tools, and whether it offers a graph."""
+    return langchain_tools(module, module_name), bool(graphs_in(module, module_name))
+
+
 def _registered(base_tool: Any, options: dict[str, Any], module_name: str) -> RegisteredTool:
     try:
         return tool(_function_of(base_tool), name=base_tool.name, description=base_tool.description or None, **options)
@@ -153,4 +159,4 @@ def _function_of(base_tool: Any) -> Any:
     return run
 
 
-__all__ = ["RegisteredGraph", "GraphInputError", "graphs_in", "langchain_tools", "TOOL_OPTIONS"]
+__all__ = ["RegisteredGraph", "GraphInputError", "graphs_in", "langchain_tools", "find_langchain", "TOOL_OPTIONS"]

@@ -15,7 +15,7 @@ import importlib.util
 import inspect
 import traceback
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Awaitable, Callable
+from typing import Annotated, Any, Awaitable, Callable, Sequence
 
 import pydantic
 from temporalio import activity
@@ -357,17 +357,22 @@ class ToolRegistry:
         self._tools[t.spec.name] = t
 
     @classmethod
-    def from_modules(cls, module_names: list[str], *, max_arg_chars: int = DEFAULT_MAX_ARG_CHARS) -> "ToolRegistry":
+    def from_modules(cls, module_names: list[str], *, max_arg_chars: int = DEFAULT_MAX_ARG_CHARS,
+                     finders: Sequence[ToolFinder] = ()) -> "ToolRegistry":
+        """The tools of the modules: their @tool functions and declared agents, and what each of
+        `finders` finds there (activities/graphs.py: LangChain tools, and whether the module
+        offers a graph)."""
         registry = cls()
         for module_name in module_names:
             module = import_tool_module(module_name)
-            from activities.graphs import graphs_in, langchain_tools  # LangChain's tools, a graph's ToolNodes'
-
             found = [v for v in vars(module).values() if isinstance(v, RegisteredTool)]
-            found += langchain_tools(module, module_name)
+            offers = False
+            for finder in finders:
+                more, offered = finder(module, module_name)
+                found += more
+                offers = offers or offered
             # A module may hold pipelines or graphs alone (activities/pipelines.py registers those).
-            if (not found and not any(getattr(v, "is_rewind_pipeline", False) for v in vars(module).values())
-                    and not graphs_in(module, module_name)):
+            if not found and not offers and not any(getattr(v, "is_rewind_pipeline", False) for v in vars(module).values()):
                 raise ToolRegistryError(
                     f"tool module {module_name!r} ({getattr(module, '__file__', '?')}) defines no @tool functions, "
                     "sub-agents, @pipeline functions or LangGraph graphs"
@@ -384,6 +389,10 @@ class ToolRegistry:
 
     def specs(self) -> list[ToolSpec]:
         return [self._tools[n].spec for n in self.names()]
+
+
+# What else a tools module offers: (the tools it holds, whether it offers anything at all).
+ToolFinder = Callable[[Any, str], "tuple[list[RegisteredTool], bool]"]
 
 
 def import_tool_module(module_name: str) -> Any:

@@ -30,14 +30,11 @@ import asyncio
 import json
 from contextvars import ContextVar
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio import workflow
 
 from workflows.errors import PipelineError, ToolCallFailed
-
-if TYPE_CHECKING:
-    from workflows.pipeline import PipelineWorkflow
 
 # The graph run whose workflow code is running (None: not inside a graph run).
 _RUNNER: ContextVar["GraphRunner | None"] = ContextVar("rewind_graph_runner", default=None)
@@ -155,10 +152,11 @@ def _inline_executor(loop: Any) -> Any:
 
 
 class GraphRunner:
-    """One graph run inside PipelineWorkflow: wraps the graph's nodes, keeps the super-step's
+    """One graph run inside PipelineWorkflow (`run`, whose call_chat, tool_log, record_super_step
+    and graph_interrupted it calls): wraps the graph's nodes, keeps the super-step's
     calls, and records a step when LangGraph checkpoints a super-step."""
 
-    def __init__(self, run: "PipelineWorkflow", name: str, graph: Any, *, fork_superstep: int,
+    def __init__(self, run: Any, name: str, graph: Any, *, fork_superstep: int,
                  sets: list[tuple[int, str, dict[str, Any]]], module: Any = None) -> None:
         self._run = run
         self.name = name

@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator, TextIO
 from temporalio.client import Client
 
 from activities.llm import ModelEndpoint
+from activities.graphs import find_langchain
 from activities.tools import ToolRegistry
 from rewind.client import connect
 from rewind.settings.config import Settings
@@ -78,7 +79,8 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
         print("model: " + ("scripted offline model at " + str(endpoint.base_url) if offline
                            else f"OpenAI-compatible API {endpoint.base_url}"), file=out)
         client = await connect(settings)
-        registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
+        registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars,
+                                             finders=[find_langchain])
         if mcp_servers:
             from activities.mcp.tools import McpHub
 

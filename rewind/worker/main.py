@@ -41,6 +41,7 @@ from activities.pipelines import PipelineActivities, PipelineRegistry
 from activities.pricing import PriceTable
 from activities.redaction import Redactor
 from activities.tool_runner import ToolActivities
+from activities.graphs import find_langchain
 from activities.tools import ToolRegistry
 from activities.transcript import TranscriptStore
 from activities.mirror import MirrorActivities
@@ -292,7 +293,7 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
     # `--tool-modules mymod` finds mymod.py in the current directory, as `python -m` would.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars)
+    registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars, finders=[find_langchain])
     pipelines = PipelineRegistry.from_modules(tool_modules)
     servers = settings.mcp_servers()
     give_up = startup.deadline(settings.startup_wait_s)
