@@ -68,6 +68,7 @@ except ImportError as exc:  # the core never needs LangGraph: only this module d
 from workflows.errors import ConfigError, CorruptCheckpointError, UnstorableStateError, UsageError
 
 from checkpoint_bridge.checkpoints.chain import read_many
+from checkpoint_bridge.langgraph.graph_runs import graph_run_tuples
 from checkpoint_bridge.langgraph.layout import DEFAULT_PREFIX, Layout
 from checkpoint_bridge.langgraph.objects import REF, Typed
 from checkpoint_bridge.langgraph.store import Encoded, StoredCheckpoint, ThreadStore, record_from
@@ -225,7 +226,14 @@ class AsyncRewindSaver(BaseCheckpointSaver[int]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = _configurable(config, "get_tuple")
         thread_id, ns = _thread_of(conf, "get_tuple"), _ns_of(conf)
-        checkpoint_id = get_checkpoint_id(config) or await self.store.latest_id(thread_id, ns)
+        own = await self.store.latest_id(thread_id, ns)
+        if own is None and ns == "":
+            # No LangGraph checkpoint of its own: a Rewind graph run's steps, if the thread is one.
+            run = await graph_run_tuples(self.objects, thread_id)
+            if run:
+                wanted = get_checkpoint_id(config)
+                return next((t for t in run if t.checkpoint["id"] == wanted), None) if wanted else run[-1]
+        checkpoint_id = get_checkpoint_id(config) or own
         if checkpoint_id is None:
             return None
         record = await self.store.record(thread_id, ns, checkpoint_id)
@@ -253,6 +261,15 @@ class AsyncRewindSaver(BaseCheckpointSaver[int]):
                 and (wanted_id is None or p.checkpoint_id == wanted_id)
                 and (before_id is None or p.checkpoint_id < before_id)]
         keys.sort(key=lambda kp: kp[1].checkpoint_id, reverse=True)
+        if not keys and config is not None and not ns:
+            # A thread with no LangGraph checkpoints of its own may be a Rewind graph run.
+            run = [t for t in reversed(await graph_run_tuples(self.objects, thread_id))
+                   if (wanted_id is None or t.checkpoint["id"] == wanted_id)
+                   and (before_id is None or t.checkpoint["id"] < before_id)
+                   and (not filter or all(t.metadata.get(k) == v for k, v in filter.items()))]
+            for found in run[:limit] if limit is not None else run:
+                yield found
+            return
         remaining = limit
         writes: dict[tuple[str, str], dict[str, list[str]]] = {}
         for start in range(0, len(keys), self._concurrency):

@@ -192,6 +192,32 @@ async def test_a_killed_worker_inside_a_node_costs_no_completed_node_or_tool_cal
     assert shown["agent_variables"]["sources_consulted"] == ["acme", "globex", "initech"], shown["agent_variables"]
     assert [c["label"] for c in shown["pipeline"]["calls"]] == ["search_web"] * 3, shown["pipeline"]
     assert [m["role"] for m in shown["messages"]] == ["user", "assistant"]  # the messages channel
+    # LangGraph reads the run through RewindSaver on the same store: the same steps, newest first.
+    history = await _state_history(folder, tmp_path / "store", "research_graph", "agent", "graph-crash")
+    assert [s.metadata["rewind_label"] for s in reversed(history)] == labels
+    retrieved = history[-3]  # the retriever's super-step
+    assert retrieved.values["sources_consulted"] == ["acme", "globex", "initech"], retrieved.values
+    assert [type(m).__name__ for m in history[0].values["messages"]][:2] == ["HumanMessage", "AIMessage"]
+
+
+async def _state_history(folder: Path, store: Path, module_name: str, attribute: str, thread: str) -> list:
+    """`graph.aget_state_history` of the user's graph compiled with RewindSaver on the run's store."""
+    import importlib
+    import os
+    import sys
+
+    from checkpoint_bridge.langgraph.saver import AsyncRewindSaver
+
+    os.environ.setdefault("OPENAI_API_KEY", "unused")
+    sys.path.insert(0, str(folder))
+    try:
+        module = importlib.reload(sys.modules[module_name]) if module_name in sys.modules else \
+            importlib.import_module(module_name)
+    finally:
+        sys.path.remove(str(folder))
+    async with AsyncRewindSaver.from_url(str(store)) as saver:
+        app = getattr(module, attribute).copy(update={"checkpointer": saver})
+        return [s async for s in app.aget_state_history({"configurable": {"thread_id": thread}})]
 
 
 async def test_a_fork_at_the_validator_with_a_set_channel_and_another_model_reruns_nothing_before_it(world, tmp_path):
