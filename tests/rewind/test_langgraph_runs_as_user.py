@@ -241,11 +241,22 @@ async def test_a_fork_at_the_validator_with_a_set_channel_and_another_model_reru
                                    "doubt", "--set", "validation_passed=false", "--model", other,
                                    "--side-effects", "reuse", "--wait")
         assert forked["status"]["state"] == "completed", forked
+        # An experiment varies the same super-step: a channel set either way, another model.
+        code, out, err = await rewind(cli, cli_env, "experiment", "graph-fork", "--step", str(validator),
+                                      "--variant", "again:validation_passed=false", "--variant", f"other:model={other}",
+                                      "--side-effects", "reuse", "--wait", "--json")
+        assert code == 0, out + err
+    tree = await rewind_json(cli, cli_env, "tree", "graph-fork")
+    varied = {name: [r["step_label"] for r in rows] for name, rows in tree["branches"].items()
+              if name not in ("main", "doubt")}
+    assert sorted(varied.values()) == [["formatter", "result"],
+                                       ["retriever", "synthesizer", "validator", "formatter", "result"]], varied
     # Nothing before the fork ran again; the retriever's repeated searches came from the run's
     # cache, and the same report's save was reused, not repeated.
     assert lines(log) == before, lines(log)
-    assert labels_asked(world.model, model) == ["planner", "synthesizer", "validator"]
-    assert labels_asked(world.model, other) == ["synthesizer", "validator"]
+    # The run, then the experiment's `again` variant (the run's model after the point).
+    assert labels_asked(world.model, model) == ["planner", "synthesizer", "validator", "synthesizer", "validator"]
+    assert labels_asked(world.model, other) == ["synthesizer", "validator"]  # the fork's; `other` needed none
     branch = await tree_labels(cli, cli_env, "graph-fork", "doubt")
     assert branch == ["retriever", "synthesizer", "validator", "formatter", "result"], branch
     tree = await rewind_json(cli, cli_env, "tree", "graph-fork")
