@@ -586,3 +586,36 @@ graph = builder.compile()
     assert "put I/O in a LangChain tool" in view["failure"]
     code, out, err = await rewind(cli, cli_env, "start", "--graph", "io_graph", "--input", "{}")
     assert code == 2 and "MODULE:ATTR" in err, err
+
+
+async def test_a_budget_pauses_a_graph_run_and_its_side_effect_waits_for_approval(world, tmp_path):
+    folder = world.folder("graph")
+    log, _ = write_graph(folder, tmp_path)
+    module = folder / "research_graph.py"
+    module.write_text(module.read_text().replace('{"save_report": {"side_effects": True}}',
+                                                 '{"save_report": {"side_effects": True, "needs_approval": True}}'))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, SCRIPT)
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "research_graph") as worker:
+        await worker.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "research_graph:agent", "--input", json.dumps(TASK),
+                          "--model", model, "--run-id", "graph-budget", "--max-tokens", "10")
+
+        async def state_is(*wanted):
+            async def check():
+                view = await rewind_json(cli, cli_env, "status", "graph-budget")
+                return view if view["state"] in wanted else None
+            return await until(f"graph-budget {wanted}", check)
+        view = await state_is("budget_exceeded")
+        assert "max_tokens" in view["status"]["budget_reason"], view
+        assert labels_asked(world.model, model) == ["planner"] and lines(log) == []  # nothing after the budget
+        await rewind_json(cli, cli_env, "continue", "graph-budget", "--max-tokens", "100000")
+        view = await state_is("waiting_for_approval")
+        [waiting] = view["status"]["pending_approvals"]
+        assert waiting["tool_name"] == "save_report" and lines(log).count("save") == 0, waiting
+        await rewind_json(cli, cli_env, "approve", "graph-budget", waiting["tool_call_id"], "--by", "ann")
+        view = await finished(cli, cli_env, "graph-budget")
+    assert view["state"] == "completed", view
+    assert lines(log).count("save") == 1
