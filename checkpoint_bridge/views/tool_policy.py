@@ -8,6 +8,9 @@ from typing import Any
 
 def policy_of(spec: Any) -> dict[str, Any]:
     """What a tool's spec decides (cache, effect, retry, approval) and the reasons."""
+    if spec.agent is not None and spec.agent.pipeline and ":" in spec.name:
+        return {"label": "graph", "why": ["a LangGraph graph of a tools module: started with "
+                                          "`rewind start --graph MODULE:ATTR --input JSON` (docs/langgraph.md)"]}
     if spec.agent is not None and spec.agent.pipeline:
         return {"label": "pipeline", "why": ["@pipeline: started with `rewind start --pipeline NAME --input JSON`, "
                                              "or from another pipeline with ctx.pipeline(NAME, ...)"]}

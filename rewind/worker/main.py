@@ -336,7 +336,9 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
                 settings.store_url, settings.payload_url,
                 "the scripted offline model" if offline is not None else endpoint.base_url,
                 ", workflow sandbox on (REWIND_WORKFLOW_SANDBOX=1)" if settings.workflow_sandbox else "",
-                f", pipelines: {', '.join(pipelines.names())}" if pipelines.names() else "",
+                "".join(f", {what}: {', '.join(names)}" for what, names in (
+                    ("pipelines", [n for n in pipelines.names() if ":" not in n]),
+                    ("graphs", [n for n in pipelines.names() if ":" in n])) if names),
             )
             if announce_json:  # `rewind worker --json`: one document once the worker polls
                 print(json.dumps({
