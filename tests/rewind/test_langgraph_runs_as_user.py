@@ -619,3 +619,94 @@ async def test_a_budget_pauses_a_graph_run_and_its_side_effect_waits_for_approva
         view = await finished(cli, cli_env, "graph-budget")
     assert view["state"] == "completed", view
     assert lines(log).count("save") == 1
+
+
+REACT = '''
+"""An agent node with tools bound, and a ToolNode: the ReAct loop of LangGraph's docs."""
+import asyncio
+from pathlib import Path
+from typing import Annotated, TypedDict
+
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import ToolNode, tools_condition
+
+LOG = Path({log!r})
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+@tool
+async def lookup_price(item: str) -> str:
+    """The price of one item."""
+    count(f"price {{item}}")
+    return f"{{item}}: 12.50 EUR"
+
+
+@tool
+async def place_order(item: str) -> str:
+    """Place an order."""
+    count(f"order {{item}}")
+    return f"ordered {{item}}"
+
+
+rewind_tool_options = {{"place_order": {{"side_effects": True}}}}
+tools = [lookup_price, place_order]
+llm = ChatOpenAI(model="gpt-4o-mini").bind_tools(tools)
+
+
+class State(TypedDict):
+    messages: Annotated[list, add_messages]
+
+
+async def agent(state):
+    return {{"messages": [await llm.ainvoke(state["messages"])]}}
+
+
+builder = StateGraph(State)
+builder.add_node("agent", agent)
+builder.add_node("tools", ToolNode(tools))
+builder.add_edge(START, "agent")
+builder.add_conditional_edges("agent", tools_condition)
+builder.add_edge("tools", "agent")
+graph = builder.compile()
+'''
+
+
+async def test_a_toolnode_graph_runs_its_tools_as_the_workers_tools_once(world, tmp_path):
+    folder = world.folder("react")
+    log = tmp_path / f"react-{uuid.uuid4().hex[:6]}.txt"
+    (folder / "shop_graph.py").write_text(REACT.format(log=str(log)))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    model = script(world.model, {"agent": [
+        {"tool_calls": [{"name": "lookup_price", "arguments": {"item": "tea"}},
+                        {"name": "lookup_price", "arguments": {"item": "cake"}}]},
+        {"tool_calls": [{"name": "place_order", "arguments": {"item": "tea"}}]},
+        {"content": "Ordered tea for 12.50 EUR."}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "shop_graph") as worker:
+        await worker.wait_ready()
+        code, out, err = await rewind(cli, cli_env, "tools")
+        assert "place_order" in out and "side effect" in out and "shop_graph:graph" in out, out + err
+        done = await rewind_json(cli, cli_env, "start", "--graph", "shop_graph:graph", "--input",
+                                 json.dumps({"messages": [{"role": "user", "content": "Buy tea"}]}),
+                                 "--model", model, "--run-id", "graph-react", "--wait")
+        assert done["status"]["state"] == "completed", done
+        assert done["status"]["final_answer"] == "Ordered tea for 12.50 EUR."
+        # From before the order: the agent asks again, the tools node's order is reused, not sent twice.
+        labels = await tree_labels(cli, cli_env, "graph-react")
+        assert labels == ["start", "agent", "tools", "agent", "tools", "agent", "result"], labels
+        forked = await rewind_json(cli, cli_env, "fork", "graph-react", "--step", "3", "--branch", "again",
+                                   "--side-effects", "reuse", "--wait")
+        assert forked["status"]["state"] == "completed", forked
+    assert sorted(lines(log)) == ["order tea", "price cake", "price tea"], lines(log)
+    shown = await rewind_json(cli, cli_env, "show", "graph-react:main:2")
+    assert [r["tool_name"] for r in shown["tool_call_cache"]] == ["lookup_price", "lookup_price"]
+    roles = [m["role"] for m in shown["messages"]]
+    assert roles == ["user", "assistant", "tool", "tool"], roles  # the ToolNode's messages, in the channel
