@@ -20,6 +20,7 @@ from typing import Annotated, Any, Awaitable, Callable, Sequence
 import pydantic
 from temporalio import activity
 
+from workflows.graph_run import active_graph_run
 from workflows.contracts import AgentSpec, ToolSpec
 from workflows.errors import ToolError, ToolRegistryError
 
@@ -85,6 +86,10 @@ class RegisteredTool:
         return dataclasses.replace(self, args_model=model, spec=spec, arg_cap=cap)
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        runner = active_graph_run()
+        if runner is not None:  # awaited in a graph run's node: a call of the run's tool, an activity
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+            return await runner.rewind_tool(self.spec.name, dict(bound.arguments))
         return await self.fn(*args, **kwargs)
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -93,6 +93,11 @@ def install() -> None:
     _installed = True
 
 
+def active_graph_run() -> "GraphRunner | None":
+    """The graph run whose node code is running here (None: anywhere else)."""
+    return _RUNNER.get()
+
+
 def current_node() -> str:
     """The node (or task) whose code is running, as LangGraph's config says."""
     from langchain_core.runnables.config import var_child_runnable_config
@@ -321,12 +326,7 @@ class GraphRunner:
         else:
             raise PipelineError(f"node {current_node()!r} calls tool {base_tool.name!r} with a "
                                 f"{type(tool_input).__name__}: give its arguments as a dict")
-        node = current_node()
-        key = (node, "tool", json.dumps([base_tool.name, arguments], sort_keys=True, default=str))
-        log = self._answered_again(key)
-        if log is None:
-            log = await self._run.tool_log(base_tool.name, arguments, node=node)
-        self._interrupted_calls.append((key, log))
+        log = await self._tool_log(base_tool.name, arguments)
         if call_id is None:
             if log.error is not None:
                 raise ToolCallFailed(f"{base_tool.name}: {log.error}")
@@ -336,6 +336,17 @@ class GraphRunner:
         return ToolMessage(content=content if isinstance(content, str) else json.dumps(content), name=base_tool.name,
                            tool_call_id=call_id, status="error" if failed else "success")
 
+    async def _tool_log(self, name: str, arguments: dict[str, Any]) -> Any:
+        """The run's call of tool `name` from the node running (its log), or the answer it had
+        before the node's interrupt()."""
+        node = current_node()
+        key = (node, "tool", json.dumps([name, arguments], sort_keys=True, default=str))
+        log = self._answered_again(key)
+        if log is None:
+            log = await self._run.tool_log(name, arguments, node=node)
+        self._interrupted_calls.append((key, log))
+        return log
+
     def _answered_again(self, key: tuple[str, str, str]) -> Any:
         """What an interrupted node's call returned before its interrupt(), when the node, run
         again on resume, makes the same call (None: not such a call)."""
@@ -344,6 +355,16 @@ class GraphRunner:
                 del self._before_interrupt[index]
                 return answer
         return None
+
+    async def rewind_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """A Rewind `@tool` awaited in a node: the run's call of that tool; its output, or
+        ToolCallFailed."""
+        log = await self._tool_log(name, arguments)
+        if log.error is not None:
+            raise ToolCallFailed(f"{name}: {log.error}")
+        if log.approval is not None and log.approval.verdict == "rejected":
+            raise ToolCallFailed(f"{name} was rejected by {log.approval.by}")
+        return log.output
 
     # -- super-steps -------------------------------------------------------------------
     def task_returned(self, value: Any) -> None:
@@ -442,4 +463,4 @@ def RecordingSaver(runner: GraphRunner) -> Any:  # noqa: N802 - a class made onc
 _saver_class: type | None = None
 
 
-__all__ = ["install", "GraphRunner", "current_node", "to_json", "chat_messages", "graph_state"]
+__all__ = ["install", "active_graph_run", "GraphRunner", "current_node", "to_json", "chat_messages", "graph_state"]

@@ -710,3 +710,77 @@ async def test_a_toolnode_graph_runs_its_tools_as_the_workers_tools_once(world, 
     assert [r["tool_name"] for r in shown["tool_call_cache"]] == ["lookup_price", "lookup_price"]
     roles = [m["role"] for m in shown["messages"]]
     assert roles == ["user", "assistant", "tool", "tool"], roles  # the ToolNode's messages, in the channel
+
+
+WITH_REWIND_TOOLS = '''
+"""A node that awaits Rewind @tool functions directly."""
+from pathlib import Path
+from typing import TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from rewind import tool
+
+LOG = Path({log!r})
+
+
+@tool
+async def lookup(item: str) -> str:
+    """The price of one item."""
+    with open(LOG, "a") as f:
+        f.write(f"lookup {{item}}\\n")
+    return f"{{item}}: 3 EUR"
+
+
+@tool(side_effects=True)
+async def notify(who: str, text: str) -> str:
+    """Tell someone."""
+    with open(LOG, "a") as f:
+        f.write(f"notify {{who}}\\n")
+    return "sent"
+
+
+class State(TypedDict, total=False):
+    item: str
+    price: str
+    sent: str
+
+
+async def price(state):
+    return {{"price": await lookup(state["item"])}}
+
+
+async def tell(state):
+    return {{"sent": await notify(who="ann", text=state["price"])}}
+
+
+builder = StateGraph(State)
+builder.add_node("price", price)
+builder.add_node("tell", tell)
+builder.add_edge(START, "price")
+builder.add_edge("price", "tell")
+builder.add_edge("tell", END)
+graph = builder.compile()
+'''
+
+
+async def test_rewind_tools_awaited_in_nodes_are_the_runs_tool_calls(world, tmp_path):
+    folder = world.folder("rtools")
+    log = tmp_path / f"rtools-{uuid.uuid4().hex[:6]}.txt"
+    (folder / "priced.py").write_text(WITH_REWIND_TOOLS.format(log=str(log)))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "priced") as worker:
+        await worker.wait_ready()
+        done = await rewind_json(cli, cli_env, "start", "--graph", "priced:graph", "--input", '{"item": "tea"}',
+                                 "--run-id", "graph-rtools", "--wait")
+        assert done["status"]["state"] == "completed", done
+        assert json.loads(done["status"]["final_answer"]) == {"item": "tea", "price": "tea: 3 EUR", "sent": "sent"}
+        forked = await rewind_json(cli, cli_env, "fork", "graph-rtools", "--step", "1", "--branch", "again",
+                                   "--side-effects", "reuse", "--wait")
+        assert forked["status"]["state"] == "completed", forked
+    assert lines(log) == ["lookup tea", "notify ann"], lines(log)  # neither ran again in the fork
+    shown = await rewind_json(cli, cli_env, "show", "graph-rtools:main:2")
+    [sent] = shown["tool_call_cache"][-1:]
+    assert sent["tool_name"] == "notify" and sent["side_effects"] and sent["idempotency_key"], sent
