@@ -411,8 +411,9 @@ class AgentWorkflow:
         try:
             try:
                 response = await self._model_activity(request, model_call_summary(state.step, inp.model))
-            except BaseException:
-                # Whether the call wrote them is unknown: the mirror writes them (a no-op where it did).
+            except (ActivityError, asyncio.CancelledError):
+                # Whether the call wrote them is unknown: the mirror writes them (a no-op where it
+                # did). Not on other BaseExceptions: an evicted workflow's unwinding starts nothing.
                 self._carried_back(request.checkpoints, 0)
                 raise
         except ActivityError as err:
