@@ -24,6 +24,7 @@ import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.checkpoint_writer import CheckpointWriter
 from activities.context_budget import message_budget
 from activities.context_window import check_pairing, compact_actions, compress_messages
 from activities.heartbeat import heartbeating
@@ -34,7 +35,7 @@ from activities.redaction import NO_REDACTION, Redactor
 from activities.transcript import TranscriptError, TranscriptStore
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from activities.wire_format import outgoing_messages
-from workflows.contracts import LlmRequest, LlmResponse, Usage
+from workflows.contracts import CarriedWrite, LlmRequest, LlmResponse, Usage
 from workflows.errors import StoreUnavailableError
 from workflows.text import scrub_surrogates
 from workflows import tracing as names
@@ -107,9 +108,10 @@ def map_openai_error(
 class LlmActivities:
     def __init__(
         self, endpoint: ModelEndpoint, prices: PriceTable, transcripts: TranscriptStore, redactor: Redactor,
-        outputs: OutputStore | None = None,
+        outputs: OutputStore | None = None, checkpoints: CheckpointWriter | None = None,
     ) -> None:
         self._endpoint = endpoint
+        self._checkpoints = checkpoints  # writes the step records a call carries
         self._prices = prices
         self._transcripts = transcripts
         self._outputs = outputs
@@ -141,18 +143,37 @@ class LlmActivities:
         # can take longer than the heartbeat timeout on a loaded machine, and
         # an attempt that never beats is timed out and retried for ever.
         async with heartbeating():
-            with activity_span(names.model_span_name(request.model), self._span_attributes(request),
-                               redact=self._redact.redact_text, client=True) as span:
-                response = await self._call_llm(request)
-                span.set({
-                    names.GEN_AI_INPUT_TOKENS: response.usage.prompt_tokens,
-                    names.GEN_AI_OUTPUT_TOKENS: response.usage.completion_tokens,
-                    names.GEN_AI_RESPONSE_ID: response.response_id,
-                    names.GEN_AI_FINISH_REASONS: [response.finish_reason] if response.finish_reason else None,
-                    names.COST_USD: response.cost_usd, names.PRICED: response.priced,
-                    names.CONTEXT_COMPRESSED: response.model_view is not None,
-                })
-                return response
+            # The carried checkpoints are written beside the call, not before it: neither
+            # waits for the other, and both are done when the activity completes.
+            carried = asyncio.ensure_future(self._write_carried(request)) if request.checkpoints else None
+            try:
+                with activity_span(names.model_span_name(request.model), self._span_attributes(request),
+                                   redact=self._redact.redact_text, client=True) as span:
+                    response = await self._call_llm(request)
+                    span.set({
+                        names.GEN_AI_INPUT_TOKENS: response.usage.prompt_tokens,
+                        names.GEN_AI_OUTPUT_TOKENS: response.usage.completion_tokens,
+                        names.GEN_AI_RESPONSE_ID: response.response_id,
+                        names.GEN_AI_FINISH_REASONS: [response.finish_reason] if response.finish_reason else None,
+                        names.COST_USD: response.cost_usd, names.PRICED: response.priced,
+                        names.CONTEXT_COMPRESSED: response.model_view is not None,
+                    })
+            except asyncio.CancelledError:
+                if carried is not None:
+                    carried.cancel()
+                raise
+            except BaseException:
+                if carried is not None:
+                    await carried  # what it wrote stays written; the next attempt writes them again (a no-op)
+                raise
+            if carried is not None:
+                response.checkpoints = await carried
+            return response
+
+    async def _write_carried(self, request: LlmRequest) -> CarriedWrite:
+        if self._checkpoints is None:
+            return CarriedWrite(error="this worker writes no checkpoints")
+        return await self._checkpoints.save_carried(request.checkpoints)
 
     def _span_attributes(self, request: LlmRequest) -> dict[str, Any]:
         """The model call's span (activities/spans.py): the GenAI conventions' names, and Rewind's."""

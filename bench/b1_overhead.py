@@ -24,6 +24,7 @@ import uuid
 from temporalio.worker import Worker
 
 from activities.tools import ToolRegistry
+from bench.actions import billable_actions
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.baselines import asyncio_loop, langgraph_available, langgraph_loop
 from bench.dbos_baseline import dbos_available
@@ -62,7 +63,8 @@ async def _rewind(client, settings, model, steps: int, *, fast: bool = False) ->
         # results are recorded together): a step is the run's wall time / steps.
         return {"durations": [wall / steps] * (steps - 1), "wall_s": wall, "profile": activity_profile(events)}
     marks = step_marks(events, "call_llm")
-    return {"durations": [b - a for a, b in zip(marks, marks[1:])][:-1], "wall_s": wall, "profile": activity_profile(events)}
+    return {"durations": [b - a for a, b in zip(marks, marks[1:])][:-1], "wall_s": wall,
+            "profile": {**activity_profile(events), "actions": billable_actions(events, "call_llm")}}
 
 
 async def _bare(client, settings, model, registry: ToolRegistry, steps: int) -> dict:  # type: ignore[no-untyped-def]
@@ -82,7 +84,8 @@ async def _bare(client, settings, model, registry: ToolRegistry, steps: int) -> 
     assert done == steps, done
     events = await history_events(client, wid)
     marks = step_marks(events, "bare_llm")
-    return {"durations": [b - a for a, b in zip(marks, marks[1:])][:-1], "wall_s": wall, "profile": activity_profile(events)}
+    return {"durations": [b - a for a, b in zip(marks, marks[1:])][:-1], "wall_s": wall,
+            "profile": {**activity_profile(events), "actions": billable_actions(events, "bare_llm")}}
 
 
 async def _asyncio(model, registry: ToolRegistry, steps: int) -> dict:  # type: ignore[no-untyped-def]
@@ -195,11 +198,24 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         vals = [p[field] / steps for p in sec.data["profiles"][key] if p]
         return median(vals)
 
+    def activities_per_step(key: str) -> float | None:
+        return median([sum(a["count"] for a in p["activities"].values()) / steps for p in sec.data["profiles"][key] if p])
+
+    def actions(key: str, part: str, per: int) -> float | None:
+        return median([p["actions"][part] / per for p in sec.data["profiles"][key] if p and "actions" in p])
+
     brk = [
         ["model activity, start to close (ms)", prof("rewind", "call_llm", "run_ms"), prof("bare", "bare_llm", "run_ms")],
         ["tool activity, start to close (ms)", prof("rewind", "run_tool", "run_ms"), prof("bare", "bare_tool", "run_ms")],
         ["mirror activity, start to close (ms; off the critical path)", prof("rewind", "mirror_steps", "run_ms"), None],
+        ["activities per step (all types)", activities_per_step("rewind"), activities_per_step("bare")],
         ["workflow tasks per step", per_step("rewind", "workflow_tasks"), per_step("bare", "workflow_tasks")],
+        ["Temporal Cloud billable actions per step, estimated (bench/actions.py; the run's own included)",
+         actions("rewind", "total", steps), actions("bare", "total", steps)],
+        ["  of which inside the steps (first model call to the last one's completion), per step",
+         actions("rewind", "in_steps", steps), actions("bare", "in_steps", steps)],
+        ["  per run, outside the steps (start, describing tools, the last checkpoint)",
+         actions("rewind", "per_run", 1), actions("bare", "per_run", 1)],
         ["workflow task, scheduled to completed (ms)", median([p["workflow_task_ms"] for p in sec.data["profiles"]["rewind"]]),
          median([p["workflow_task_ms"] for p in sec.data["profiles"]["bare"]])],
         ["  of which waiting for a worker to start it (ms)", median([p["workflow_task_wait_ms"] for p in sec.data["profiles"]["rewind"]]),
@@ -220,6 +236,12 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
          f"≤ {TARGET:.2f}x", "met" if r_b <= TARGET else "**not met**"],
         ["1 overhead", "per-step median, Rewind / plain asyncio (a)", f"{rw:.1f} ms / {plain:.1f} ms", f"**{r_a:.2f}x**", "–", "–"],
     ]
+    per_step_actions = [actions(k, "total", steps) for k in ("rewind", "bare")]
+    if all(per_step_actions):
+        act_rw, act_bare = per_step_actions
+        sec.headline.append(["1 overhead", "estimated Temporal Cloud actions per step, Rewind / bare Temporal (b), "
+                             f"{steps}-step runs", f"{act_rw:.2f} / {act_bare:.2f}", f"**{act_rw / act_bare:.2f}x**",
+                             "–", "–"])
     if st["langgraph"]:
         lg = st["langgraph"]["median_ms"]
         lg_wall = st["langgraph"]["wall_ms_per_step"]
@@ -247,12 +269,16 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     else:
         sec.notes.append(f"(d) skipped: {skip_dbos}")
 
-    llm_r, llm_b = brk[0][1] or 0, brk[0][2] or 0
-    tool_r, tool_b = brk[1][1] or 0, brk[1][2] or 0
-    wft_r, wft_b = brk[3][1] or 0, brk[3][2] or 0
-    wait_r, wait_b = brk[5][1] or 0, brk[5][2] or 0
-    run_r, run_b = brk[6][1] or 0, brk[6][2] or 0
-    hb_r, hb_b = brk[8][1] or 0, brk[8][2] or 0
+    row = {r[0]: (r[1] or 0, r[2] or 0) for r in brk}
+    llm_r, llm_b = row["model activity, start to close (ms)"]
+    tool_r, tool_b = row["tool activity, start to close (ms)"]
+    wft_r, wft_b = row["workflow tasks per step"]
+    wait_r, wait_b = row["  of which waiting for a worker to start it (ms)"]
+    run_r, run_b = row["  of which the worker running it (ms)"]
+    hb_r, hb_b = row["history bytes per step"]
+    act_r, act_b = row["activities per step (all types)"]
+    bill_r, bill_b = row[brk[5][0]]
+    run_own_r, run_own_b = row[brk[7][0]]
     rest_r, rest_b = rw - llm_r - tool_r, bare - llm_b - tool_b
     verdict = (f"Target (Rewind ≤ {TARGET:.2f}x the bare workflow): **{'met' if r_b <= TARGET else 'not met'}** — "
                f"{rw:.1f} ms vs {bare:.1f} ms per step ({(r_b - 1) * 100:+.0f}%; per repetition "
@@ -265,12 +291,16 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 f"file write, and counts the tokens of the whole conversation for the context window, on every call); "
                 f"the tool activity: {tool_diff}. The rest of a step is workflow tasks and dispatch: {rest_r:.1f} ms for "
                 f"Rewind against {rest_b:.1f} ms for (b). Rewind runs {wft_r:.2f} workflow tasks per step against "
-                f"{wft_b:.2f} (a mirror completion wakes the workflow once more); a workflow task takes {run_r:.1f} ms of "
+                f"{wft_b:.2f}" + (" (a mirror completion wakes the workflow once more)" if wft_r - wft_b > 0.3 else "")
+                + f"; a workflow task takes {run_r:.1f} ms of "
                 f"worker time in Rewind against {run_b:.1f} ms in (b), and waits {wait_r:.1f} ms against {wait_b:.1f} ms "
                 "to be handed to the worker")
     if effect:
         verdict += (f" — {fast_r:.0%} of Rewind's steps finish under {cut * 1000:.0f} ms against {fast_b:.0%} of (b)'s, "
                     "a dev-server scheduling effect this suite does not trace further")
+    verdict += (f". Temporal actions: {act_r:.2f} activities per step against {act_b:.2f}, and an estimated "
+                f"{bill_r:.2f} Temporal Cloud billable actions per step against {bill_b:.2f} ({bill_r / bill_b:.2f}x; "
+                f"{run_own_r:.0f} and {run_own_b:.0f} of them per run, outside the steps)" if bill_b else "")
     verdict += (f". (b) carries the whole conversation in every model call's input: {hb_b:,.0f} history bytes per step "
                 f"against Rewind's {hb_r:,.0f}. ")
     added = (bare + llm_r - llm_b + tool_r - tool_b) / bare

@@ -47,6 +47,7 @@ from bench.common import (
 from temporalio.client import Client
 
 from activities.tools import ToolRegistry
+from bench.actions import add_up, billable_actions
 from bench.profile import Profiler, profile_note
 from checkpoint_bridge.temporal.runs import pollers
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
@@ -71,13 +72,15 @@ async def _mirror_lags(settings, run_id: str) -> list[float]:  # type: ignore[no
     return lags
 
 
-def _step_figures(events: list[Any], model_activity: str) -> tuple[list[float], int, int]:
+def _step_figures(events: list[Any], model_activity: str) -> tuple[list[float], int, int, dict[str, Any]]:
     """One run's step durations (model call to model call; the last one, which includes the
-    final mirror drain, left out), activities and workflow tasks, from its history."""
+    final mirror drain, left out), activities, workflow tasks and estimated billable actions
+    (bench.actions), from its history."""
     marks = step_marks(events, model_activity)
     prof = activity_profile(events)
     return ([b - a for a, b in zip(marks, marks[1:])][:-1],
-            sum(a["count"] for a in prof["activities"].values()), prof["workflow_tasks"])
+            sum(a["count"] for a in prof["activities"].values()), prof["workflow_tasks"],
+            billable_actions(events, model_activity))
 
 
 async def _batch(suite, runs: int, steps: int, processes: int, sandbox: bool = False,  # type: ignore[no-untyped-def]
@@ -121,9 +124,11 @@ async def _batch(suite, runs: int, steps: int, processes: int, sandbox: bool = F
     durations, lags, retries, errors = [], [], 0, []
     retry_kinds: dict[str, int] = {}
     activities = wfts = 0
+    actions = []
     for h, r in zip(handles, results):
         events = await history_events(client, h.id)
-        steps_s, n_activities, n_wfts = _step_figures(events, "call_llm")
+        steps_s, n_activities, n_wfts, n_actions = _step_figures(events, "call_llm")
+        actions.append(n_actions)
         durations += steps_s
         activities += n_activities
         wfts += n_wfts
@@ -150,14 +155,16 @@ async def _batch(suite, runs: int, steps: int, processes: int, sandbox: bool = F
     worker_pct = sum(u["cpu_avg_pct"] or 0 for k, u in usage.items() if k.startswith("worker"))
     return {"processes": processes, "sandbox": sandbox, "before": tree is not None, "wall": wall, "durations": durations, "lags": lags, "retries": retries,
             "retry_kinds": retry_kinds, "errors": errors, "activities": activities, "wfts": wfts, "usage": usage,
+            "actions": add_up(actions), "activities_per_step": activities / (runs * steps),
+            "wfts_per_step": wfts / (runs * steps),
             "profile": profiler.summary(), "profile_skipped": profiler.skipped, "worker_cpu_pct": worker_pct,
             "steps_per_s": runs * steps / wall, "p50": percentile(durations, 50), "p99": percentile(durations, 99),
             "cpu_ms_per_step": worker_pct / 100 * wall / (runs * steps) * 1000}
 
 
 async def _floor_batch(suite, runs: int, steps: int) -> dict:  # type: ignore[type-arg]
-    """The same batch on the bare workflow's worker (bench.bare_worker): model call, tool
-    call and a no-op third activity per step, no Rewind code. Its worker's CPU per step
+    """The same batch on the bare workflow's worker (bench.bare_worker): model call and tool
+    call per step and a no-op activity at the run's end, no Rewind code. Its worker's CPU per step
     is what the SDK and the openai client cost for Rewind's shape on this machine."""
     server = suite.start_temporal("concurrency-floor")
     client = await Client.connect(server.address)
@@ -178,7 +185,7 @@ async def _floor_batch(suite, runs: int, steps: int) -> dict:  # type: ignore[ty
         async def start(name: str, n: int) -> Any:
             return await client.start_workflow(
                 "BareAgentWorkflow", {"system_prompt": DEFAULT_SYSTEM_PROMPT, "task": "benchmark run", "model": name,
-                                      "tools": tools, "max_steps": n + 5, "noop_per_step": True},
+                                      "tools": tools, "max_steps": n + 5, "noop_at_end": True},
                 id=f"floor-{uuid.uuid4().hex[:10]}", task_queue=queue)
 
         warm, _ = blob_script(model, 2, TOOL_BYTES)
@@ -197,8 +204,10 @@ async def _floor_batch(suite, runs: int, steps: int) -> dict:  # type: ignore[ty
     assert all(d == steps for d in done), done[:3]
     durations: list[float] = []
     activities = wfts = 0
+    actions = []
     for h in handles:
-        steps_s, n_activities, n_wfts = _step_figures(await history_events(client, h.id), "bare_llm")
+        steps_s, n_activities, n_wfts, n_actions = _step_figures(await history_events(client, h.id), "bare_llm")
+        actions.append(n_actions)
         durations += steps_s
         activities += n_activities
         wfts += n_wfts
@@ -209,7 +218,42 @@ async def _floor_batch(suite, runs: int, steps: int) -> dict:  # type: ignore[ty
     return {"wall": wall, "steps_per_s": runs * steps / wall, "p50": percentile(durations, 50),
             "p99": percentile(durations, 99), "worker_cpu_pct": usage["cpu_avg_pct"] or 0,
             "cpu_ms_per_step": (usage["cpu_avg_pct"] or 0) / 100 * wall / (runs * steps) * 1000,
-            "activities_per_step": activities / (runs * steps), "wfts_per_step": wfts / (runs * steps)}
+            "activities_per_step": activities / (runs * steps), "wfts_per_step": wfts / (runs * steps),
+            "actions": add_up(actions)}
+
+
+def _actions_table(sec: Section, runs: int, steps: int, one: dict, before: dict | None,  # type: ignore[type-arg]
+                   floor: dict) -> list[list[str]]:  # type: ignore[type-arg]
+    """Activities, workflow tasks and estimated Temporal Cloud actions per step (bench.actions):
+    this tree, the checkout before (REWIND_BENCH_BEFORE) and the floor, from the same batch.
+    Returns its headline rows."""
+    def row(label: str, batch: dict) -> list[Any]:  # type: ignore[type-arg]
+        a = batch["actions"]
+        kinds = ", ".join(f"{k} {v / (runs * steps):.2f}" for k, v in sorted(a["by_kind"].items(), key=lambda kv: -kv[1]))
+        return [label, batch["activities_per_step"], batch["wfts_per_step"], a["total"] / (runs * steps),
+                a["in_steps"] / (runs * steps), a["per_run"] / runs,
+                f"**{a['total'] / floor['actions']['total']:.2f}x**", kinds]
+    rows = [row("Rewind (this tree)", one)]
+    if before is not None:
+        rows.append(row("Rewind before (REWIND_BENCH_BEFORE)", before))
+    rows.append(row("the floor (bare workflow)", floor))
+    sec.table(f"Temporal actions per step ({runs} runs × {steps} steps, from the runs' histories; billable actions "
+              "estimated as Temporal Cloud counts them, bench/actions.py: heartbeats none, the calls end before the "
+              "first beat)",
+              ["worker", "activities per step", "workflow tasks per step", "billable actions per step (run's own "
+               "included)", "of which inside the steps", "per run, outside the steps", "total / the floor's",
+               "by kind, per step"], rows)
+    per_step = one["actions"]["total"] / (runs * steps)
+    headline = [["5 concurrency", "estimated Temporal Cloud actions per step, Rewind / the floor",
+                 f"{per_step:.2f} / {floor['actions']['total'] / (runs * steps):.2f}",
+                 f"**{one['actions']['total'] / floor['actions']['total']:.2f}x**", "–", "–"]]
+    if before is not None:
+        headline.append(["5 concurrency", "estimated Temporal Cloud actions per step, this tree / before "
+                             "(REWIND_BENCH_BEFORE)", f"{per_step:.2f} / {before['actions']['total'] / (runs * steps):.2f}",
+                             f"**{one['actions']['total'] / before['actions']['total']:.2f}x**", "–", "–"])
+    sec.data["actions"] = {"rewind": one["actions"], "before": before["actions"] if before else None,
+                           "floor": floor["actions"]}
+    return headline
 
 
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
@@ -268,8 +312,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 f"**{b['steps_per_s'] / sps:.2f}x**", b["p50"] * 1000,
                 f"**{b['p50'] * 1000 / LATENCY_MS:.2f}x**", b["p99"] * 1000, b["cpu_ms_per_step"], b["worker_cpu_pct"],
                 b["retries"]] for b in [*batches, *([sandboxed] if sandboxed else []), *([before] if before else [])]])
-    sec.table("The floor: the same batch on the bare workflow's worker (model call, tool call and a no-op third "
-              "activity per step as plain Temporal activities, no Rewind code; bench.bare_worker), on a fresh dev server",
+    sec.table("The floor: the same batch on the bare workflow's worker (model call and tool call per step as plain "
+              "Temporal activities, and a no-op activity at the run's end where Rewind writes its last checkpoint; "
+              "no Rewind code; bench.bare_worker), on a fresh dev server",
               ["worker", "steps per second", "step latency p50 (ms)", "p50 / model latency", "step latency p99 (ms)",
                "worker CPU per step (ms)", "worker CPU avg (% of a core)", "activities per step",
                "workflow tasks per step"],
@@ -280,6 +325,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 floor["worker_cpu_pct"], floor["activities_per_step"], floor["wfts_per_step"]],
                ["Rewind / the floor", f"{sps / floor['steps_per_s']:.2f}x", f"{p50 / floor['p50']:.2f}x", "",
                 f"{p99 / floor['p99']:.2f}x", f"**{cpu_ms_per_step / floor['cpu_ms_per_step']:.2f}x**", "", "", ""]])
+    actions_headline = _actions_table(sec, runs, steps, one, before, floor)
     sec.table("Resources of the one-process batch, averaged over the batch (CPU % of one core; 100% = one core busy)",
               ["process", "CPU avg %", "CPU peak % (1 s windows)", "RSS peak (MB)", "RSS high-water mark (MB)"],
               [[k, u["cpu_avg_pct"], u["cpu_peak_pct"], u["rss_peak_mb"], u["rss_hwm_mb"]] if not k.startswith("bench")
@@ -320,6 +366,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
          f"{many['cpu_ms_per_step']:.1f} ms", f"**{many['cpu_ms_per_step'] / CPU_TARGET_MS:.2f}x** the target",
          f"≤ {CPU_TARGET_MS:.0f} ms", "met" if many["cpu_ms_per_step"] <= CPU_TARGET_MS else "**not met**"],
     ]
+    sec.headline += actions_headline
     if before is not None:
         sec.headline.append(
             ["5 concurrency", "worker CPU per step, this tree / before (REWIND_BENCH_BEFORE, the same batch)",
@@ -368,8 +415,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
            "Neither the worker nor the machine is CPU-bound, so the per-step overhead is latency: task dispatch "
            "round trips through the dev server."))
     sec.verdicts.append(
-        f"The floor: the bare workflow (b) of the overhead benchmark, with a no-op third activity per step where "
-        f"Rewind mirrors, on a worker process of its own (plain temporalio, no sandbox, no payload store), under "
+        f"The floor: the bare workflow (b) of the overhead benchmark, with a no-op activity at the run's end where "
+        f"Rewind writes its last checkpoint, on a worker process of its own (plain temporalio, no sandbox, no payload store), under "
         f"the same {runs} runs × {steps} steps, used {floor['cpu_ms_per_step']:.1f} ms of worker CPU per step "
         f"({floor['activities_per_step']:.2f} activities and {floor['wfts_per_step']:.2f} workflow tasks per step) "
         f"and reached a step latency p50 of {floor['p50'] * 1000 / LATENCY_MS:.2f}x the model's; Rewind used "
@@ -400,7 +447,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     parent_waits = sum(v for k, v in retry_kinds.items() if "ParentNotMirrored" in k)
     sec.verdicts.append(
         f"Mirror lag (step end to checkpoint file) p50 {lag50 * 1000:.0f} ms, p99 {lag99 * 1000:.0f} ms, max "
-        f"{lagmax * 1000:.0f} ms: the mirror activities queue on the same worker as everything else, so the lag "
+        f"{lagmax * 1000:.0f} ms: a step's checkpoint is written by the next step's model call (the run's last by "
+        f"the mirror activity), which queues on the same worker as everything else, so the lag "
         f"follows the worker's backlog (step latency p50 {p50 * 1000:.0f} ms). Retried activity attempts: {retries} "
         f"({kinds})"
         + (f"; {parent_waits} of them are a step's mirror running before its parent's was stored "

@@ -1,9 +1,9 @@
 """`python -m bench.bare_worker ADDRESS QUEUE MODEL_URL`: the bare workflow (b) on a worker process of its own.
 
 The floor of the concurrency benchmark: the agent loop's shape with no Rewind
-code in it (bench.bare_workflow with `noop_per_step`: the model call and the
-tool call as activities, and a third activity per step that does nothing,
-where Rewind mirrors the step). Plain temporalio: the default data converter,
+code in it (bench.bare_workflow with `noop_at_end`: the model call and the
+tool call as activities, and an activity that does nothing when the run ends,
+where Rewind writes its last checkpoint). Plain temporalio: the default data converter,
 no payload store, no sandbox (as Rewind's default worker), the same tools.
 Its CPU per step is what the Temporal SDK and the openai client cost for this
 shape on this machine, measured beside Rewind's worker under the same load.

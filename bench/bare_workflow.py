@@ -5,11 +5,13 @@ mirror, no transcript store (the message list is passed whole to every model
 call), no tool cache, no status bookkeeping, no heartbeats. Registered on its
 own worker and task queue by `bench.b1_overhead`.
 
-Two options serve as floors of other benchmarks. `noop_per_step` (the
+Three options serve as floors of other benchmarks. `noop_per_step` (the
 concurrency benchmark's, bench.bare_worker): each step also starts a third
 activity that does nothing with the step's new messages, where Rewind
-mirrors the step; not awaited by the loop, one at a time, as Rewind's mirror.
-`messages_file` (the fork benchmark's): the conversation so far is a JSON
+mirrors the step; not awaited by the loop, one at a time, as Rewind's mirror
+did. `noop_at_end` (the concurrency benchmark's, bench.bare_worker): one such
+activity when the run ends, where Rewind writes its last checkpoint (every
+other step's rides on the next model call). `messages_file` (the fork benchmark's): the conversation so far is a JSON
 file that every model call reads before its new messages (a conversation
 passed by reference, as Rewind's transcript).
 """
@@ -61,6 +63,8 @@ class BareAgentWorkflow:
                     BARE_NOOP, new, start_to_close_timeout=timedelta(seconds=60)))
         if noop is not None:
             await noop
+        if inp.get("noop_at_end"):
+            await workflow.execute_activity(BARE_NOOP, messages[-1:], start_to_close_timeout=timedelta(seconds=60))
         return step
 
 

@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         AGENT_RUN_FAILED,
         AGENT_WORKFLOW,
         CALL_LLM,
+        CARRIED_CHECKPOINTS_PATCH,
         CHECKPOINT_CONFLICT,
         DECIDE_UPDATE,
         LLM_REJECTED,
@@ -112,6 +113,8 @@ class AgentWorkflow:
         self._mirror_queue: list[StepRecord] = []
         self._mirroring = False
         self._batched: bool | None = None  # MIRROR_BATCH_PATCH, decided at the first record
+        self._carries: bool | None = None  # CARRIED_CHECKPOINTS_PATCH, decided at the first record
+        self._held: list[StepRecord] = []  # records waiting for the next model call to carry them
         self._stored_tools: tuple[str, str] | None = None  # (canonical JSON of the tools, their digest)
         self._new_limits: RunLimits | None = None
         self._gate = ApprovalGate(on_change=self._show_state)
@@ -377,6 +380,7 @@ class AgentWorkflow:
         assert status is not None
         status.state, status.budget_reason = "budget_exceeded", reason
         self._show_state()
+        self._flush_held()  # no model call before someone raises the limits
         self._new_limits = None
         try:
             await workflow.wait_condition(
@@ -403,10 +407,16 @@ class AgentWorkflow:
             tools_ref=None if stored is None else stored[1],
             context_tokens=tuning.context_tokens, keep_last=tuning.keep_last,
             temperature=tuning.temperature, seed=tuning.seed,
-            tool_result_chars=tuning.tool_result_chars,
+            tool_result_chars=tuning.tool_result_chars, checkpoints=self._take_held(),
         )
         try:
-            response = await self._model_activity(request, model_call_summary(state.step, inp.model))
+            try:
+                response = await self._model_activity(request, model_call_summary(state.step, inp.model))
+            except (ActivityError, asyncio.CancelledError):
+                # Whether the call wrote them is unknown: the mirror writes them (a no-op where it
+                # did). Not on other BaseExceptions: an evicted workflow's unwinding starts nothing.
+                self._carried_back(request.checkpoints, 0)
+                raise
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err
@@ -417,6 +427,9 @@ class AgentWorkflow:
         )
         if response.tools_ref is not None:
             self._stored_tools = (tools_text, response.tools_ref)
+        if request.checkpoints:
+            carried = response.checkpoints
+            self._carried_back(request.checkpoints, carried.written if carried is not None else 0)
         self._count_model(response)
         return response
 
@@ -549,9 +562,52 @@ class AgentWorkflow:
         if not self._batched:
             asyncio.ensure_future(self._mirror([record], MIRROR_STEP, record))
             return
+        if self._carries is None:
+            self._carries = self._can_carry() and workflow.patched(CARRIED_CHECKPOINTS_PATCH)
+        if self._carries and not self._mirroring:
+            # The next model call writes it: no activity of its own (two actions a step, not three).
+            self._held.append(record)
+            return
         # One mirror at a time, with every record that came since the last one:
         # in order, never racing (a step's parent is always written first).
-        self._mirror_queue.append(record)
+        self._mirror_records([record])
+
+    def _can_carry(self) -> bool:
+        """Whether step records ride on this run's model calls. Not on a fast run's (local
+        activities: their inputs are not in history, which `rewind mirror` rebuilds from),
+        nor a pipeline's, whose code may wait for anything (a timer, a child run) between calls."""
+        inp = self._input
+        return inp is not None and not inp.fast and inp.pipeline is None
+
+    def _take_held(self) -> list[StepRecord]:
+        """The records the model call about to start carries (none while the mirror activity
+        writes: it keeps the order, and takes the next records too)."""
+        held, self._held = self._held, []
+        return held
+
+    def _carried_back(self, records: list[StepRecord], written: int) -> None:
+        """A model call that carried `records` wrote the first `written`; the mirror activity
+        writes the rest, before anything recorded since."""
+        for record in records[:written]:
+            self._pending.pop(record.step_index, None)
+        rest = records[written:]
+        if rest:
+            # Why the call could not store them is in its result, in history; the mirror
+            # activity's retries, if the store stays down, show in `rewind status`.
+            self._held[:0] = rest
+            self._flush_held()
+        if self._status is not None:
+            self._status.mirror_pending = len(self._pending)
+
+    def _flush_held(self) -> None:
+        """Held records go to the mirror activity: no model call will carry them soon (the run
+        ends, pauses or continues as new), or a carried write could not store them."""
+        if self._held:
+            held, self._held = self._held, []
+            self._mirror_records(held)
+
+    def _mirror_records(self, records: list[StepRecord]) -> None:
+        self._mirror_queue.extend(records)
         if not self._mirroring:
             self._mirroring = True
             asyncio.ensure_future(self._mirror_loop())
@@ -599,6 +655,7 @@ class AgentWorkflow:
         status.mirror_pending = len(self._pending)
 
     async def _drain_mirror(self, timeout_s: float) -> None:
+        self._flush_held()
         try:
             await workflow.wait_condition(lambda: not self._pending, timeout=timedelta(seconds=timeout_s))
         except asyncio.TimeoutError:

@@ -374,6 +374,11 @@ class LlmRequest(BaseModel):
     # False: a call of its own (a pipeline's), not a turn of a stored conversation: its messages
     # are not written to the transcript store (the step record and the checkpoint hold them).
     transcript: bool = True
+    # The records of the steps that ended since the run's last checkpoint write, in step
+    # order: the call writes them beside its own work, so a step needs no mirror activity
+    # (CARRIED_CHECKPOINTS_PATCH). Like the mirror's input, they are in history from here on,
+    # which is what `rewind mirror` rebuilds them from.
+    checkpoints: "list[StepRecord]" = Field(default_factory=list)
 
 
 class LlmResponse(BaseModel):
@@ -391,6 +396,16 @@ class LlmResponse(BaseModel):
     # When the context was compressed: what was done to fit it (see context_window).
     model_view: dict[str, Any] | None = None
     attempt: int = 1  # Temporal's attempt number of the activity that answered
+    # How the request's carried checkpoints went (None: it carried none).
+    checkpoints: "CarriedWrite | None" = None
+
+
+class CarriedWrite(BaseModel):
+    """What became of the step records a model call carried: the first `written` are
+    stored; the rest (error says why) are for the mirror activity to write."""
+
+    written: int = 0
+    error: str | None = None
 
 
 class DescribeToolsRequest(BaseModel):
@@ -643,6 +658,8 @@ class RedoPlan(BaseModel):
     label: str | None = None
 
 
+LlmRequest.model_rebuild()
+LlmResponse.model_rebuild()
 PipelineRun.model_rebuild()
 AgentInput.model_rebuild()
 SubagentCall.model_rebuild()

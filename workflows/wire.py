@@ -24,7 +24,7 @@ DESCRIBE_TOOLS = "describe_tools"
 RUN_TOOL = "run_tool"
 COMPENSATE_TOOL = "compensate_tool"
 MIRROR_STEP = "mirror_step"      # one step record (runs from before MIRROR_BATCH_PATCH)
-MIRROR_STEPS = "mirror_steps"    # the step records that piled up since the last one, in order
+MIRROR_STEPS = "mirror_steps"    # step records no model call carried (a run's last ones), in order
 CHECK_TOOL_CALL = "check_tool_call"  # validate arguments / ask a tool's approval rule, without running it
 START_EXPERIMENT_BRANCH = "start_experiment_branch"  # fork one branch of an experiment (idempotent)
 WATCH_EXPERIMENT_BRANCH = "watch_experiment_branch"  # until the branch ends or pauses for its budget
@@ -83,6 +83,11 @@ SEEDED_TOOLS_PATCH = "seeded-tool-specs"
 # A run stopped from outside (a rollback) first writes the checkpoints it has
 # recorded and not yet mirrored, instead of ending with them only in history.
 STOPPED_DRAIN_PATCH = "stopped-run-drains-mirror"
+# A step's record rides on the next model call, which writes its checkpoint (LlmRequest.
+# checkpoints): two activities a step instead of three. The mirror activity writes only
+# what nothing else will soon (the run ends, pauses, continues as new) or a carried write
+# could not store.
+CARRIED_CHECKPOINTS_PATCH = "checkpoints-ride-model-calls"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -106,5 +111,5 @@ __all__ = [
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
-    "tool_task_queue",
+    "CARRIED_CHECKPOINTS_PATCH", "tool_task_queue",
 ]

@@ -1,9 +1,11 @@
 """History -> AgentCheckpoints.
 
-Every step of a run ends with a `mirror_step` activity whose input, a
-`StepRecord`, says what the step added (messages, tool calls, totals). Those
+Every step of a run ends with a `StepRecord` that says what the step added
+(messages, tool calls, totals), as the input of the activity that writes its
+checkpoint: the next model call, which carries it (`LlmRequest.checkpoints`),
+or the mirror activity (`mirror_steps`, `mirror_step` in older runs). Those
 inputs are in the workflow's history as soon as the step ends, whatever
-happens to the mirror afterwards. Projecting a run is therefore a fold of its
+happens to the write afterwards. Projecting a run is therefore a fold of its
 step records, in step order, over the previous checkpoint: the live mirror
 and `rewind mirror` run the same fold and produce the same bytes.
 """
@@ -24,6 +26,7 @@ from workflows.contracts import (
     EffectRef,
     McpToolInfo,
     Ledger,
+    LlmRequest,
     MirrorBatch,
     StepRecord,
     SubagentCall,
@@ -32,7 +35,7 @@ from workflows.contracts import (
 from workflows.errors import ProjectionError
 from workflows.ids import checkpoint_id
 from workflows.tool_calls import with_system_prompt
-from workflows.wire import MIRROR_STEP, MIRROR_STEPS
+from workflows.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS
 
 
 
@@ -176,8 +179,9 @@ def project(records: Iterable[StepRecord], base: AgentCheckpoint | None = None) 
 
 
 async def step_records(events: Sequence[HistoryEvent], converter: DataConverter) -> list[StepRecord]:
-    """Decode the StepRecords (inputs of `mirror_steps`, and of `mirror_step` in
-    runs from before batches) found in history events."""
+    """Decode the StepRecords found in history events: carried by model calls, and the
+    inputs of `mirror_steps` (and of `mirror_step` in runs from before batches). A record
+    can be in two places (a carried write that failed goes to the mirror too): the same."""
     records: list[StepRecord] = []
     for event in events:
         if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
@@ -189,6 +193,9 @@ async def step_records(events: Sequence[HistoryEvent], converter: DataConverter)
         elif attrs.activity_type.name == MIRROR_STEP:
             (record,) = await converter.decode(attrs.input.payloads, [StepRecord])
             records.append(record)
+        elif attrs.activity_type.name == CALL_LLM:
+            (request,) = await converter.decode(attrs.input.payloads, [LlmRequest])
+            records.extend(request.checkpoints)
     return records
 
 

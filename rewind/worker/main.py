@@ -44,6 +44,7 @@ from activities.tool_runner import ToolActivities
 from activities.graphs import find_langchain
 from activities.tools import ToolRegistry
 from activities.transcript import TranscriptStore
+from activities.checkpoint_writer import CheckpointWriter
 from activities.mirror import MirrorActivities
 from checkpoint_bridge.branches.branching import Launcher
 from checkpoint_bridge.checkpoints.outputs import OutputStore
@@ -167,7 +168,11 @@ def build_worker(
     outputs = OutputStore(payloads)
     if mcp is not None:  # activities.mcp.tools.McpHub: sent marks and binary content in the payload store
         mcp.bind(payloads, outputs)
-    llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor, outputs)
+    checkpoints = CheckpointStore(objects)
+    # One writer for the mirror activity and the model calls that carry step records.
+    writer = CheckpointWriter(checkpoints, redactor, outputs)
+    llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor, outputs,
+                        checkpoints=writer)
     llm.open_client()
     # Idempotency records live with the run's live data, not in the checkpoint
     # archive (activities/idempotency.py says why).
@@ -175,8 +180,7 @@ def build_worker(
                            max_output_bytes=settings.max_tool_output_bytes, outputs=outputs,
                            inline_fallback_bytes=settings.payload_threshold // 2,
                            pipelines=pipelines.callable_specs(registry.names()))
-    checkpoints = CheckpointStore(objects)
-    mirror = MirrorActivities(checkpoints, redactor, outputs)
+    mirror = MirrorActivities(writer)
     # An experiment forks its branches from a worker, as `rewind fork` does from the CLI.
     experiment = ExperimentActivities(checkpoints, Launcher(settings.task_queue, TranscriptStore(payloads),
                                                             redactor.redact_text))

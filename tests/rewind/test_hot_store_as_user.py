@@ -26,6 +26,7 @@ from as_user import UserWorker, one_line_error, rewind, user_env
 from rewind.local.servers import PostgresServer, RedisServer, free_port
 
 TASK = "Research these companies: Acme, Globex"
+LAST_STEP = 3  # the research agent on two companies: start, search both, save the report, its answer
 
 
 def _aws(endpoint: str) -> dict[str, str]:
@@ -105,8 +106,9 @@ async def test_a_run_through_redis_reaches_s3_and_status_shows_the_lag(temporal_
 async def test_redis_lost_before_flushing_loses_no_checkpoint(temporal_server, tmp_path, worker_dies):
     """PostgreSQL (the durable store) goes down, so the run's new checkpoints wait in Redis, and
     status says so; then Redis dies and comes back empty (no persistence) with them. The worker
-    that wrote them writes them again from memory; if that worker was killed too, the next
-    worker's mirror finds the parent missing and rebuilds it from Temporal history. Either way,
+    that wrote them writes them again from memory; if that worker was killed too (after a model
+    call that carried a step's record completed: that checkpoint is in Redis alone), the next
+    worker's write finds the parent missing and rebuilds it from Temporal history. Either way,
     once PostgreSQL is back every checkpoint is there, and `rewind mirror` finds nothing to add."""
     pg = await asyncio.to_thread(PostgresServer.start)
     hot = await asyncio.to_thread(RedisServer.start)
@@ -145,6 +147,13 @@ async def test_redis_lost_before_flushing_loses_no_checkpoint(temporal_server, t
             code, out, err = await rewind(cli, env, "status", run)
             assert "object(s) of this run not yet in postgresql://" in out, out
             if worker_dies:
+                # Killed once the second model call has answered: the step it carried (1) is in
+                # Redis alone and its carrier completed, so nothing writes it again from a retry;
+                # the third call (on the next worker) carries step 2, whose parent is then missing.
+                async def second_call_answered() -> bool:
+                    return first.log().count("/chat/completions") >= 2
+
+                await _until(second_call_answered, "the run's second model call did not answer", log=first.log)
                 first.kill()
             await asyncio.to_thread(hot.restart)  # everything Redis held is gone
             await asyncio.to_thread(pg.start_again)
@@ -163,7 +172,7 @@ async def test_redis_lost_before_flushing_loses_no_checkpoint(temporal_server, t
                              log=lambda: first.log() + second.log())
                 log = first.log() + second.log()
         steps = await asyncio.to_thread(durable_steps)
-        assert steps == [f"runs/{run}/branches/main/steps/{i:08d}.json" for i in range(4)], steps
+        assert steps == [f"runs/{run}/branches/main/steps/{i:08d}.json" for i in range(LAST_STEP + 1)], steps
         if worker_dies:
             assert "rebuilt" in log and "from Temporal history" in log, log[-3000:]
         else:

@@ -1,0 +1,102 @@
+"""Issue 47, point 1: a step's checkpoint rides on the next model call.
+
+A step used to cost three activities (the model call, the tool call, the mirror
+that wrote its checkpoint). Now the step's record is carried by the next model
+call, which writes it beside its own work, and the mirror activity runs only
+where nothing else will run soon (here: the run's end). These tests count the
+activities in a real run's history, and kill a worker right after a model call
+wrote the previous step's checkpoint and before the call completed: the retried
+call writes it again (a no-op) and the run's checkpoints are what history rebuilds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store
+from checkpoint_bridge.projection.mirror import mirror_run
+from fault_helpers import add_script, assert_chain, assert_well_formed, pending_activities, wait_for_event, wait_until
+from helpers import outputs_of, start_agent
+from workflows.ids import checkpoint_id
+from workflows.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_TOOL
+
+LOOKUPS = [{"tool_calls": [{"name": "lookup", "arguments": {"term": t}}]} for t in ("alpha", "beta", "gamma", "delta")]
+SCRIPT = [*LOOKUPS, {"content": "four terms looked up"}]
+MIRRORS = {MIRROR_STEP, MIRROR_STEPS}
+
+
+async def _scheduled(handle) -> list[str]:
+    return [e.activity_task_scheduled_event_attributes.activity_type.name
+            async for e in handle.fetch_history_events()
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+
+
+async def _same_as_history(client, settings, handle, tmp_path) -> None:
+    """The store holds byte for byte what a rebuild from history writes (`rewind mirror`)."""
+    async with open_checkpoint_store(settings.store_url) as store:
+        stored = await store.raw_objects(handle.id)
+    async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
+        report = await mirror_run(client, rebuilt, handle.id, outputs=outputs_of(settings))
+        assert report.checkpoints == len(SCRIPT) + 1, report
+        assert await rebuilt.raw_objects(handle.id) == stored
+
+
+async def test_a_step_costs_two_activities(client, settings, model, worker, tmp_path):
+    handle = await start_agent(client, settings, "look up four terms", model=add_script(model, SCRIPT))
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status.state == "completed", result.status
+    assert result.status.mirror_pending == 0 and result.status.mirror_error is None, result.status
+
+    scheduled = await _scheduled(handle)
+    counts = Counter(scheduled)
+    assert counts[CALL_LLM] == len(SCRIPT) and counts[RUN_TOOL] == len(LOOKUPS), counts
+    # Between the first model call and the last, only model and tool calls: every step's
+    # checkpoint was written by the model call after it. The run's last step (its answer)
+    # has no model call after it: one mirror activity at the end writes it.
+    calls = [i for i, name in enumerate(scheduled) if name == CALL_LLM]
+    assert not MIRRORS & set(scheduled[calls[0]:calls[-1]]), scheduled
+    assert [name for name in scheduled if name in MIRRORS] == [MIRROR_STEPS], scheduled
+
+    async with open_checkpoint_store(settings.store_url) as store:
+        checkpoints = await assert_chain(store, handle.id, len(SCRIPT))
+    assert_well_formed(checkpoints[-1].messages)
+    await _same_as_history(client, settings, handle, tmp_path)
+
+
+async def test_worker_killed_after_the_model_call_wrote_the_previous_checkpoint(
+    client, settings, model, events_file, spawn_worker, tmp_path
+):
+    script = [{"tool_calls": [{"name": "slow", "arguments": {"label": "work", "seconds": 1}}]}, *SCRIPT[1:]]
+    first = spawn_worker()
+    handle = await start_agent(client, settings, "look up terms, slowly", model=add_script(model, script))
+    await wait_for_event(events_file, "slow_start", run=handle.id)
+    model.inject_fault(200, delay_s=20)  # the model call of step 2 hangs: the worker dies inside it
+
+    async def step_1_stored_while_its_carrier_runs() -> bool:
+        async with open_checkpoint_store(settings.store_url) as store:
+            if 1 not in await store.existing_steps(handle.id, "main"):
+                return False
+        started = PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        return any(a == CALL_LLM and s == started for a, s, _ in await pending_activities(handle))
+
+    await wait_until(step_1_stored_while_its_carrier_runs, "the checkpoint of step 1, written by step 2's model call", 60)
+    assert not MIRRORS & set(await _scheduled(handle)), "a mirror activity wrote step 1"
+    first.kill()
+    spawn_worker()
+    result = await asyncio.wait_for(handle.result(), 120)
+    assert result.status.state == "completed", result.status
+    assert result.status.mirror_pending == 0 and result.status.mirror_error is None, result.status
+
+    # The carrying call was retried on the standby worker and wrote step 1 again: the same bytes.
+    retried = [e.activity_task_started_event_attributes.attempt async for e in handle.fetch_history_events()
+               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+               and e.activity_task_started_event_attributes.attempt > 1]
+    assert retried, "the killed model call was never retried"
+    async with open_checkpoint_store(settings.store_url) as store:
+        checkpoints = await assert_chain(store, handle.id, len(script))
+        assert checkpoints[1].checkpoint_id == checkpoint_id(handle.id, "main", 1)
+    assert_well_formed(checkpoints[-1].messages)
+    await _same_as_history(client, settings, handle, tmp_path)
