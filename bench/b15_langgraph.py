@@ -11,7 +11,6 @@ Per-node time: the run's wall time (start to result) over its N nodes, median ov
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from datetime import timedelta
@@ -75,24 +74,22 @@ def _point_llm_at(model) -> str:  # type: ignore[no-untyped-def]
     return name
 
 
-def _sqlite(suite, model, nodes: int) -> float:  # type: ignore[no-untyped-def]
+async def _sqlite(suite, model, nodes: int) -> float:  # type: ignore[no-untyped-def]
+    """In this process's own event loop: langchain-openai keeps one HTTP client per endpoint,
+    bound to the loop that first used it (the plugin's activities run in this loop too)."""
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     import bench.graphs as graphs
 
     _point_llm_at(model)
     db = suite.tmp / f"graphs-{uuid.uuid4().hex[:6]}.sqlite"
-
-    async def go() -> float:
-        async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
-            app = graphs.builder().compile(checkpointer=saver)
-            t = time.perf_counter()
-            out = await app.ainvoke({"n": 0, "limit": nodes}, {"configurable": {"thread_id": "bench"}})
-            wall = time.perf_counter() - t
-        assert out["n"] == nodes
-        return wall / nodes
-
-    return asyncio.run(go())
+    async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
+        app = graphs.builder().compile(checkpointer=saver)
+        t = time.perf_counter()
+        out = await app.ainvoke({"n": 0, "limit": nodes}, {"configurable": {"thread_id": "bench"}})
+        wall = time.perf_counter() - t
+    assert out["n"] == nodes
+    return wall / nodes
 
 
 async def _plugin(client, settings, model, nodes: int) -> float:  # type: ignore[no-untyped-def]
@@ -134,14 +131,14 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     model = suite.model(0)
     settings = suite.settings(server, "graphs")
     await _rewind(client, settings, model, 2)  # warm-ups: imports, the sandboxes, connections
-    await asyncio.to_thread(_sqlite, suite, model, 2)
+    await _sqlite(suite, model, 2)
     if plugin_skipped is None:
         await _plugin(client, settings, model, 2)
     times: dict[str, list[float]] = {"rewind": [], "sqlite": [], "plugin": []}
     for rep in range(reps):
         log(f"langgraph graphs: repetition {rep + 1}/{reps}")
         times["rewind"].append(await _rewind(client, settings, model, nodes))
-        times["sqlite"].append(await asyncio.to_thread(_sqlite, suite, model, nodes))
+        times["sqlite"].append(await _sqlite(suite, model, nodes))
         if plugin_skipped is None:
             times["plugin"].append(await _plugin(client, settings, model, nodes))
     suite.stop_model(model)
