@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
 
     from workflows.agent import AgentWorkflow
     from workflows.canonical import canonical_json
-    from workflows.contracts import AgentInput, AgentResult, DescribeToolsResponse, LlmRequest, StepRecord, ToolCallLog
+    from workflows.contracts import AgentInput, AgentResult, DescribeToolsResponse, LlmRequest, LlmResponse, StepRecord, ToolCallLog
     from workflows.errors import ModelCallFailed, OutputInvalid, ToolCallFailed
     from workflows.pipeline_contracts import (
         DescribePipelineRequest,
@@ -362,24 +362,9 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             else:
                 self._maybe_set_state(live=True)
                 await self._within_budget()
-                request = LlmRequest(
-                    run_id=inp.run_id, step=self._state.step + 1, model=chosen, new_messages=sent, tools=schemas,
-                    context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
-                    temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
-                    tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
-                    transcript=False,
-                )
-                self._call_started(this)
-                try:
-                    response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),
-                                                          activity_id=call_activity_id(this))
-                except ActivityError as err:
-                    self._call_ended(this, None)
-                    if isinstance(err.cause, CancelledError):
-                        raise asyncio.CancelledError() from err
-                    raise ModelCallFailed(f"model call {label!r} failed: {failure_text(err)}") from None
+                response = await self.ask_model(this, sent, schemas, chosen, temperature, response_format,
+                                                f"model call {label!r}")
                 message = response.message
-                self._count_model(response)
                 problem, value = parse_output(output, message) if output is not None else (None, None)
                 self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen,
                                   invalid=problem)
@@ -393,6 +378,32 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             attempt += 1
             new = [{"role": "user", "content": REPAIR_PROMPT.format(error=problem)}]
             sent = [*sent, message, *new]
+
+    async def ask_model(self, call: PipelineCall, messages: list[dict[str, Any]], schemas: list[dict[str, Any]],
+                        model: str, temperature: float | None, response_format: dict[str, Any] | None,
+                        what: str) -> LlmResponse:
+        """One live model call of the code (a pipeline's ctx.llm, a graph node's chat model): its
+        activity, counted in the ledger; ModelCallFailed naming `what` when it fails for good."""
+        inp = self._input
+        assert inp is not None
+        request = LlmRequest(
+            run_id=inp.run_id, step=self._state.step + 1, model=model, new_messages=messages, tools=schemas,
+            context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
+            temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
+            tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=call.label,
+            transcript=False,
+        )
+        self._call_started(call)
+        try:
+            response = await self._model_activity(request, model_call_summary(self._state.step + 1, model),
+                                                  activity_id=call_activity_id(call))
+        except ActivityError as err:
+            self._call_ended(call, None)
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError() from err
+            raise ModelCallFailed(f"{what} failed: {failure_text(err)}") from None
+        self._count_model(response)
+        return response
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, kind: str) -> Any:
         log = await self.tool_log(name, arguments, kind=kind)

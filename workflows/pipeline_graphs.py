@@ -5,22 +5,15 @@ A mixin of PipelineWorkflow (workflow code: deterministic, no I/O)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.approvals import INTERRUPT
-    from workflows.contracts import LlmRequest
-    from workflows.errors import ModelCallFailed
     from workflows.pipeline_contracts import PipelineDescription
-    from workflows.pipeline_ids import call_activity_id
     from workflows.pipeline_values import with_system
     from workflows.status import PendingApproval
-    from workflows.summaries import model_call_summary
-    from workflows.tool_calls import failure_text
 
 
 class GraphRunCalls:
@@ -85,24 +78,8 @@ class GraphRunCalls:
         if recorded is not None and recorded.message is not None:
             return recorded.message, {}, chosen
         await self._within_budget()
-        temperature = payload.get("temperature")
-        request = LlmRequest(
-            run_id=inp.run_id, step=self._state.step + 1, model=chosen, new_messages=conversation, tools=schemas,
-            context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
-            temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
-            tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=label,
-            transcript=False,
-        )
-        self._call_started(call)
-        try:
-            response = await self._model_activity(request, model_call_summary(self._state.step + 1, chosen),
-                                                  activity_id=call_activity_id(call))
-        except ActivityError as err:
-            self._call_ended(call, None)
-            if isinstance(err.cause, CancelledError):
-                raise asyncio.CancelledError() from err
-            raise ModelCallFailed(f"model call of node {node!r} failed: {failure_text(err)}") from None
-        self._count_model(response)
+        response = await self.ask_model(call, conversation, schemas, chosen, payload.get("temperature"),
+                                        response_format, f"model call of node {node!r}")
         self._record_call(call, [response.message], [], model_view=response.model_view, model=chosen,
                           node=node, response=response)
         usage = response.usage
