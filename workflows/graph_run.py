@@ -237,17 +237,19 @@ class GraphRunner:
         return self._graph.copy(update={"checkpointer": RecordingSaver(self), "nodes": nodes})
 
     def _wrap_tasks(self) -> None:
-        """Each @task of the entrypoint's module says when it returns (the module is this run's
-        own, imported in its sandbox: the wrapping ends with the run)."""
+        """Each @task of the entrypoint's module tells this run when it returns (the module is
+        imported afresh in each run's sandbox; its task functions are wrapped again regardless)."""
         import functools
         import inspect
 
         from langgraph.func import _TaskFunction
 
         for value in vars(self._module).values() if self._module is not None else ():
-            if not isinstance(value, _TaskFunction) or getattr(value.func, "_rewind_task", False):
+            if not isinstance(value, _TaskFunction):
                 continue
-            func, name = value.func, value.func.__name__
+            # The task's own function (a module shared with an earlier run would hold that run's wrapper).
+            func = getattr(value.func, "_rewind_task", value.func)
+            name = func.__name__
 
             if inspect.iscoroutinefunction(func):
                 @functools.wraps(func)
@@ -263,7 +265,7 @@ class GraphRunner:
                     out = _func(*args, **kwargs)
                     self._finished.append((_name, _seconds(started, workflow.now())))
                     return out
-            timed._rewind_task = True  # type: ignore[attr-defined]
+            timed._rewind_task = func  # type: ignore[attr-defined]
             value.func = timed
 
     def _node(self, name: str, bound: Any) -> Any:
