@@ -24,11 +24,11 @@ sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 from activities.llm import ModelEndpoint  # noqa: E402
 from activities.tools import ToolRegistry  # noqa: E402
 from rewind import fork, redo, rollback  # noqa: E402
-from checkpoint_bridge.store import open_checkpoint_store  # noqa: E402
+from checkpoint_bridge.checkpoints.store import open_checkpoint_store  # noqa: E402
 from rewind.client import connect, start_run  # noqa: E402
-from rewind.config import Settings  # noqa: E402
-from rewind.embedded import DevServer  # noqa: E402
-from rewind.scripted_model import ScriptedModelServer  # noqa: E402
+from rewind.settings.config import Settings  # noqa: E402
+from rewind.temporal.dev_server import DevServer  # noqa: E402
+from rewind.worker.scripted_model import ScriptedModelServer  # noqa: E402
 from workflows.contracts import AgentInput, AgentStatus, ApprovalDecision, RunLimits  # noqa: E402
 from workflows.experiment_contracts import ExperimentInput, ExperimentStatus, Variant, experiment_workflow_id  # noqa: E402
 from workflows.wire import EXPERIMENT_STATUS_QUERY, EXPERIMENT_WORKFLOW, RAISE_EXPERIMENT_BUDGET_SIGNAL  # noqa: E402
@@ -74,7 +74,7 @@ async def main(only: set[str]) -> None:
     # replay without the payload store.
     settings = Settings(temporal_address=server.address, task_queue="record", store_url=f"file://{tmp / 'store'}",
                         payload_url=f"file://{tmp / 'payloads'}", home=tmp, sticky_timeout_s=1.0)
-    from worker import build_worker
+    from rewind.worker.main import build_worker
 
     try:
         client = await connect(settings)
@@ -110,6 +110,9 @@ async def main(only: set[str]) -> None:
             # The same fork since SEEDED_TOOLS_PATCH: its first model call goes out while it describes its tools.
             if want("forked-seeded-tools"):
                 await _save_chain(client, forked.workflow_id, "forked-seeded-tools")
+            # The same fork since BRANCH_FIRST_STEP_PATCH: its first step's checkpoint is written at once.
+            if want("forked-first-step"):
+                await _save_chain(client, forked.workflow_id, "forked-first-step")
 
             model.add_script("bad", [{"tool_calls": [{"name": "lookup", "arguments": "{nope"},
                                                      {"name": "nope", "arguments": {}},

@@ -25,7 +25,8 @@ def test_histories_cover_the_shapes_of_a_run():
     names = {p.stem.rsplit("-", 1)[0] if p.stem[-1].isdigit() else p.stem for p in HISTORIES}
     assert {"short", "long", "continued-as-new", "forked", "bad-output", "budget-continue",
             "outputs-by-reference", "approval", "reused-effect", "indexed", "experiment",
-            "subagents", "subagent-child", "redo", "forked-seeded-tools", "carried-checkpoints"} <= names
+            "subagents", "subagent-child", "redo", "forked-seeded-tools", "carried-checkpoints",
+            "forked-first-step"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
