@@ -22,9 +22,11 @@ import asyncio
 import time
 import uuid
 
+from temporalio.api.enums.v1 import EventType
 from activities.pipelines import PipelineRegistry
 from activities.tools import ToolRegistry
 from bench.b1_overhead import _bare, _dbos, _rewind
+from bench.b4_fork import first_step, fork_floor
 from bench.baselines import langgraph_available, langgraph_functional_pipeline
 from bench.common import TOOLS_MODULE, Section, history_events, log, median, ms, rewind_worker
 from bench.dbos_baseline import dbos_available
@@ -34,6 +36,16 @@ from rewind.client import fork, pipeline_input, start_run
 from rewind.temporal.timing import step_marks
 
 SIZE = 256
+# The branch's way to its first new checkpoint, as its history tells it (bench.b4_fork.first_step).
+_FORK_MARKS = [
+    ("workflow started", EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, None),
+    ("describe_pipeline scheduled", EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, "describe_pipeline"),
+    ("describe_pipeline done (the record read)", EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, "describe_pipeline"),
+    ("first call scheduled (the code ran again to it)", EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, "call_llm"),
+    ("first call done", EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, "call_llm"),
+    ("its checkpoint's write scheduled", EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, "mirror_steps"),
+    ("its checkpoint written", EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED, "mirror_steps"),
+]
 STEP_TARGET_LOOP = 1.1
 STEP_TARGET_FLOOR = 1.3
 FORK_TARGET = 2.0
@@ -83,26 +95,40 @@ async def _langgraph(suite, model, registry: ToolRegistry, pairs: int) -> dict: 
     return {"durations": out["durations"][:-1], "wall_s": out["wall_s"]}
 
 
-async def _fork(client, settings, model, pairs: int) -> dict:  # type: ignore[no-untyped-def]
-    """A 2*pairs-call pipeline, forked at call `pairs`: seconds to the branch's first new checkpoint."""
+async def _fork(suite, server, client, settings, model, pairs: int, reps: int) -> dict:  # type: ignore[no-untyped-def]
+    """A 2*pairs-call pipeline, forked at call `pairs` `reps` times: seconds to the branch's first
+    new checkpoint (medians), and the floor of such a fork (bench.b4_fork.fork_floor: read the
+    fork point as one JSON object, start a bare workflow, one model call, a no-op 'checkpoint')."""
     source = await _pipeline(client, settings, model, pairs)
     run_id, point = source["run_id"], pairs
-    branch = f"fork-{uuid.uuid4().hex[:6]}"
-    async with _worker(client, settings, model), open_checkpoint_store(settings.store_url) as store:
-        t0 = time.perf_counter()
-        result = await fork(client, settings, store, run_id, point, branch=branch)
-        returned = time.perf_counter() - t0
-        async with open_checkpoint_store(settings.store_url) as watcher:
-            while point + 1 not in await watcher.existing_steps(run_id, branch):
-                if time.perf_counter() - t0 > 300:
-                    raise TimeoutError(f"the fork of {run_id} made no new checkpoint in 300 s")
-                await asyncio.sleep(0.005)
-        first = time.perf_counter() - t0
-        final = await result.handle.result()
-    assert final.status.state == "completed", final.status
+    returned, first, floors, marks = [], [], [], []
+    for _ in range(reps):
+        branch = f"fork-{uuid.uuid4().hex[:6]}"
+        async with _worker(client, settings, model), open_checkpoint_store(settings.store_url) as store:
+            wall0, t0 = time.time(), time.perf_counter()
+            result = await fork(client, settings, store, run_id, point, branch=branch)
+            returned.append(time.perf_counter() - t0)
+            async with open_checkpoint_store(settings.store_url) as watcher:
+                while point + 1 not in await watcher.existing_steps(run_id, branch):
+                    if time.perf_counter() - t0 > 300:
+                        raise TimeoutError(f"the fork of {run_id} made no new checkpoint in 300 s")
+                    await asyncio.sleep(0.005)
+            first.append(time.perf_counter() - t0)
+            final = await result.handle.result()
+        assert final.status.state == "completed", final.status
+        marks.append(first_step(await history_events(client, result.handle.id), wall0, _FORK_MARKS))
+        plain = f"floor-{uuid.uuid4().hex[:8]}"
+        model.add_script(plain, [{"content": "ok"}])
+        floors.append(await fork_floor(suite, server, model, settings.store_url, f"{run_id}:main:{point}",
+                                       {"model": f"script:{plain}", "tools": [], "max_steps": 1, "noop_at_end": True,
+                                        "system_prompt": "", "task": f"turn {pairs // 2}"}, conversation=False))
     step = median(_call_gaps(source["events"]))
-    return {"calls": 2 * pairs, "point": point, "fork_returns_s": returned, "first_checkpoint_s": first,
-            "step_s": step, "ratio": first / step}
+    floor = median([f["stored"] for f in floors])
+    return {"calls": 2 * pairs, "point": point, "fork_returns_s": median(returned), "first_checkpoint_s": median(first),
+            "step_s": step, "ratio": median(first) / step, "floor_s": floor, "floor_ratio": floor / step,
+            "over_floor": median(first) / floor, "reps": reps,
+            "timeline": {label: median([m[label] for m in marks if label in m]) for label, _, _ in _FORK_MARKS
+                         if any(label in m for m in marks)}}
 
 
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
@@ -132,7 +158,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         if skip_dbos is None:
             runs["dbos"].append(await _dbos(suite, model, pairs))
     log(f"pipelines: fork at call {fork_pairs} of {2 * fork_pairs}")
-    forked = await _fork(client, settings, model, fork_pairs)
+    forked = await _fork(suite, server, client, settings, model, fork_pairs, reps)
     suite.stop_model(model)
     suite.stop_temporal(server)
 
@@ -154,10 +180,17 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         rows.append([label, st[key]["median_ms"], "1.00x" if key == "pipeline" else f"**{pipe / st[key]['median_ms']:.2f}x**",
                      st[key]["n"]])
     sec.table("Time per model + tool pair (ms)", ["approach", "median", "pipeline / this", "pairs measured"], rows)
-    sec.table("Fork of a pipeline (ms)", ["calls", "fork at call", "fork() returns", "first new checkpoint",
-                                          "one step", "ratio"],
+    sec.table(f"Fork of a pipeline (ms; medians of {forked['reps']}), and its floor with no Rewind code (read the fork "
+              "point stored as one JSON object, start a bare workflow, one model call, a no-op activity where Rewind "
+              "writes the checkpoint)",
+              ["calls", "fork at call", "fork() returns", "first new checkpoint", "one step", "ratio", "floor",
+               "floor / one step", "Rewind / floor"],
               [[forked["calls"], forked["point"], ms(forked["fork_returns_s"]), ms(forked["first_checkpoint_s"]),
-                ms(forked["step_s"]), f"**{forked['ratio']:.1f}x**"]])
+                ms(forked["step_s"]), f"**{forked['ratio']:.1f}x**", ms(forked["floor_s"]),
+                f"**{forked['floor_ratio']:.1f}x**", f"**{forked['over_floor']:.2f}x**"]])
+    timeline = forked["timeline"]
+    sec.table("The branch's way to its first new checkpoint, from its history (ms after the call to fork(); medians)",
+              ["fork() returns", *timeline], [[ms(forked["fork_returns_s"]), *(ms(v) for v in timeline.values())]])
     loop, bare = st["loop"]["median_ms"], st["bare"]["median_ms"]
     sec.headline = [
         ["14 pipelines", "per-pair median, pipeline / the loop's step", f"{pipe:.1f} ms / {loop:.1f} ms",
@@ -167,6 +200,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         ["14 pipelines", f"fork at call {forked['point']} of {forked['calls']} → first new checkpoint / one step",
          f"{forked['first_checkpoint_s'] * 1000:.0f} ms / {forked['step_s'] * 1000:.0f} ms", f"**{forked['ratio']:.1f}x**",
          f"≤ {FORK_TARGET}x", "met" if forked["ratio"] <= FORK_TARGET else "**not met**"],
+        ["14 pipelines", f"floor (no Rewind code): fork at call {forked['point']} → first step stored, / one step",
+         f"{forked['floor_s'] * 1000:.0f} ms / {forked['step_s'] * 1000:.0f} ms", f"**{forked['floor_ratio']:.1f}x**",
+         "–", "–"],
     ]
     for key, name in (("langgraph", "LangGraph functional API + SqliteSaver"), ("dbos", "DBOS + SQLite")):
         if key in st:

@@ -124,8 +124,9 @@ _MARKS = [
 ]
 
 
-def _first_step(events: list, wall0: float) -> dict[str, float]:  # type: ignore[type-arg]
-    """Seconds from the call to fork() to each of _MARKS (the first of each; same machine's clock)."""
+def _first_step(events: list, wall0: float, marks: list | None = None) -> dict[str, float]:  # type: ignore[type-arg]
+    """Seconds from the call to fork() to each of `marks` (_MARKS unless told; the first of each;
+    same machine's clock)."""
     names: dict[int, str] = {}
     out: dict[str, float] = {}
     for e in events:
@@ -134,7 +135,7 @@ def _first_step(events: list, wall0: float) -> dict[str, float]:  # type: ignore
             activity = names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             activity = names.get(e.activity_task_completed_event_attributes.scheduled_event_id)
-        for label, kind, name in _MARKS:
+        for label, kind, name in marks or _MARKS:
             if label not in out and e.event_type == kind and name == activity:
                 out[label] = e.event_time.ToNanoseconds() / 1e9 - wall0
     return out
@@ -171,13 +172,29 @@ async def _floor_once(suite, server, run: dict, model) -> dict:  # type: ignore[
     first step: the model call that reads that file, the tool call, and a no-op third activity
     where Rewind writes the step's checkpoint. Seconds from the start to that activity done
     (from history), and to each part."""
-    n = run["steps"]
     name = _continuing_script(model, run, "floor")
+    registry = ToolRegistry.from_modules([TOOLS_MODULE])
+    return await fork_floor(suite, server, model, run["settings"].store_url,
+                            checkpoint_id(run["run_id"], "main", run["steps"]),
+                            {"model": f"script:{name}", "tools": [s.openai_schema() for s in registry.specs()],
+                             "max_steps": 1, "noop_per_step": True})
+
+
+first_step = _first_step
+
+
+async def fork_floor(suite, server, model, store_url: str, point_id: str, workflow_input: dict,  # type: ignore[no-untyped-def]
+                     conversation: bool = True) -> dict:
+    """A fork with no Rewind code, from checkpoint `point_id` stored as one JSON file: read and
+    parse it, write its conversation as one file (`conversation`: the bare workflow's model
+    calls read it), start bench.bare_workflow on `workflow_input` on an in-process worker of
+    plain temporalio, and wait for its last no-op activity (where Rewind writes the checkpoint).
+    Seconds from the start to each part (event times from history)."""
     folder = suite.tmp / f"floor-{uuid.uuid4().hex[:6]}"
     folder.mkdir()
     point = folder / "checkpoint.json"
-    async with open_checkpoint_store(run["settings"].store_url) as store:
-        point.write_text((await store.load(checkpoint_id(run["run_id"], "main", n))).model_dump_json())
+    async with open_checkpoint_store(store_url) as store:
+        point.write_text((await store.load(point_id)).model_dump_json())
     client = await Client.connect(server.address)
     registry = ToolRegistry.from_modules([TOOLS_MODULE])
     acts = BareActivities(model.base_url, registry)
@@ -189,15 +206,15 @@ async def _floor_once(suite, server, run: dict, model) -> dict:  # type: ignore[
         wall0, t0 = time.time(), time.perf_counter()
         doc = json.loads(point.read_bytes())
         read = time.perf_counter() - t0
-        conversation = folder / "conversation.json"
-        conversation.write_bytes(json.dumps(doc["messages"]).encode())
+        extra: dict = {}
+        if conversation:
+            written_to = folder / "conversation.json"
+            written_to.write_bytes(json.dumps(doc["messages"]).encode())
+            extra["messages_file"] = str(written_to)
         written = time.perf_counter() - t0
-        handle = await client.start_workflow(
-            "BareAgentWorkflow", {"model": f"script:{name}", "tools": [s.openai_schema() for s in registry.specs()],
-                                  "max_steps": 1, "noop_per_step": True, "messages_file": str(conversation)},
-            id=wid, task_queue=queue)
+        handle = await client.start_workflow("BareAgentWorkflow", {**workflow_input, **extra}, id=wid, task_queue=queue)
         started = time.perf_counter() - t0
-        assert await handle.result() == 1
+        await handle.result()
     events = await history_events(client, wid)
     noop = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED][-1]
     return {"read": read, "written": written, "started": started,
