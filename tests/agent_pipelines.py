@@ -27,3 +27,14 @@ async def gathered(ctx, terms: list[str]) -> str:
     """Look the terms up at once, then sum them up with one model call."""
     found = await asyncio.gather(*(ctx.tool("lookup", term=term) for term in terms))
     return await ctx.llm("sum", user="; ".join(found))
+
+
+@pipeline
+async def drafts(ctx, rounds: int) -> str:
+    """`rounds` model calls in a row, then a lookup, a short sleep and a last model call."""
+    text = ""
+    for turn in range(rounds):
+        text = await ctx.llm("draft", user=f"draft {turn}: {text}")
+    found = await ctx.tool("lookup", term="alpha")
+    await ctx.sleep(0.1)
+    return await ctx.llm("final", user=found)

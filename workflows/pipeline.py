@@ -67,7 +67,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.status import PipelineCallState
     from workflows.summaries import model_call_summary
     from workflows.tool_calls import failure_text
-    from workflows.wire import CHECKPOINT_CONFLICT, DESCRIBE_PIPELINE, PIPELINE_WORKFLOW
+    from workflows.wire import (
+        CHECKPOINT_CONFLICT,
+        DESCRIBE_PIPELINE,
+        PIPELINE_CARRIED_CHECKPOINTS_PATCH,
+        PIPELINE_WORKFLOW,
+    )
 
 class PipelineContext:
     """What a pipeline's code reaches the world through (the `ctx` argument)."""
@@ -118,6 +123,7 @@ class PipelineContext:
         continued run, which skip a sleep the record shows was slept (a recorded call follows it)."""
         if self._run.replaying_record():
             return
+        self._run.before_waiting()
         await workflow.sleep(timedelta(seconds=seconds))
 
 
@@ -245,6 +251,19 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         self._draws += 1
         digest = hashlib.sha256(f"{self._seed}:{self._draws}".encode()).digest()
         return int.from_bytes(digest[:7], "big") / float(1 << 56)
+
+    def before_waiting(self) -> None:
+        """The code waits for something other than a model call (a timer): the steps held for
+        the next model call to carry are written now, not after the wait."""
+        self._flush_held()
+
+    def _can_carry(self) -> bool:
+        """A pipeline's steps ride on its next model call as the loop's do (two actions a step
+        where it was three), written at once before anything else it waits for; a graph's
+        super-steps do not (their calls are not a step until the super-step ends)."""
+        inp = self._input
+        return (inp is not None and not inp.fast and self._kind == "pipeline"
+                and workflow.patched(PIPELINE_CARRIED_CHECKPOINTS_PATCH))
 
     def replaying_record(self) -> bool:
         """The code is still before the last call of its record (a fork's, a continued run's)."""
@@ -391,17 +410,24 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             context_tokens=inp.llm.context_tokens, keep_last=inp.llm.keep_last,
             temperature=temperature if temperature is not None else inp.llm.temperature, seed=inp.llm.seed,
             tool_result_chars=inp.llm.tool_result_chars, response_format=response_format, label=call.label,
-            transcript=False,
+            transcript=False, checkpoints=self._take_held(),
         )
         self._call_started(call)
         try:
             response = await self._model_activity(request, model_call_summary(self._state.step + 1, model),
                                                   activity_id=call_activity_id(call))
-        except ActivityError as err:
+        except (ActivityError, asyncio.CancelledError) as err:
+            # Whether the call wrote the steps it carried is unknown: the mirror writes them.
+            self._carried_back(request.checkpoints, 0)
+            if isinstance(err, asyncio.CancelledError):
+                raise
             self._call_ended(call, None)
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err
             raise ModelCallFailed(f"{what} failed: {failure_text(err)}") from None
+        if request.checkpoints:
+            carried = response.checkpoints
+            self._carried_back(request.checkpoints, carried.written if carried is not None else 0)
         self._count_model(response)
         return response
 
@@ -438,6 +464,9 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             await self._within_budget()
             request = {"id": f"call_{call.position}", "type": "function",
                        "function": {"name": name, "arguments": canonical_json(arguments)}}
+            # A tool, agent or pipeline call may take long (a slow tool, an approval, a child run):
+            # the steps waiting for a model call to carry them are written now instead.
+            self._flush_held()
             self._call_started(call)
             try:
                 log = await tools.call(self._state.step + 1, request, activity_id=call_activity_id(call))

@@ -92,6 +92,9 @@ CARRIED_CHECKPOINTS_PATCH = "checkpoints-ride-model-calls"
 # with the mirror activity at once instead of on its next model call: the user who forked is
 # waiting for that step, and one activity per branch costs nothing beside its steps.
 BRANCH_FIRST_STEP_PATCH = "branch-first-step-mirrored-at-once"
+# A pipeline's step records ride on its next model call too (CARRIED_CHECKPOINTS_PATCH); they
+# go to the mirror activity before the code waits for anything else (a tool, a child run, a timer).
+PIPELINE_CARRIED_CHECKPOINTS_PATCH = "pipeline-checkpoints-ride-model-calls"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:

@@ -100,3 +100,43 @@ async def test_worker_killed_after_the_model_call_wrote_the_previous_checkpoint(
         assert checkpoints[1].checkpoint_id == checkpoint_id(handle.id, "main", 1)
     assert_well_formed(checkpoints[-1].messages)
     await _same_as_history(client, settings, handle, tmp_path)
+
+
+async def test_a_pipelines_steps_ride_on_its_model_calls(client, settings, model, tmp_path):
+    """A pipeline's step records ride on its next model call as the loop's do; before the code
+    waits for anything else (a tool call, a timer) the held ones go to the mirror activity."""
+    from activities.llm import ModelEndpoint
+    from activities.pipelines import PipelineRegistry
+    from activities.tools import ToolRegistry
+    from rewind.client import pipeline_input, start_run
+    from worker import build_worker
+
+    rounds = 4
+    name = add_script(model, {"draft": [{"content": "better"}], "final": [{"content": "done"}]})
+    inp = pipeline_input(settings, "drafts", {"rounds": rounds}, model=name)
+    async with build_worker(client, settings, ToolRegistry.from_modules(["agent_tools"]),
+                            ModelEndpoint(base_url=model.base_url, api_key="test-key"),
+                            pipelines=PipelineRegistry.from_modules(["agent_pipelines"])):
+        handle = await start_run(client, settings, inp)
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status.state == "completed" and result.status.final_answer == "done", result.status
+    assert result.status.mirror_pending == 0 and result.status.mirror_error is None, result.status
+
+    scheduled = await _scheduled(handle)
+    calls = [i for i, name in enumerate(scheduled) if name == CALL_LLM]
+    assert len(calls) == rounds + 1, scheduled
+    # The drafts carried each other's steps: no mirror activity between the first and the last.
+    assert not MIRRORS & set(scheduled[calls[0]:calls[rounds - 1]]), scheduled
+    # The last draft's step went to the mirror before the lookup, the lookup's before the sleep,
+    # and the final call's and the result's at the end.
+    tool = scheduled.index(RUN_TOOL)
+    assert MIRRORS & set(scheduled[calls[rounds - 1]:tool]), scheduled
+    assert sum(1 for name in scheduled if name in MIRRORS) <= 4, scheduled
+
+    steps = rounds + 3  # the start, the drafts, the lookup, the final call, the result
+    async with open_checkpoint_store(settings.store_url) as store:
+        assert sorted(await store.existing_steps(handle.id, "main")) == list(range(steps + 1))
+        stored = await store.raw_objects(handle.id)
+    async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
+        await mirror_run(client, rebuilt, handle.id, outputs=outputs_of(settings))
+        assert await rebuilt.raw_objects(handle.id) == stored
