@@ -22,10 +22,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 
 from activities.llm import ModelEndpoint  # noqa: E402
+from activities.pipelines import PipelineRegistry  # noqa: E402
 from activities.tools import ToolRegistry  # noqa: E402
 from rewind import fork, redo, rollback  # noqa: E402
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store  # noqa: E402
-from rewind.client import connect, start_run  # noqa: E402
+from rewind.client import connect, pipeline_input, start_run  # noqa: E402
 from rewind.settings.config import Settings  # noqa: E402
 from rewind.temporal.dev_server import DevServer  # noqa: E402
 from rewind.worker.scripted_model import ScriptedModelServer  # noqa: E402
@@ -80,7 +81,8 @@ async def main(only: set[str]) -> None:
         client = await connect(settings)
         registry = ToolRegistry.from_modules(["examples.research_agent", "agent_tools"])
         endpoint = ModelEndpoint(base_url=model.base_url, api_key="x")
-        async with build_worker(client, settings, registry, endpoint):
+        pipelines = PipelineRegistry.from_modules(["agent_pipelines"])
+        async with build_worker(client, settings, registry, endpoint, pipelines=pipelines):
             short = await start_run(client, settings, AgentInput(run_id="hist-short", task=TASK))
             await short.result()
             if want("short"):
@@ -220,6 +222,21 @@ async def main(only: set[str]) -> None:
                 await _save_chain(client, fan.id, "subagents")
                 await _save_chain(client, "hist-subagents--main.s1-call_0_0", "subagent-child")
                 await _save_chain(client, again.workflow_id, "redo")
+
+            # A pipeline whose steps ride on its model calls (PIPELINE_CARRIED_CHECKPOINTS_PATCH): model
+            # calls in a row, a lookup, a sleep; then a fork of it from its second draft.
+            model.add_script("drafts", {"draft": [{"content": "better"}], "final": [{"content": "done"}]})
+            drafts = await start_run(client, settings, pipeline_input(settings, "drafts", {"rounds": 3},
+                                                                      model="script:drafts", run_id="hist-drafts"))
+            await drafts.result()
+            async with open_checkpoint_store(settings.store_url) as store:
+                redrafted = await fork(client, settings, store, "hist-drafts", 2, branch="again",
+                                       prompts={"draft": "Be brief."})
+                await redrafted.handle.result()
+            if want("pipeline-carried"):
+                await _save_chain(client, drafts.id, "pipeline-carried")
+            if want("pipeline-forked"):
+                await _save_chain(client, redrafted.workflow_id, "pipeline-forked")
     finally:
         model.stop_thread()
         server.stop()
