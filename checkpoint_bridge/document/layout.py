@@ -11,6 +11,7 @@ a file path or S3 key unchecked; the backends check every key once more
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -67,16 +68,24 @@ class ParsedKey:
     step_index: int
 
 
+@functools.lru_cache(maxsize=4096)
+def _valid_id(kind: str, value: str) -> str | None:
+    """`value` if it is a valid id of `kind`: a run's listing names the same run and the
+    same few branches on every key, so each is checked once."""
+    try:
+        return validate_id(kind, value)
+    except InvalidIdError:
+        return None
+
+
 def parse_key(key: str) -> ParsedKey | None:
     """Decode a step or invalidation key; ``None`` for anything else found under a
     run prefix (packs, which are copies, and foreign files)."""
     match = _KEY.fullmatch(key)
     if match is None:
         return None
-    try:
-        run_id = validate_id("run", match["run"])
-        branch_id = validate_id("branch", match["branch"])
-    except InvalidIdError:
+    run_id, branch_id = _valid_id("run", match["run"]), _valid_id("branch", match["branch"])
+    if run_id is None or branch_id is None:
         return None
     kind: Literal["step", "invalidation"] = "step" if match["kind"] == "steps" else "invalidation"
     return ParsedKey(kind, run_id, branch_id, int(match["step"]))

@@ -201,11 +201,15 @@ class FileObjectStore:
         if not base.is_dir():
             return []
         keys = []
+        root = str(self.root)
         for dirpath, _dirs, files in os.walk(base):
+            # The folder's key once, as a string: pathlib per file was most of a long run's listing.
+            folder = Path(os.path.relpath(dirpath, root)).as_posix()
+            folder = "" if folder == "." else folder + "/"
             for name in files:
                 if name.startswith(_TMP) and not include_temp:
                     continue
-                key = Path(dirpath, name).relative_to(self.root).as_posix()
+                key = folder + name
                 if key.startswith(prefix):
                     keys.append(key)
         return sorted(keys)
