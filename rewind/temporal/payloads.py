@@ -93,8 +93,9 @@ def shared_pydantic_converter() -> type:
                 return cls._instance
 
             def __init__(self) -> None:
-                if "_type_adapter" not in self.__dict__:  # built once; later calls find it built
+                if not self.__dict__.get("_rewind_built"):  # built once; later calls find it built
                     super().__init__()
+                    self._rewind_built = True
 
         _SHARED_PYDANTIC.append(SharedPydanticPayloadConverter)
     return _SHARED_PYDANTIC[0]
