@@ -30,27 +30,32 @@ async def heartbeating(*details: Any, interval_s: float = 1.0) -> AsyncIterator[
         yield
         return
 
-    async def beat() -> None:
-        # The first beat once the activity has run FIRST_BEAT_S: one that ends sooner
-        # needs none (heartbeat timeouts are seconds), and a beat costs the worker
-        # ~0.4 ms of CPU (the SDK converts the details and hands them to its core),
-        # two beats a step when every model call and mirror beat at once.
-        await asyncio.sleep(min(FIRST_BEAT_S, interval_s))
-        while True:
-            activity.heartbeat(*details)
-            await asyncio.sleep(interval_s)
+    # Beats are timer callbacks, not a task that sleeps: two activities a step start and
+    # stop this, and a task (its creation, its sleeps, its cancellation and the await of
+    # it) cost several times what a timer does. A callback runs in a copy of the
+    # activity's context, where `activity.heartbeat` finds its activity.
+    loop = asyncio.get_running_loop()
 
-    task = asyncio.create_task(beat())
-    # Beside the call, not before it: the call never waits for the server here.
-    takeover = asyncio.create_task(release_stickiness_after_timeout())
+    def beat() -> None:
+        nonlocal timer
+        try:
+            activity.heartbeat(*details)
+        finally:  # one beat that fails does not stop the next
+            timer = loop.call_later(interval_s, beat)
+
+    # The first beat once the activity has run FIRST_BEAT_S: one that ends sooner
+    # needs none (heartbeat timeouts are seconds), and a beat costs the worker
+    # ~0.4 ms of CPU (the SDK converts the details and hands them to its core),
+    # two beats a step when every model call and mirror beat at once.
+    timer = loop.call_later(min(FIRST_BEAT_S, interval_s), beat)
+    # Beside the call, not before it: the call never waits for the server here. Only a
+    # retried attempt may have a dead worker to take over from (activities/takeover.py).
+    takeover = asyncio.create_task(release_stickiness_after_timeout()) if activity.info().attempt > 1 else None
     try:
         yield
     finally:
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
+        timer.cancel()
         # Done before the call completes, so the workflow task that follows
         # already goes to the shared queue (activities/takeover.py).
-        await takeover
+        if takeover is not None:
+            await takeover

@@ -25,9 +25,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.checkpoint_writer import CheckpointWriter
-from activities.context_budget import message_budget
 from activities.context_window import check_pairing, compact_actions, compress_messages
 from activities.heartbeat import heartbeating
+from activities.prompt_fit import PromptFitter
 from activities.pricing import PriceTable
 from activities.spans import activity_span
 from activities.tokens import preload
@@ -118,6 +118,7 @@ class LlmActivities:
         # Built by the worker with the key in use among its secrets.
         self._redact = redactor
         self._client: openai.AsyncOpenAI | None = None
+        self._fitter = PromptFitter()
 
     def open_client(self) -> None:
         """Build the model client now, and the default tokenizer in the background; the worker
@@ -205,11 +206,13 @@ class LlmActivities:
         messages = [*base, *new_messages]
         sent = list(messages)
         model_view = None
-        budget = message_budget(request.model, tools, request.context_tokens)
-        # Tokenizing a long conversation is CPU work: keep it off the event loop.
-        fitted = await asyncio.to_thread(
-            compress_messages, sent, model=request.model, budget_tokens=budget,
-            keep_last=request.keep_last, tool_result_chars=request.tool_result_chars,
+        budget = self._fitter.budget(request.model, tools, tools_ref, request.context_tokens)
+        # Counts only what is new since the conversation's last call on this worker, when it
+        # can (activities/prompt_fit.py); a long count goes to a worker thread.
+        fitted = await self._fitter.fit(
+            sent, model=request.model, budget_tokens=budget, keep_last=request.keep_last,
+            tool_result_chars=request.tool_result_chars, base_head=request.transcript_head if request.transcript else None,
+            base_len=len(base), head=head,
         )
         if fitted.over_budget:
             # The recent messages alone do not fit (a huge fresh tool result):

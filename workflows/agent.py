@@ -118,6 +118,7 @@ class AgentWorkflow:
         self._held: list[StepRecord] = []  # records waiting for the next model call to carry them
         self._first_mirrored = False  # a seeded branch's first step went to the mirror activity
         self._stored_tools: tuple[str, str] | None = None  # (canonical JSON of the tools, their digest)
+        self._tools_json: tuple[list[dict[str, Any]], str] | None = None  # (the tools sent, their canonical JSON)
         self._new_limits: RunLimits | None = None
         self._gate = ApprovalGate(on_change=self._show_state)
         self._index = RunIndex(False)
@@ -400,7 +401,7 @@ class AgentWorkflow:
         state, tuning = self._state, inp.llm
         # Tool schemas go to the first call whole; once a call has stored them, the
         # next ones name them by digest while they stay the same.
-        tools_text = canonical_json(openai_tools)
+        tools_text = self._tools_text(openai_tools)
         stored = self._stored_tools if self._stored_tools is not None and self._stored_tools[0] == tools_text else None
         request = LlmRequest(
             run_id=inp.run_id, step=state.step, model=inp.model,
@@ -434,6 +435,15 @@ class AgentWorkflow:
             self._carried_back(request.checkpoints, carried.written if carried is not None else 0)
         self._count_model(response)
         return response
+
+    def _tools_text(self, openai_tools: list[dict[str, Any]]) -> str:
+        """The canonical JSON of the tools a call sends, encoded again only when the list is a
+        new one (the loop passes the same list every step; encoding it was a step's work that
+        grew with the number of tools)."""
+        known = self._tools_json
+        if known is None or known[0] is not openai_tools:
+            known = self._tools_json = (openai_tools, canonical_json(openai_tools))
+        return known[1]
 
     async def _model_activity(self, request: LlmRequest, summary: str, activity_id: str | None = None) -> LlmResponse:
         """The call_llm activity with the run's retry policy and timeouts (raises ActivityError

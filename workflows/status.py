@@ -84,11 +84,15 @@ class Ledger(BaseModel):
     subagent_model_calls: int = 0
     subagent_tool_calls: int = 0
 
+    # Sums of fields already validated (ints and floats, no constraints) need no validation
+    # again: model_construct, as these run several times a step in the workflow.
     def plus(self, other: "Ledger") -> "Ledger":
-        return Ledger(**{k: getattr(self, k) + getattr(other, k) for k in Ledger.model_fields})
+        mine, theirs = self.__dict__, other.__dict__
+        return Ledger.model_construct(**{k: mine[k] + theirs[k] for k in _LEDGER_FIELDS})
 
     def minus(self, other: "Ledger") -> "Ledger":
-        return Ledger(**{k: getattr(self, k) - getattr(other, k) for k in Ledger.model_fields})
+        mine, theirs = self.__dict__, other.__dict__
+        return Ledger.model_construct(**{k: mine[k] - theirs[k] for k in _LEDGER_FIELDS})
 
     def rolled_up(self) -> "Ledger":
         """What a sub-agent run's totals add to its caller's ledger: every amount,
@@ -114,6 +118,7 @@ class Ledger(BaseModel):
 
 
 SUBAGENT_LEDGER_FIELDS = tuple(name for name in Ledger.model_fields if name.startswith("subagent_"))
+_LEDGER_FIELDS = tuple(Ledger.model_fields)
 
 
 class ToolRequest(BaseModel):

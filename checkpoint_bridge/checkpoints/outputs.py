@@ -70,6 +70,19 @@ class OutputStore:
         return doc["output"]
 
     async def _many(self, digests: set[str]) -> dict[str, Any]:
+        # Outputs this worker stored or read are answered from memory, without a task each:
+        # the common case (the model call and the checkpoint right after the tool call).
+        found: dict[str, Any] = {}
+        for digest in digests:
+            cached = self._cache.get(digest)
+            if cached is not None:
+                found[digest] = cached.value
+        missing = digests - found.keys()
+        if missing:
+            found.update(await self._read_many(missing))
+        return found
+
+    async def _read_many(self, digests: set[str]) -> dict[str, Any]:
         gate = asyncio.Semaphore(self._concurrency)
 
         async def one(digest: str) -> Any:

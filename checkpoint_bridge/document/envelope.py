@@ -369,14 +369,14 @@ def seal(payload: Compacted, blocks_sha256: str | None = None, block_sha256: str
         if block_sha256 is not None:
             stored["block_sha256"] = block_sha256
     try:
-        envelope = {
-            "format": format_,
-            "kind": payload.kind,
-            "schema_version": CURRENT_SCHEMA_VERSION,
-            "sha256": _sha256(stored),
-            "payload": stored,
-        }
-        return canonical_json(envelope).encode("utf-8")
+        # canonical_json of {"format", "kind", "payload", "schema_version", "sha256"} (its keys in
+        # sorted order), with the payload's JSON encoded once: the same for its digest and for
+        # the envelope, which a step's write did twice.
+        text = canonical_json(stored)
+        data = text.encode("utf-8")
+        head = canonical_json({"format": format_, "kind": payload.kind})
+        tail = canonical_json({"schema_version": CURRENT_SCHEMA_VERSION, "sha256": hashlib.sha256(data).hexdigest()})
+        return f'{head[:-1]},"payload":{text},{tail[1:]}'.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CheckpointError(
             f"checkpoint {payload.checkpoint_id} holds text that is not valid Unicode ({exc}); "

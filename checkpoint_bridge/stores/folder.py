@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -151,17 +150,51 @@ class FileObjectStore:
             return handle.read()
 
     def _write_temp(self, folder: Path, data: bytes) -> str:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TMP)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        # os.open/os.write on a random name rather than tempfile.mkstemp and a file object:
+        # the same exclusive create (O_EXCL) and mode (0600) at a fraction of the Python
+        # work, which a worker pays for every object it writes (about three a step).
+        while True:
+            tmp = f"{folder}/{_TMP}{os.urandom(6).hex()}"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            except FileExistsError:
+                continue
+            break
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        os.close(fd)
         return tmp
 
+    def _folder_for_write(self, key: str) -> Path:
+        """The folder of `key`'s object, made if missing and checked to lie inside the root.
+        A folder checked once is not checked again (resolving a path costs a system call per
+        part, for every write); `_put_if_absent` forgets one that went away (a deleted prefix)."""
+        check_key(key)
+        folder = (self.root / key).parent
+        if folder not in self._checked_folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            if not folder.resolve().is_relative_to(self.root):
+                raise InvalidIdError(f"storage key {key!r} resolves outside the store root {self.root}")
+            self._checked_folders.add(folder)
+        return folder
+
     def _put_if_absent(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._write_temp(path.parent, data)
+        folder = self._folder_for_write(key)
+        path = self.root / key
+        try:
+            tmp = self._write_temp(folder, data)
+        except (FileNotFoundError, NotADirectoryError):
+            # The folder went away since it was checked (a deleted run): check and make it again.
+            self._checked_folders.discard(folder)
+            folder = self._folder_for_write(key)
+            tmp = self._write_temp(folder, data)
         try:
             try:
                 os.link(tmp, path)
@@ -175,7 +208,7 @@ class FileObjectStore:
                     return True
         finally:
             _unlink_quietly(tmp)
-        if path.read_bytes() == data:
+        if self._get(key) == data:  # not following a symlink, as a read
             return False
         raise CheckpointExistsError(
             f"object {key!r} in {self.url} already exists with different content; "
@@ -216,6 +249,7 @@ class FileObjectStore:
 
     def _delete(self, key: str) -> bool:
         path = self._path(key)
+        self._checked_folders.clear()  # the folders it empties go: checked again when written
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -234,6 +268,7 @@ class FileObjectStore:
     def _delete_prefix(self, prefix: str) -> None:
         if not prefix:
             raise InvalidIdError(f"refusing to delete everything in {self.url}: the prefix is empty")
+        self._checked_folders.clear()
         for key in self._list(prefix, include_temp=True):
             _unlink_quietly(str(self.root / key))
         if prefix.endswith("/"):

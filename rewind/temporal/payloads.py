@@ -68,6 +68,37 @@ class ReusingDataConverter(DataConverter):
 
 
 _SHARED: dict[tuple[str, type], object] = {}
+_SHARED_PYDANTIC: list[type] = []
+
+
+def shared_pydantic_converter() -> type:
+    """PydanticPayloadConverter with one instance per process, whoever builds it.
+
+    Besides our data converter's copies (``ReusingDataConverter``), the SDK's worker makes
+    a DataConverter of its own class (``_CommandAwareDataConverter``) for every workflow
+    activation it decodes and every completion it encodes, and each built its payload
+    converter anew: a pydantic schema serializer, a type-adapter cache and the composite
+    of encodings, twice per workflow task (~1.5% of a worker's CPU under 100 runs). The
+    converter is stateless but for that cache, so every one of them is the same object.
+    """
+    if not _SHARED_PYDANTIC:
+        from temporalio.contrib.pydantic import PydanticPayloadConverter
+
+        class SharedPydanticPayloadConverter(PydanticPayloadConverter):
+            _instance: SharedPydanticPayloadConverter | None = None
+
+            def __new__(cls) -> SharedPydanticPayloadConverter:
+                if cls._instance is None:
+                    cls._instance = super().__new__(cls)
+                return cls._instance
+
+            def __init__(self) -> None:
+                if not self.__dict__.get("_rewind_built"):  # built once; later calls find it built
+                    super().__init__()
+                    self._rewind_built = True
+
+        _SHARED_PYDANTIC.append(SharedPydanticPayloadConverter)
+    return _SHARED_PYDANTIC[0]
 
 
 
@@ -213,13 +244,12 @@ def converter_factory(
     driver = _driver(payload_url, s3_endpoint_url, aws_region)
 
     def build() -> DataConverter:
-        from temporalio.contrib.pydantic import PydanticPayloadConverter
-
+        pydantic_converter = shared_pydantic_converter()
         storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
         if not keys:
-            return ReusingDataConverter(payload_converter_class=PydanticPayloadConverter, external_storage=storage)
+            return ReusingDataConverter(payload_converter_class=pydantic_converter, external_storage=storage)
         return ReusingDataConverter(
-            payload_converter_class=PydanticPayloadConverter,
+            payload_converter_class=pydantic_converter,
             external_storage=storage,
             payload_codec=EncryptionCodec(keys, require_encryption=require_encryption),
             # Failure messages and stack traces move into an encoded (so encrypted)
