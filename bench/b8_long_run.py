@@ -76,9 +76,8 @@ class SizedModelServer(ScriptedModelServer):
     """The scripted model, noting each request's size and keeping none of its body.
 
     TimedModelServer keeps every body it got: over a 500-step run of whole
-    conversations that is hundreds of MB of parsed JSON in this process, a heap
-    whose garbage collection grows with the run too and lands in the model's
-    answer time, Rewind's and the floor's alike."""
+    conversations that would be hundreds of MB of parsed JSON held in this
+    process (the model server's thread), for nothing this section reads."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
