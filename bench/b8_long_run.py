@@ -242,8 +242,8 @@ def _ms(seconds: float | None) -> float | None:
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     steps, rounds = (100, 1) if suite.quick else (500, 3)
     sec = Section("long_run", f"8. A {steps}-step run, early and late steps, beside the floor",
-                  __doc__.split("\n\n", 1)[1].replace("\n", " ").replace("N = 500; quick: 100", f"N = {steps}")
-                  + (f" Full mode makes the floor's and each Rewind run {rounds} times, alternating, and pools "
+                  __doc__.split("\n\n", 1)[1].replace("\n", " ").strip().replace("N = 500; quick: 100", f"N = {steps}")
+                  + (f" Full mode makes the floor's run and each of Rewind's {rounds} times, alternating, and pools "
                      "their windows' steps." if rounds > 1 else ""))
     server = suite.start_temporal("long-run")
     client = await suite.client(server)
