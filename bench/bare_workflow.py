@@ -13,7 +13,13 @@ did. `noop_at_end` (the concurrency benchmark's, bench.bare_worker): one such
 activity when the run ends, where Rewind writes its last checkpoint (every
 other step's rides on the next model call). `messages_file` (the fork benchmark's): the conversation so far is a JSON
 file that every model call reads before its new messages (a conversation
-passed by reference, as Rewind's transcript).
+passed by reference, as Rewind's transcript). `held` (the long-run benchmark's):
+the worker keeps each run's conversation in memory and every model call gets
+only the messages new since the previous one, then posts the whole
+conversation; the request grows with the run exactly as Rewind's, while
+history holds each message about once (passed whole, a 500-step run of 2 KB
+tool results would pass Temporal's 50 MB history limit). Not durable: a floor.
+With `held`, `continue_as_new` continues the run as new on Rewind's rule.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from temporalio import activity, workflow
 BARE_LLM = "bare_llm"
 BARE_TOOL = "bare_tool"
 BARE_NOOP = "bare_noop"
+HISTORY_LIMIT_BYTES = 4 * 1024 * 1024  # AgentInput.history_limit_bytes's default
 
 
 @workflow.defn(name="BareAgentWorkflow")
@@ -36,18 +43,22 @@ class BareAgentWorkflow:
     @workflow.run
     async def run(self, inp: dict[str, Any]) -> int:
         source = inp.get("messages_file")
-        messages: list[dict[str, Any]] = [] if source else [
+        held = bool(inp.get("held"))
+        resume = inp.get("resume") or {}  # held: where the run it continues left off
+        held_len = resume.get("held_len", 0)  # held: how many messages the worker holds
+        messages: list[dict[str, Any]] = resume.get("unsent") or ([] if source else [
             {"role": "system", "content": inp["system_prompt"]},
             {"role": "user", "content": inp["task"]},
-        ]
-        step = 0
+        ])
+        step = resume.get("step", 0)
         noop: asyncio.Future[Any] | None = None
         while step < inp["max_steps"]:
             step += 1
-            reply = await workflow.execute_activity(
-                BARE_LLM, {"model": inp["model"], "messages": messages, "tools": inp["tools"], "messages_file": source},
-                start_to_close_timeout=timedelta(seconds=120),
-            )
+            request = {"model": inp["model"], "messages": messages, "tools": inp["tools"], "messages_file": source,
+                       "held_len": held_len if held else None}
+            reply = await workflow.execute_activity(BARE_LLM, request, start_to_close_timeout=timedelta(seconds=120))
+            if held:  # the worker holds them now
+                held_len, messages = held_len + len(messages), []
             messages.append(reply)
             calls = reply.get("tool_calls") or []
             if not calls:
@@ -61,6 +72,12 @@ class BareAgentWorkflow:
             if inp.get("noop_per_step") and (noop is None or noop.done()):
                 noop = asyncio.ensure_future(workflow.execute_activity(
                     BARE_NOOP, new, start_to_close_timeout=timedelta(seconds=60)))
+            info = workflow.info()
+            if held and inp.get("continue_as_new") and (
+                    info.is_continue_as_new_suggested() or info.get_current_history_size() > HISTORY_LIMIT_BYTES):
+                # Where Rewind's loop does, on the same rule (workflows/agent.py): a long history
+                # slows every workflow task down on the dev server.
+                workflow.continue_as_new({**inp, "resume": {"step": step, "held_len": held_len, "unsent": messages}})
         if noop is not None:
             await noop
         if inp.get("noop_at_end"):
@@ -74,11 +91,20 @@ class BareActivities:
 
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
         self._registry = registry
+        self._held: dict[str, list[dict[str, Any]]] = {}  # workflow id -> its conversation (`held`)
 
     @activity.defn(name=BARE_LLM)
     async def bare_llm(self, request: dict[str, Any]) -> dict[str, Any]:
         before = json.loads(Path(request["messages_file"]).read_bytes()) if request.get("messages_file") else []
-        kwargs: dict[str, Any] = {"model": request["model"], "messages": before + request["messages"]}
+        if request.get("held_len") is not None:
+            # Cut back to what the workflow knows was held (a retried attempt appends once).
+            conversation = self._held.setdefault(activity.info().workflow_id, [])
+            del conversation[request["held_len"]:]
+            conversation.extend(request["messages"])
+            messages = conversation
+        else:
+            messages = before + request["messages"]
+        kwargs: dict[str, Any] = {"model": request["model"], "messages": messages}
         if request["tools"]:
             kwargs["tools"] = request["tools"]
         # Posted as plain JSON, as Rewind's model call does (activities/llm.py): the client's
