@@ -7,19 +7,23 @@ leaves out what the same payload already says, and validation puts it back:
 every reader (the checkpoint writer, `rewind mirror`, a replay) sees whole
 records, and the checkpoint built from one is the same, byte for byte.
 
-What a record's wire form leaves out (the `said_once` dict says which):
+What a record's wire form leaves out (the `said_once` dict says what, where a
+field with a default could not say it by its absence):
 
-- a tool call's output or output reference that its tool message holds,
-  and its id, name and arguments that its assistant message holds as asked;
-- its step (the record's own), default fields, zero ledger fields;
-- the branch ledger when it equals the total, the four totals when they equal
-  the total ledger's, the parent when it is the previous step of the branch;
-- ledgers as lists in `LEDGER_WIRE` order, not dicts of long names.
+- a tool call's output or output reference that its tool message holds
+  ("outputs"), its id, name and arguments that its assistant message holds as
+  asked ("asked"), and its cache key when those give it ("keyed");
+- a tool call's step (the record's own) and its fields at their defaults;
+- the record's fields at their defaults, the branch ledger when it equals the
+  total ("branch_is_total"), the four totals when they equal the total
+  ledger's ("totals"), the parent (required) when it is the branch's previous step;
+- ledgers are lists in `LEDGER_WIRE` order, not dicts of long names.
 
 A carried record (inside an LlmRequest) also leaves out its messages when they
-are a slice of the request's `new_messages` (the messages the step added are
-what the next model call sends), and its run and model when they are the
-request's. Records without `said_once` (older histories) are read as they are.
+are a slice of the request's `new_messages` ("sent": the messages a step added
+are what the next model call sends), and its run and model (required) when
+they are the request's. Records without `said_once` (older histories) are read
+as they are.
 
 These are pure functions on the JSON form (dicts), so contracts.py stays the
 models and this module the encoding. An older worker that met a record in
@@ -53,6 +57,8 @@ _LEDGERS = ("step_ledger", "branch_ledger", "total_ledger")
 _TOTALS = (("prompt_tokens", "prompt_tokens"), ("completion_tokens", "completion_tokens"),
            ("llm_tokens_used", "total_tokens"), ("llm_cost_usd", "cost_usd"))
 _ASKED = ("tool_call_id", "tool_name", "arguments")
+# A carried record's fields that its model call's request holds too.
+_CARRIED_SAME = ("run_id", "model")
 
 
 def same_json(a: Any, b: Any) -> bool:
@@ -123,8 +129,7 @@ def compact_record(data: dict[str, Any], wire: dict[str, Any], record_defaults: 
         wire["totals"] = True
     run_id, branch_id, step = data.get("run_id"), data.get("branch_id"), data.get("step_index")
     if isinstance(step, int) and data.get("parent_id") == f"{run_id}:{branch_id}:{step - 1}":
-        del data["parent_id"]
-        wire["parent"] = "previous"
+        del data["parent_id"]  # required: absent only here, where it means the previous step
     for name in _LEDGERS:
         if isinstance(data.get(name), dict):
             data[name] = ledger_list(data[name])
@@ -135,7 +140,7 @@ def compact_record(data: dict[str, Any], wire: dict[str, Any], record_defaults: 
 def whole_record(data: dict[str, Any], wire: dict[str, Any]) -> dict[str, Any]:
     """`compact_record` undone (on a copy; `wire` already popped from it). The outputs
     noted in `wire` are put back by the caller, which knows their JSON forms."""
-    if "from_request" in wire:
+    if "sent" in wire or "run_id" not in data:
         raise ValueError("a step record carried by a model call is read with its LlmRequest, which holds its "
                          "messages; validate the LlmRequest, not the record alone")
     for name in _LEDGERS:
@@ -148,7 +153,7 @@ def whole_record(data: dict[str, Any], wire: dict[str, Any]) -> dict[str, Any]:
         for mine, theirs in _TOTALS:
             if theirs in total:
                 data[mine] = total[theirs]
-    if wire.get("parent") == "previous":
+    if "parent_id" not in data:
         data["parent_id"] = f"{data['run_id']}:{data['branch_id']}:{data['step_index'] - 1}"
     calls = [dict(c) for c in data.get("new_tool_calls") or []]
     messages = data.get("new_messages") or []
@@ -231,45 +236,39 @@ def compact_carried(request: dict[str, Any]) -> None:
     sent = request.get("new_messages") or []
     start = 0
     for record in request.get("checkpoints") or []:
-        from_request: dict[str, Any] = {}
         messages = record.get("new_messages") or []
         if messages:
             at = _slice_at(sent, messages, start)
             if at is not None:
-                from_request["messages"] = [at, at + len(messages)]
+                record.setdefault(WIRE, {})["sent"] = [at, at + len(messages)]
                 del record["new_messages"]
                 start = at + len(messages)
-        same = [name for name in ("run_id", "model") if name in record and record[name] == request.get(name)]
-        for name in same:
-            del record[name]
-        if same:
-            from_request["fields"] = same
-        if from_request:
-            record.setdefault(WIRE, {})["from_request"] = from_request
+        for name in _CARRIED_SAME:  # required fields: absent only here, where they are the request's
+            if name in record and record[name] == request.get(name):
+                del record[name]
 
 
 def whole_carried(request: dict[str, Any]) -> dict[str, Any]:
     """`compact_carried` undone, before the records themselves are validated."""
     records = request.get("checkpoints")
-    if not isinstance(records, list) or not any(isinstance(r, dict) and "from_request" in (r.get(WIRE) or {})
-                                                 for r in records):
-        return request
+    if not isinstance(records, list) or not any(isinstance(r, dict) and WIRE in r for r in records):
+        return request  # none, or written whole (before the wire form)
     request = dict(request)
     sent = request.get("new_messages") or []
     whole = []
     for record in records:
         wire = record.get(WIRE) if isinstance(record, dict) else None
-        if not isinstance(wire, dict) or "from_request" not in wire:
+        if not isinstance(wire, dict):
             whole.append(record)
             continue
         wire = dict(wire)
-        from_request = wire.pop("from_request")
-        record = {**record, WIRE: wire} if wire else {k: v for k, v in record.items() if k != WIRE}
-        if "messages" in from_request:
-            a, b = from_request["messages"]
+        record = dict(record)
+        if "sent" in wire:
+            a, b = wire.pop("sent")
             record["new_messages"] = sent[a:b]
-        for name in from_request.get("fields") or []:
-            record[name] = request[name]
+        record[WIRE] = wire
+        for name in _CARRIED_SAME:
+            record.setdefault(name, request.get(name))
         whole.append(record)
     request["checkpoints"] = whole
     return request

@@ -128,7 +128,8 @@ def test_a_carried_record_names_what_its_model_call_sends_and_reads_back_whole()
     assert payload.data.count(records[0].new_tool_calls[0].cache_key.encode()) == 0  # type: ignore[union-attr]
     wire = json.loads(payload.data)
     assert all("new_messages" not in r and "parent_id" not in r for r in wire["checkpoints"])
-    assert wire["checkpoints"][0]["said_once"]["from_request"]["messages"] == [0, 2]
+    assert [r["said_once"]["sent"] for r in wire["checkpoints"]] == [[0, 2], [2, 4]]
+    assert all("run_id" not in r and "model" not in r for r in wire["checkpoints"])
     assert "temperature" not in wire and "keep_last" not in wire  # options at their defaults
     back = _back(payload, LlmRequest)
     assert back == request
