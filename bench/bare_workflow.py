@@ -13,7 +13,10 @@ did. `noop_at_end` (the concurrency benchmark's, bench.bare_worker): one such
 activity when the run ends, where Rewind writes its last checkpoint (every
 other step's rides on the next model call). `messages_file` (the fork benchmark's): the conversation so far is a JSON
 file that every model call reads before its new messages (a conversation
-passed by reference, as Rewind's transcript).
+passed by reference, as Rewind's transcript). `new_only` (the history floor of
+the storage benchmark): each model call gets only the messages added since the
+previous one and the worker keeps the conversation in memory, so history holds
+what a step adds and Temporal's own events, nothing that grows with the run.
 """
 
 from __future__ import annotations
@@ -40,14 +43,15 @@ class BareAgentWorkflow:
             {"role": "system", "content": inp["system_prompt"]},
             {"role": "user", "content": inp["task"]},
         ]
-        step = 0
+        step, sent = 0, 0
         noop: asyncio.Future[Any] | None = None
         while step < inp["max_steps"]:
             step += 1
-            reply = await workflow.execute_activity(
-                BARE_LLM, {"model": inp["model"], "messages": messages, "tools": inp["tools"], "messages_file": source},
-                start_to_close_timeout=timedelta(seconds=120),
-            )
+            request = {"model": inp["model"], "messages": messages, "tools": inp["tools"], "messages_file": source}
+            if inp.get("new_only"):
+                request.update(messages=messages[sent:], offset=sent)
+                sent = len(messages)
+            reply = await workflow.execute_activity(BARE_LLM, request, start_to_close_timeout=timedelta(seconds=120))
             messages.append(reply)
             calls = reply.get("tool_calls") or []
             if not calls:
@@ -74,11 +78,18 @@ class BareActivities:
 
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
         self._registry = registry
+        self._conversations: dict[str, list[dict[str, Any]]] = {}  # `new_only`: by workflow id
 
     @activity.defn(name=BARE_LLM)
     async def bare_llm(self, request: dict[str, Any]) -> dict[str, Any]:
         before = json.loads(Path(request["messages_file"]).read_bytes()) if request.get("messages_file") else []
-        kwargs: dict[str, Any] = {"model": request["model"], "messages": before + request["messages"]}
+        messages = before + request["messages"]
+        if "offset" in request:  # `new_only`: the first `offset` messages came with earlier calls
+            kept = self._conversations.setdefault(activity.info().workflow_id, [])
+            del kept[request["offset"]:]  # a retried call sends the same messages again
+            kept.extend(request["messages"])
+            messages = list(kept)
+        kwargs: dict[str, Any] = {"model": request["model"], "messages": messages}
         if request["tools"]:
             kwargs["tools"] = request["tools"]
         # Posted as plain JSON, as Rewind's model call does (activities/llm.py): the client's
