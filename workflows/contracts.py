@@ -416,7 +416,14 @@ class LlmResponse(BaseModel):
 
     @model_serializer(mode="wrap")
     def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return said_once.drop_defaults(handler(self), _RESPONSE_DEFAULTS)
+        data = said_once.drop_defaults(handler(self), _RESPONSE_DEFAULTS)
+        said_once.compact_response(data)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_again(cls, data: Any) -> Any:
+        return said_once.whole_response(data) if isinstance(data, dict) else data
 
 
 class CarriedWrite(BaseModel):
@@ -665,6 +672,18 @@ class LoopState(BaseModel):
     # `rewind resume`: the revision this one resumes (`main.r0`), named in the workflow's memo so
     # that a second bulk resume skips the run.
     resumed: str | None = None
+
+    # The wire form: the tool cache's outputs by reference as one dict (workflows/said_once.py).
+    @model_serializer(mode="wrap")
+    def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        said_once.compact_cache(data)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_again(cls, data: Any) -> Any:
+        return said_once.whole_cache(data) if isinstance(data, dict) else data
 
 
 class RedoPlan(BaseModel):

@@ -133,6 +133,8 @@ def compact_record(data: dict[str, Any], wire: dict[str, Any], record_defaults: 
     for name in _LEDGERS:
         if isinstance(data.get(name), dict):
             data[name] = ledger_list(data[name])
+    if data.get("model_view") is not None:
+        data["model_view"] = short_view(data["model_view"])
     for name in [k for k in data if k in record_defaults and same_json(data[k], record_defaults[k])]:
         del data[name]
 
@@ -146,6 +148,8 @@ def whole_record(data: dict[str, Any], wire: dict[str, Any]) -> dict[str, Any]:
     for name in _LEDGERS:
         if isinstance(data.get(name), list):
             data[name] = ledger_dict(data[name])
+    if data.get("model_view") is not None:
+        data["model_view"] = whole_view(data["model_view"])
     if wire.get("branch_is_total") and "total_ledger" in data:
         data["branch_ledger"] = data["total_ledger"]
     if wire.get("totals"):
@@ -282,3 +286,104 @@ def _slice_at(sent: list[Any], messages: list[Any], start: int) -> int | None:
             return at
     return None
 
+
+
+# -- what a model call's compression did (LlmResponse.model_view, StepRecord.model_view) --
+
+# Its keys, said short: a compressed step's view rides in history twice (the model call's
+# result, then the step's record). Aliases start with "~", which no view key does, so a
+# view is read back exactly, and one with such a key (none is) would be left as it is.
+_VIEW_KEYS = {
+    "budget_tokens": "~b", "tokens_before": "~t0", "tokens_after": "~t1", "over_budget": "~o", "actions": "~a",
+    "action": "~k", "index": "~i", "from_index": "~f", "to_index": "~l", "to_chars": "~c", "from_chars": "~c0",
+    "count": "~n", "turns": "~u", "messages": "~m", "omitted": "~x",
+}
+_VIEW_NAMES = {alias: name for name, alias in _VIEW_KEYS.items()}
+
+
+def short_view(view: Any) -> Any:
+    """A model view with its keys aliased (`_VIEW_KEYS`); as it is if any key starts with "~"."""
+    if not isinstance(view, dict) or _has_alias(view):
+        return view
+    return _renamed(view, _VIEW_KEYS)
+
+
+def whole_view(view: Any) -> Any:
+    return _renamed(view, _VIEW_NAMES) if isinstance(view, dict) and _has_alias(view) else view
+
+
+def _has_alias(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(isinstance(k, str) and k.startswith("~") for k in value) or any(map(_has_alias, value.values()))
+    if isinstance(value, list):
+        return any(map(_has_alias, value))
+    return False
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {names.get(k, k): _renamed(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    return value
+
+
+def compact_response(data: dict[str, Any]) -> None:
+    """A model call's result without what its message and usage imply: the finish reason a
+    chat API gives that message ("tool_calls" or "stop"), the usage's total when it is the
+    sum. Absent means implied: results before this form always wrote both."""
+    message = data.get("message")
+    if isinstance(message, dict) and "finish_reason" in data and data["finish_reason"] == _finish(message):
+        del data["finish_reason"]
+    elif "finish_reason" not in data:
+        data["finish_reason"] = None  # said: absent would mean implied
+    usage = data.get("usage")
+    if isinstance(usage, dict) and usage.get("total_tokens") == usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0):
+        data["usage"] = {k: v for k, v in usage.items() if k != "total_tokens"}
+    if "model_view" in data:
+        data["model_view"] = short_view(data["model_view"])
+
+
+def whole_response(data: dict[str, Any]) -> dict[str, Any]:
+    data = dict(data)
+    message = data.get("message")
+    if "finish_reason" not in data and isinstance(message, dict):
+        data["finish_reason"] = _finish(message)
+    usage = data.get("usage")
+    if isinstance(usage, dict) and "total_tokens" not in usage:
+        data["usage"] = {**usage, "total_tokens": usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)}
+    if "model_view" in data:
+        data["model_view"] = whole_view(data["model_view"])
+    return data
+
+
+def _finish(message: dict[str, Any]) -> str:
+    return "tool_calls" if message.get("tool_calls") else "stop"
+
+
+# -- the loop's state (continue-as-new input, a fork's seed) -------------------------
+
+# A cached tool output stored by reference (workflows/tool_step.py _CACHED_REF).
+CACHED_REF = "$rewind_output_ref"
+
+
+def compact_cache(data: dict[str, Any]) -> None:
+    """LoopState.tool_cache's outputs stored by reference as one dict of key -> digest
+    ("tool_cache_refs"), not one {"$rewind_output_ref": digest} per entry: the cache
+    grows with the run and rides in every continue-as-new."""
+    cache = data.get("tool_cache")
+    if not isinstance(cache, dict):
+        return
+    refs = {k: v[CACHED_REF] for k, v in cache.items()
+            if isinstance(v, dict) and len(v) == 1 and isinstance(v.get(CACHED_REF), str)}
+    if refs and len(refs) == len(cache):  # all by reference: the common case, and order kept
+        del data["tool_cache"]
+        data["tool_cache_refs"] = refs
+
+
+def whole_cache(data: dict[str, Any]) -> dict[str, Any]:
+    if "tool_cache_refs" not in data:
+        return data
+    data = dict(data)
+    data["tool_cache"] = {k: {CACHED_REF: v} for k, v in data.pop("tool_cache_refs").items()}
+    return data

@@ -18,7 +18,9 @@ from pydantic_core import to_jsonable_python
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from workflows.canonical import cache_key
-from workflows.contracts import Ledger, LlmRequest, LlmResponse, MirrorBatch, StepRecord, ToolCallLog, ToolOutcome, Usage
+from workflows.contracts import (
+    Ledger, LlmRequest, LlmResponse, LoopState, MirrorBatch, StepRecord, ToolCallLog, ToolOutcome, Usage,
+)
 from workflows.status import ToolRequest
 from workflows.tool_calls import tool_message
 
@@ -178,3 +180,38 @@ def test_results_and_tool_inputs_leave_their_defaults_out() -> None:
     assert "attempt" not in json.loads(_wire(response).data) and _back(_wire(response), LlmResponse) == response
     request = ToolRequest(run_id="r", branch_id="main", step=1, tool_call_id="c", tool_name="t", arguments={})
     assert "dry_run" not in json.loads(_wire(request).data) and _back(_wire(request), ToolRequest) == request
+
+
+def test_a_model_calls_result_leaves_out_what_its_message_and_usage_imply() -> None:
+    view = {"budget_tokens": 9000, "tokens_before": 12000, "tokens_after": 8800, "over_budget": False, "actions": [
+        {"action": "truncated_tool_results", "from_index": 3, "to_index": 40, "to_chars": 400, "count": 19},
+        {"action": "inserted_note", "omitted": 2}]}
+    asked = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                                    "function": {"name": "t", "arguments": "{}"}}]}
+    for message, reason in ((asked, "tool_calls"), ({"role": "assistant", "content": "done"}, "stop"),
+                            ({"role": "assistant", "content": "cut"}, "length"), ({"role": "assistant", "content": "x"}, None)):
+        response = LlmResponse(message=message, usage=Usage(prompt_tokens=10, completion_tokens=2, total_tokens=12),
+                               cost_usd=0.0, finish_reason=reason, model_view=view)
+        wire = json.loads(_wire(response).data)
+        assert ("finish_reason" in wire) == (reason in ("length", None)) and "total_tokens" not in wire["usage"]
+        assert "budget_tokens" not in json.dumps(wire)
+        assert _back(_wire(response), LlmResponse) == response
+    # Results written before this form say both, and a total that is not the sum stays.
+    odd = LlmResponse(message={"role": "assistant", "content": "x"}, usage=Usage(prompt_tokens=1, total_tokens=5), cost_usd=0.0)
+    assert json.loads(_wire(odd).data)["usage"]["total_tokens"] == 5 and _back(_wire(odd), LlmResponse) == odd
+    old = {"message": {"role": "assistant", "content": "x"}, "usage": {"prompt_tokens": 1, "completion_tokens": 1,
+           "total_tokens": 2}, "cost_usd": 0.0, "finish_reason": None, "model_view": view}
+    assert LlmResponse.model_validate(old).finish_reason is None and LlmResponse.model_validate(old).model_view == view
+    record = _step(3)
+    record.model_view = view
+    assert _back(_wire(MirrorBatch(records=[record])), MirrorBatch).records[0] == record
+
+
+def test_the_loop_state_names_its_cached_outputs_by_reference_once() -> None:
+    cached = {f"k{i}": {"$rewind_output_ref": f"{i:064x}"} for i in range(3)}
+    state = LoopState(step=4, tool_cache=cached)
+    wire = json.loads(_wire(state).data)
+    assert "$rewind_output_ref" not in json.dumps(wire) and list(wire["tool_cache_refs"]) == ["k0", "k1", "k2"]
+    assert _back(_wire(state), LoopState) == state
+    mixed = LoopState(tool_cache={**cached, "k9": {"inline": 1}})  # an output kept in the cache itself
+    assert json.loads(_wire(mixed).data)["tool_cache"] == mixed.tool_cache and _back(_wire(mixed), LoopState) == mixed
