@@ -402,7 +402,9 @@ class LlmResponse(BaseModel):
     cost_usd: float
     priced: bool = True
     finish_reason: str | None = None
-    response_id: str | None = None
+    # The provider's id of the response: on the call's trace span (gen_ai.response.id), not
+    # in history, where nothing reads it (50 bytes a step).
+    response_id: str | None = Field(default=None, exclude=True)
     # Where this call's tool schemas are stored (payload store): later calls may send this instead.
     tools_ref: str | None = None
     # The stored transcript now covering the request's messages (not the reply).

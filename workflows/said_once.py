@@ -12,11 +12,12 @@ field with a default could not say it by its absence):
 
 - a tool call's output or output reference that its tool message holds
   ("outputs"), its id, name and arguments that its assistant message holds as
-  asked ("asked"), and its cache key when those give it ("keyed");
+  asked ("asked", with a 1 when they also give its cache key);
 - a tool call's step (the record's own) and its fields at their defaults;
 - the record's fields at their defaults, the branch ledger when it equals the
   total ("branch_is_total"), the four totals when they equal the total
-  ledger's ("totals"), the parent (required) when it is the branch's previous step;
+  ledger's ("totals"), the parent (required) when it is the branch's previous step,
+  the label (required) when the step's one assistant message gives it;
 - ledgers are lists in `LEDGER_WIRE` order, not dicts of long names.
 
 A carried record (inside an LlmRequest) also leaves out its messages when they
@@ -38,6 +39,7 @@ import json
 from typing import Any
 
 from workflows.canonical import cache_key
+from workflows.tool_calls import step_label
 
 WIRE = "said_once"
 # A tool message whose output is stored by reference (workflows/tool_calls.py OUTPUT_REF):
@@ -98,7 +100,6 @@ def compact_record(data: dict[str, Any], wire: dict[str, Any], record_defaults: 
             if isinstance(m, dict) and m.get("role") == "tool" and isinstance(m.get(OUTPUT_REF), str)}
     outputs = wire.setdefault("outputs", [])
     placed: list[list[int]] = []
-    keyed: list[int] = []
     for index, call in enumerate(data.get("new_tool_calls") or []):
         call = dict(call)
         if call.get("output") is None and call.get("output_ref") is not None \
@@ -109,10 +110,11 @@ def compact_record(data: dict[str, Any], wire: dict[str, Any], record_defaults: 
         if where is not None and call.get("tool_name") == where[2] and _parsed_same(where[3], call.get("arguments")):
             for name in _ASKED:
                 call.pop(name, None)
-            placed.append([index, where[0], where[1]])
+            place = [index, where[0], where[1]]
             if call.get("cache_key") is not None and call["cache_key"] == _cache_key(where[2], _parsed(where[3])):
                 del call["cache_key"]
-                keyed.append(index)
+                place.append(1)  # and its cache key is the one its tool and arguments make
+            placed.append(place)
         if same_json(call.get("step"), data.get("step_index")):
             del call["step"]
         data["new_tool_calls"][index] = call
@@ -120,8 +122,9 @@ def compact_record(data: dict[str, Any], wire: dict[str, Any], record_defaults: 
         del wire["outputs"]
     if placed:
         wire["asked"] = placed
-    if keyed:
-        wire["keyed"] = keyed
+    assistant = [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+    if len(assistant) == 1 and data.get("step_label") == step_label(assistant[0]):
+        del data["step_label"]  # required: absent only here, where the step's one assistant message gives it
     total = data.get("total_ledger")
     if isinstance(total, dict) and all(same_json(data.get(mine), total.get(theirs)) for mine, theirs in _TOTALS):
         for mine, _ in _TOTALS:
@@ -161,15 +164,17 @@ def whole_record(data: dict[str, Any], wire: dict[str, Any]) -> dict[str, Any]:
         data["parent_id"] = f"{data['run_id']}:{data['branch_id']}:{data['step_index'] - 1}"
     calls = [dict(c) for c in data.get("new_tool_calls") or []]
     messages = data.get("new_messages") or []
-    for index, message_index, call_index in wire.get("asked") or []:
+    for index, message_index, call_index, *keyed in wire.get("asked") or []:
         asked = messages[message_index]["tool_calls"][call_index]
         function = asked.get("function") or {}
         calls[index].update(tool_call_id=asked.get("id"), tool_name=function.get("name"),
                             arguments=json.loads(function.get("arguments") or "{}"))
+        if keyed:
+            calls[index]["cache_key"] = _cache_key(calls[index]["tool_name"], calls[index]["arguments"])
     for call in calls:
         call.setdefault("step", data.get("step_index"))
-    for index in wire.get("keyed") or []:
-        calls[index]["cache_key"] = _cache_key(calls[index]["tool_name"], calls[index]["arguments"])
+    if "step_label" not in data:
+        data["step_label"] = step_label(next(m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"))
     contents = {m.get("tool_call_id"): m for m in messages if isinstance(m, dict) and m.get("role") == "tool"}
     for index, how in wire.get("outputs") or []:
         if how == "ref":

@@ -178,6 +178,8 @@ def test_results_and_tool_inputs_leave_their_defaults_out() -> None:
     response = LlmResponse(message={"role": "assistant", "content": "hi"}, usage=Usage(prompt_tokens=3), cost_usd=0.0,
                            transcript_head="d" * 64, transcript_len=2)
     assert "attempt" not in json.loads(_wire(response).data) and _back(_wire(response), LlmResponse) == response
+    traced = response.model_copy(update={"response_id": "chatcmpl-1"})  # on the call's span, not in history
+    assert b"chatcmpl-1" not in _wire(traced).data
     request = ToolRequest(run_id="r", branch_id="main", step=1, tool_call_id="c", tool_name="t", arguments={})
     assert "dry_run" not in json.loads(_wire(request).data) and _back(_wire(request), ToolRequest) == request
 
