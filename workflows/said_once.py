@@ -39,7 +39,7 @@ import json
 from typing import Any
 
 from workflows.canonical import cache_key
-from workflows.tool_calls import step_label
+from workflows.labels import step_label
 
 WIRE = "said_once"
 # A tool message whose output is stored by reference (workflows/tool_calls.py OUTPUT_REF):
