@@ -291,7 +291,9 @@ class LlmActivities:
             response_id=data.get("id"),
             transcript_head=head,
             transcript_len=len(messages),
-            tools_ref=tools_ref,
+            # Only when this call stored them: a call that named them already knows the digest
+            # (an echo would put 64 more bytes in history at every step).
+            tools_ref=tools_ref if request.tools_ref is None else None,
             model_view=model_view,
             attempt=activity.info().attempt,
         )

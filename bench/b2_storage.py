@@ -6,6 +6,9 @@ at step 0, then one delta per step), of the transcript segments the run added to
 store, of its Temporal history (every event across continue-as-new), against
 the raw content (the final message list as JSON), a naive full snapshot per
 step (the same checkpoints, each encoded whole in the store's envelope) and LangGraph's SqliteSaver on the same script.
+The floor of history: the bare workflow (bench/bare_workflow.py, `held`) on the
+same script, the same model and tool activities and nothing else, each model call
+sent only the messages new since the previous one.
 
 The runs are kept in `suite.cache["long_runs"]` for the fork and checkpoint
 I/O benchmarks.
@@ -19,7 +22,10 @@ import math
 import time
 import uuid
 
+from temporalio.worker import Worker
+
 from activities.tools import ToolRegistry
+from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.baselines import langgraph_available, langgraph_loop
 from bench.common import (
     REPO,
@@ -41,9 +47,13 @@ from checkpoint_bridge.document.envelope import encode as envelope_encode
 from checkpoint_bridge.document.schema import checkpoint_to_dict
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.temporal.timing import step_marks
+from workflows.contracts import DEFAULT_SYSTEM_PROMPT
 
 BLOB = 2048
 TARGET_X = 3.0
+# Temporal history against the content a step adds (the issue's target; it was 1.3x
+# when a step had a mirror activity of its own).
+HISTORY_TARGET_X = 1.5
 # Growth exponent that still counts as linear: snapshot steps make the curve bumpy
 # (a run just past a snapshot step holds one more copy of the conversation); quadratic is 2.
 LINEAR_MAX = 1.3
@@ -107,10 +117,30 @@ async def long_run(suite, client, settings, model, steps: int) -> dict:  # type:
         "mirror_error": result.status.mirror_error,
         "call_llm_ms": activity_times_by_step(events, "call_llm"),
         "mirror_ms": activity_times_by_step(events, "mirror_steps"),
-        "history_breakdown": history_breakdown(events),
+        "history_breakdown": history_breakdown(events), "events": len(events),
     }
     suite.cache.setdefault("long_runs", {})[steps] = run
     return run
+
+
+async def floor_run(client, settings, model, registry: ToolRegistry, steps: int) -> dict:  # type: ignore[no-untyped-def]
+    """The bare workflow on the same N-step script: the history a plain Temporal agent loop
+    leaves for the same steps (the messages of a step sent once more, to the next model call)."""
+    name, _ = blob_script(model, steps, BLOB, prefix=f"floor{steps}")
+    queue = settings.task_queue + "-floor"
+    acts = BareActivities(model.base_url, registry)
+    wid = f"floor-{uuid.uuid4().hex[:10]}"
+    async with Worker(client, task_queue=queue, workflows=[BareAgentWorkflow], activities=[acts.bare_llm, acts.bare_tool]):
+        done = await client.execute_workflow(
+            "BareAgentWorkflow",
+            {"system_prompt": DEFAULT_SYSTEM_PROMPT, "task": "benchmark run", "model": name, "held": True,
+             "tools": [s.openai_schema() for s in registry.specs()], "max_steps": steps + 5},
+            id=wid, task_queue=queue,
+        )
+    assert done == steps, done
+    events = await history_events(client, wid)
+    return {"history_bytes": sum(e.ByteSize() for e in events), "history_breakdown": history_breakdown(events),
+            "events": len(events)}
 
 
 async def run(suite) -> Section:  # type: ignore[no-untyped-def]
@@ -150,6 +180,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             raw = len(json.dumps(checkpoints[-1].messages).encode())
             # Naive: every step stored whole, in the same envelope.
             naive_bytes = sum(len(envelope_encode("snapshot", checkpoint_to_dict(cp))) for cp in checkpoints)
+            log(f"storage: bare workflow (history floor), {n} steps")
+            floor = await floor_run(client, settings, model, registry, n)
             lg = None
             if skip_lg is None:
                 log(f"storage: LangGraph {n}-step run")
@@ -164,6 +196,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                      "wall_s": r["wall_s"], "mirror_wait_s": r["mirror_wait_s"], "mirror_error": r["mirror_error"],
                      "snapshots": len(kinds["snapshot"]), "snapshot_bytes": sum(kinds["snapshot"]),
                      "deltas": len(kinds["delta"]), "delta_bytes": sum(kinds["delta"]),
+                     "floor_history": floor["history_bytes"], "floor_breakdown": floor["history_breakdown"],
+                     "events": r["events"], "floor_events": floor["events"],
                      "model_view_bytes": view_bytes, "compressed_steps": len(viewed),
                      "first_compressed_step": min(viewed, default=None)}
             last_pair = (checkpoints[-2], checkpoints[-1], r["model"])
@@ -212,6 +246,18 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     sec.data["history_breakdown"] = bd
     sec.table(f"Where the {n}-step run's Temporal history bytes are", ["part", "bytes", "per step", "/ raw content"],
               [[k, v, v // n, f"{v / raw_n:.2f}x"] for k, v in sorted(bd.items(), key=lambda kv: -kv[1])])
+    sec.table("Temporal history per step: Rewind and the floor (the bare workflow on the same script, each model "
+              "call sent only the messages new since the previous one; new content = raw content / steps)",
+              ["steps", "new content per step", "Rewind history per step", "Rewind / new content",
+               "floor history per step", "floor / new content", "Rewind / floor", "events per step (Rewind / floor)"],
+              [[d["steps"], d["raw"] // d["steps"], d["history"] // d["steps"], f"**{d['history'] / d['raw']:.2f}x**",
+                d["floor_history"] // d["steps"], f"{d['floor_history'] / d['raw']:.2f}x",
+                f"{d['history'] / d['floor_history']:.2f}x",
+                f"{d['events'] / d['steps']:.1f} / {d['floor_events'] / d['steps']:.1f}"] for d in data])
+    fbd = data[-1]["floor_breakdown"]
+    sec.data["floor_breakdown"] = fbd
+    sec.table(f"Where the floor's {n}-step history bytes are (bare workflow)", ["part", "bytes", "per step", "/ raw content"],
+              [[k, v, v // n, f"{v / raw_n:.2f}x"] for k, v in sorted(fbd.items(), key=lambda kv: -kv[1])])
 
     for d in data:
         d["rewind_no_view"] = d["rewind"] - d["model_view_bytes"]
@@ -237,9 +283,24 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
          f"{last['rewind']:,} B / {last['naive']:,} B", f"**{last['rewind'] / last['naive']:.3f}x**", "–", "–"],
     ]
     hist_x = last["history"] / last["raw"]
-    sec.headline.append(["2 storage", f"Temporal history / raw content ({last['steps']} steps, all continue-as-new runs)",
-                         f"{last['history']:,} B / {last['raw']:,} B", f"**{hist_x:.2f}x**", "≤ 1.3x",
-                         "met" if hist_x <= 1.3 else "**not met**"])
+    floor_x = last["floor_history"] / last["raw"]
+    sec.headline.append(["2 storage", f"Temporal history / new content per step ({last['steps']} steps, all "
+                         "continue-as-new runs; the floor: a bare workflow on the same script)",
+                         f"{last['history'] // last['steps']:,} B / {last['raw'] // last['steps']:,} B a step "
+                         f"(floor {last['floor_history'] // last['steps']:,} B = {floor_x:.2f}x)",
+                         f"**{hist_x:.2f}x**", f"≤ {HISTORY_TARGET_X}x",
+                         "met" if hist_x <= HISTORY_TARGET_X else "**not met**"])
+    sec.verdicts.append(
+        f"Temporal history ≤ {HISTORY_TARGET_X}x the new content per step: "
+        f"**{'met' if hist_x <= HISTORY_TARGET_X else 'not met'}** — "
+        + ", ".join(f"{d['history'] / d['raw']:.2f}x at {d['steps']}" for d in data)
+        + f" steps; the floor (a bare Temporal loop with the same activities, nothing else) leaves "
+        + ", ".join(f"{d['floor_history'] / d['raw']:.2f}x" for d in data)
+        + ". The floor sends each tool output twice (its activity's result and the next model call's input); "
+        "Rewind sends a large read-only output once, to the payload store, and history names it by digest, "
+        "and a step's checkpoint rides on the next model call naming that call's messages instead of "
+        "repeating them (workflows/said_once.py). What is left is mostly Temporal's own events "
+        "(workflow tasks, activity starts: see the tables above).")
     if last["langgraph"]:
         sec.headline.append(["2 storage", f"checkpoint store vs LangGraph SqliteSaver ({last['steps']} steps)",
                              f"{last['rewind']:,} B / {last['langgraph']:,} B", f"**{last['rewind'] / last['langgraph']:.3f}x**", "–", "–"])

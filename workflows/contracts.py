@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
+from workflows import said_once
 from workflows.defaults import DEFAULT_MODEL
 from workflows.status import (  # re-exported: a run's status is a contract too
     SUBAGENT_LEDGER_FIELDS,
@@ -380,6 +381,20 @@ class LlmRequest(BaseModel):
     # which is what `rewind mirror` rebuilds them from.
     checkpoints: "list[StepRecord]" = Field(default_factory=list)
 
+    # The wire form (workflows/said_once.py): options at their defaults left out, and the
+    # carried records without what the request says already (their messages are the ones
+    # it sends). `rewind delete` reads run_id, the transcript fields and new_messages raw.
+    @model_serializer(mode="wrap")
+    def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = said_once.drop_defaults(handler(self), _REQUEST_DEFAULTS)
+        said_once.compact_carried(data)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_again(cls, data: Any) -> Any:
+        return said_once.whole_carried(data) if isinstance(data, dict) else data
+
 
 class LlmResponse(BaseModel):
     message: dict[str, Any]  # as the API returned it, secrets redacted (rewind/redaction.py)
@@ -387,7 +402,9 @@ class LlmResponse(BaseModel):
     cost_usd: float
     priced: bool = True
     finish_reason: str | None = None
-    response_id: str | None = None
+    # The provider's id of the response: on the call's trace span (gen_ai.response.id), not
+    # in history, where nothing reads it (50 bytes a step).
+    response_id: str | None = Field(default=None, exclude=True)
     # Where this call's tool schemas are stored (payload store): later calls may send this instead.
     tools_ref: str | None = None
     # The stored transcript now covering the request's messages (not the reply).
@@ -399,6 +416,17 @@ class LlmResponse(BaseModel):
     # How the request's carried checkpoints went (None: it carried none).
     checkpoints: "CarriedWrite | None" = None
 
+    @model_serializer(mode="wrap")
+    def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = said_once.drop_defaults(handler(self), _RESPONSE_DEFAULTS)
+        said_once.compact_response(data)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_again(cls, data: Any) -> Any:
+        return said_once.whole_response(data) if isinstance(data, dict) else data
+
 
 class CarriedWrite(BaseModel):
     """What became of the step records a model call carried: the first `written` are
@@ -406,6 +434,10 @@ class CarriedWrite(BaseModel):
 
     written: int = 0
     error: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return said_once.drop_defaults(handler(self), {"error": None})
 
 
 class DescribeToolsRequest(BaseModel):
@@ -436,6 +468,10 @@ class ToolOutcome(BaseModel):
     # True when a side-effecting call was answered from its idempotency record.
     replayed_from_record: bool = False
     attempt: int = 1  # Temporal's attempt number of the activity that answered
+
+    @model_serializer(mode="wrap")
+    def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return said_once.drop_defaults(handler(self), _OUTCOME_DEFAULTS)
 
 
 class ToolCallLog(BaseModel):
@@ -541,9 +577,8 @@ class StepRecord(BaseModel):
         if data.get("branch_ledger") is not None and data.get("branch_ledger") == data.get("total_ledger"):
             del data["branch_ledger"]
             wire["branch_is_total"] = True
-        for name in ("step_ledger", "branch_ledger", "total_ledger"):
-            if isinstance(data.get(name), dict):
-                data[name] = {k: v for k, v in data[name].items() if not _is_default(_ZERO_LEDGER, k, v)}
+        # The rest of what the record says twice (workflows/said_once.py).
+        said_once.compact_record(data, wire, _RECORD_DEFAULTS)
         if wire:
             data[_WIRE] = wire
         return data
@@ -555,9 +590,8 @@ class StepRecord(BaseModel):
             return data
         data = dict(data)
         wire = data.pop(_WIRE)
-        if wire.get("branch_is_total") and "total_ledger" in data:
-            data["branch_ledger"] = data["total_ledger"]
-        outputs = wire.get("outputs") or []
+        data = said_once.whole_record(data, wire)
+        outputs = [(index, how) for index, how in wire.get("outputs") or [] if how != "ref"]
         if outputs:
             contents = {m.get("tool_call_id"): m.get("content") for m in data.get("new_messages") or []
                         if isinstance(m, dict) and m.get("role") == "tool"}
@@ -570,11 +604,13 @@ class StepRecord(BaseModel):
         return data
 
 
-_WIRE = "said_once"
-_ZERO_LEDGER = {name: field.default for name, field in Ledger.model_fields.items()}
-# Fields of a tool call with a plain default (None, False, 0): left out when they hold it.
-_CALL_DEFAULTS = {name: field.default for name, field in ToolCallLog.model_fields.items()
-                  if not field.is_required() and field.default in (None, False, 0)}
+_WIRE = said_once.WIRE
+# Fields of a tool call with a plain default (None, False, 0, 1 attempt): left out when they hold it.
+_CALL_DEFAULTS = said_once.plain_defaults(ToolCallLog)
+
+
+# Fields of a record with a plain default (None, {}, "completed", ...): left out when they hold it.
+_RECORD_DEFAULTS = said_once.plain_defaults(StepRecord)
 
 
 def _is_default(defaults: dict[str, Any], name: str, value: Any) -> bool:
@@ -639,6 +675,18 @@ class LoopState(BaseModel):
     # that a second bulk resume skips the run.
     resumed: str | None = None
 
+    # The wire form: the tool cache's outputs by reference as one dict (workflows/said_once.py).
+    @model_serializer(mode="wrap")
+    def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        said_once.compact_cache(data)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_again(cls, data: Any) -> Any:
+        return said_once.whole_cache(data) if isinstance(data, dict) else data
+
 
 class RedoPlan(BaseModel):
     """Answer the tool calls of one recorded step again: every call from its recorded
@@ -658,6 +706,12 @@ class RedoPlan(BaseModel):
     label: str | None = None
 
 
+# What the wire forms of these leave out while it holds its default (said_once.drop_defaults).
+_REQUEST_DEFAULTS = said_once.plain_defaults(LlmRequest, (
+    "tools", "tools_ref", "temperature", "seed", "context_tokens", "keep_last", "tool_result_chars",
+    "response_format", "label", "transcript", "checkpoints"))
+_RESPONSE_DEFAULTS = said_once.plain_defaults(LlmResponse)
+_OUTCOME_DEFAULTS = said_once.plain_defaults(ToolOutcome)
 LlmRequest.model_rebuild()
 LlmResponse.model_rebuild()
 PipelineRun.model_rebuild()

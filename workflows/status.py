@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, computed_field, model_serializer
 
 RunState = Literal[
     "running",
@@ -133,6 +133,19 @@ class ToolRequest(BaseModel):
     dry_run: bool = False
     # Return the output itself, never by reference (a pipeline's ctx.tool hands it to its code).
     inline_output: bool = False
+
+    @model_serializer(mode="wrap")
+    def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The run_tool input as history holds it: its options left out while at their defaults
+        # (validation gives them back). Not a pending approval's: `rewind pending --json` shows every field.
+        data = handler(self)
+        if type(self) is not ToolRequest:
+            return data
+        return {k: v for k, v in data.items() if not (k in _REQUEST_DEFAULTS and v == _REQUEST_DEFAULTS[k]
+                                                       and type(v) is type(_REQUEST_DEFAULTS[k]))}
+
+
+_REQUEST_DEFAULTS: dict[str, Any] = {"idempotency_key": None, "dry_run": False, "inline_output": False}
 
 
 class PendingApproval(ToolRequest):

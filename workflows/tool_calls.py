@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
 from typing import TYPE_CHECKING, Any
+
+from workflows.labels import step_label  # noqa: F401 - re-exported: where callers have always found it
 
 if TYPE_CHECKING:
     # Annotations only: the checkpoint readers (`rewind tree`, `show`) use this module, and
@@ -91,14 +92,6 @@ def idempotency_key(workflow_id: str, branch_id: str, step: int, tool_call_id: s
     """
     material = json.dumps([workflow_id, branch_id, step, tool_call_id], separators=(",", ":"))
     return "idem-" + hashlib.sha256(material.encode()).hexdigest()[:40]
-
-
-def step_label(assistant_message: dict[str, Any]) -> str:
-    calls = assistant_message.get("tool_calls") or []
-    if not calls:
-        return "final answer"
-    counts = Counter(str((c.get("function") or {}).get("name", "?")) for c in calls)
-    return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in counts.items())
 
 
 # The key of a tool message whose content is a tool output stored by reference
