@@ -59,7 +59,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.wire import (
         AGENT_RUN_FAILED,
         AGENT_WORKFLOW,
-        BRANCH_FIRST_STEP_PATCH,
         CALL_LLM,
         CARRIED_CHECKPOINTS_PATCH,
         CHECKPOINT_CONFLICT,
@@ -116,7 +115,6 @@ class AgentWorkflow:
         self._batched: bool | None = None  # MIRROR_BATCH_PATCH, decided at the first record
         self._carries: bool | None = None  # CARRIED_CHECKPOINTS_PATCH, decided at the first record
         self._held: list[StepRecord] = []  # records waiting for the next model call to carry them
-        self._first_mirrored = False  # a seeded branch's first step went to the mirror activity
         self._stored_tools: tuple[str, str] | None = None  # (canonical JSON of the tools, their digest)
         self._tools_json: tuple[list[dict[str, Any]], str] | None = None  # (the tools sent, their canonical JSON)
         self._new_limits: RunLimits | None = None
@@ -576,23 +574,13 @@ class AgentWorkflow:
             return
         if self._carries is None:
             self._carries = self._can_carry() and workflow.patched(CARRIED_CHECKPOINTS_PATCH)
-        if self._carries and not self._mirroring and not self._branch_first_step(record):
+        if self._carries and not self._mirroring:
             # The next model call writes it: no activity of its own (two actions a step, not three).
             self._held.append(record)
             return
         # One mirror at a time, with every record that came since the last one:
         # in order, never racing (a step's parent is always written first).
         self._mirror_records([record])
-
-    def _branch_first_step(self, record: StepRecord) -> bool:
-        """The first step a fork, rollback or redo records (not a continued run's): written at
-        once, so the branch's first checkpoint is not a step late."""
-        inp = self._input
-        seeded = inp is not None and inp.resume is not None and inp.resume.parent_checkpoint is not None
-        if not (seeded and self._state.continued_as_new == 0 and not self._first_mirrored):
-            return False
-        self._first_mirrored = True
-        return workflow.patched(BRANCH_FIRST_STEP_PATCH)
 
     def _can_carry(self) -> bool:
         """Whether step records ride on this run's model calls. Not on a fast run's (local

@@ -88,10 +88,6 @@ STOPPED_DRAIN_PATCH = "stopped-run-drains-mirror"
 # what nothing else will soon (the run ends, pauses, continues as new) or a carried write
 # could not store.
 CARRIED_CHECKPOINTS_PATCH = "checkpoints-ride-model-calls"
-# A branch seeded from a checkpoint (fork, rollback, redo) writes its first step's checkpoint
-# with the mirror activity at once instead of on its next model call: the user who forked is
-# waiting for that step, and one activity per branch costs nothing beside its steps.
-BRANCH_FIRST_STEP_PATCH = "branch-first-step-mirrored-at-once"
 # A pipeline's step records ride on its next model call too (CARRIED_CHECKPOINTS_PATCH); they
 # go to the mirror activity before the code waits for anything else (a tool, a child run, a timer).
 PIPELINE_CARRIED_CHECKPOINTS_PATCH = "pipeline-checkpoints-ride-model-calls"

@@ -96,6 +96,9 @@ async def main(only: set[str]) -> None:
             await long.result()
             if want("long"):
                 await _save_chain(client, long.id, "long")
+            # The same run since history says each fact of a step once (workflows/said_once.py).
+            if want("said-once"):
+                await _save_chain(client, long.id, "said-once")
 
             can = await start_run(client, settings, AgentInput(run_id="hist-can", task="can", model="script:long",
                                                                limits=RunLimits(max_steps=40), history_limit_bytes=25_000))
@@ -112,9 +115,6 @@ async def main(only: set[str]) -> None:
             # The same fork since SEEDED_TOOLS_PATCH: its first model call goes out while it describes its tools.
             if want("forked-seeded-tools"):
                 await _save_chain(client, forked.workflow_id, "forked-seeded-tools")
-            # The same fork since BRANCH_FIRST_STEP_PATCH: its first step's checkpoint is written at once.
-            if want("forked-first-step"):
-                await _save_chain(client, forked.workflow_id, "forked-first-step")
 
             model.add_script("bad", [{"tool_calls": [{"name": "lookup", "arguments": "{nope"},
                                                      {"name": "nope", "arguments": {}},

@@ -30,7 +30,7 @@ def test_histories_cover_the_shapes_of_a_run():
     assert {"short", "long", "continued-as-new", "forked", "bad-output", "budget-continue",
             "outputs-by-reference", "approval", "reused-effect", "indexed", "experiment",
             "subagents", "subagent-child", "redo", "forked-seeded-tools", "carried-checkpoints",
-            "forked-first-step", "pipeline-carried", "pipeline-forked"} <= names
+            "pipeline-carried", "pipeline-forked", "said-once"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
