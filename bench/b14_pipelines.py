@@ -214,9 +214,11 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     if skip_dbos is not None:
         sec.notes.append(f"DBOS skipped: {skip_dbos}")
     sec.notes.append(
-        "A pipeline pair is two steps (two checkpoints) where the loop's step is one: the pipeline mirrors twice "
-        "as many step records for the same two activities. The fork reads its record once, in the activity that "
+        "A pipeline pair is two steps (two checkpoints) where the loop's step is one. The model call carries the "
+        "tool call's step, as the loop's does; the model call's own step goes to the mirror activity before the "
+        "tool call starts (a tool may be slow or wait for an approval), so a pair is three activities and their "
+        "workflow tasks where the loop's step is two. The fork reads its record once, in the activity that "
         "describes the pipeline to the branch (a listing of the run and a read of every step of the lineage), "
-        "then answers every recorded call in memory: its time grows with the fork point, not with a call per "
-        "recorded call.")
+        "then answers every recorded call in memory: its time grows with the fork point (one read of a small "
+        "object per recorded step), not with a call per recorded call.")
     return sec

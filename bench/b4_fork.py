@@ -343,7 +343,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             f"({(fl['started'] - fl['written']) * 1000:.0f} ms) and running one step with a third activity where "
             f"the checkpoint is written took {fl['stored'] * 1000:.0f} ms, {fl['stored'] / d['ordinary_step_s']:.1f}x "
             f"Rewind's ordinary step; Rewind's fork took {d['checkpoint'] / fl['stored']:.2f}x the floor. "
-            + (f"The 2x target is below what this shape costs on this machine without Rewind." if
+            + ("The 2x target is below what this shape costs on this machine without Rewind." if
                fl["stored"] > 2 * d["ordinary_step_s"] else
-               f"The floor is within the 2x target: the rest is Rewind's own work."))
+               "The floor is within the 2x target: the rest is Rewind's own work."))
     return sec
