@@ -13,6 +13,7 @@ secret a tool printed or raised.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import replace
@@ -24,6 +25,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.checkpoint_writer import CheckpointWriter
 from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.redaction import Redactor
@@ -38,10 +40,12 @@ from activities.tools import (
     set_tool_context,
 )
 from workflows.contracts import (
+    CarriedWrite,
     CompensationOutcome,
     CompensationRequest,
     DescribeToolsRequest,
     DescribeToolsResponse,
+    StepRecord,
     ToolCheck,
     ToolCheckRequest,
     ToolOutcome,
@@ -109,8 +113,10 @@ class ToolActivities:
         self, registry: ToolRegistry, ledger: IdempotencyLedger, redactor: Redactor,
         *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, outputs: OutputStore | None = None,
         inline_fallback_bytes: int = DEFAULT_INLINE_FALLBACK_BYTES, pipelines: list[ToolSpec] | None = None,
+        checkpoints: CheckpointWriter | None = None,
     ) -> None:
         self._registry = registry
+        self._checkpoints = checkpoints  # writes the step records a pipeline's tool call carries
         self._pipelines = list(pipelines or [])  # listed with every tool (`rewind tools`)
         self._inline_fallback = inline_fallback_bytes
         self._ledger = ledger
@@ -230,13 +236,35 @@ class ToolActivities:
             names.ATTEMPT: activity.info().attempt, names.CACHE_HIT: False,
             names.SIDE_EFFECTS: registered.spec.side_effects,
         }, redact=self._redact.redact_text) as span:
-            result = await self._run_tool(registered, request)
+            # The step records the call carries are written beside the tool, as a model call's are.
+            carried = asyncio.ensure_future(self._write_carried(request)) if request.checkpoints else None
+            try:
+                result = await self._run_tool(registered, request)
+            except asyncio.CancelledError:
+                if carried is not None:
+                    carried.cancel()
+                raise
+            except BaseException:
+                if carried is not None:
+                    await carried  # what it wrote stays written; the mirror writes the rest (a no-op where it did)
+                raise
+            if carried is not None:
+                result.checkpoints = await carried
             if result.error is not None:
                 span.set({names.OUTCOME: "error"})
                 span.fail(result.error_kind or "tool_error", result.error)
             else:
                 span.set({names.OUTCOME: "recorded" if result.replayed_from_record else "ok"})
             return result
+
+    async def _write_carried(self, request: ToolRequest) -> CarriedWrite:
+        if self._checkpoints is None:
+            return CarriedWrite(error="this worker writes no checkpoints")
+        try:
+            records = [StepRecord.model_validate(r) for r in request.checkpoints]
+        except pydantic.ValidationError as exc:
+            return CarriedWrite(error=f"the carried step records are malformed: {_validation_message(exc)}")
+        return await self._checkpoints.save_carried(records)
 
     async def _run_tool(self, registered: RegisteredTool, request: ToolRequest) -> ToolOutcome:
         started = datetime.now(timezone.utc)

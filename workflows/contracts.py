@@ -468,6 +468,8 @@ class ToolOutcome(BaseModel):
     # True when a side-effecting call was answered from its idempotency record.
     replayed_from_record: bool = False
     attempt: int = 1  # Temporal's attempt number of the activity that answered
+    # The step records the request carried (ToolRequest.checkpoints): how many it wrote.
+    checkpoints: CarriedWrite | None = None
 
     @model_serializer(mode="wrap")
     def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -258,9 +258,10 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         self._flush_held()
 
     def _can_carry(self) -> bool:
-        """A pipeline's steps ride on its next model call as the loop's do (two actions a step
-        where it was three), written at once before anything else it waits for; a graph's
-        super-steps do not (their calls are not a step until the super-step ends)."""
+        """A pipeline's steps ride on its next model call as the loop's do, or on its next plain
+        read-only tool call (two actions a step where it was three), and go to the mirror at once
+        before anything else it waits for; a graph's super-steps do not (their calls are not a
+        step until the super-step ends)."""
         inp = self._input
         return (inp is not None and not inp.fast and self._kind == "pipeline"
                 and workflow.patched(PIPELINE_CARRIED_CHECKPOINTS_PATCH))
@@ -464,15 +465,27 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             await self._within_budget()
             request = {"id": f"call_{call.position}", "type": "function",
                        "function": {"name": name, "arguments": canonical_json(arguments)}}
-            # A tool, agent or pipeline call may take long (a slow tool, an approval, a child run):
-            # the steps waiting for a model call to carry them are written now instead.
-            self._flush_held()
+            inp = self._input
+            plain = (kind == "tool" and spec.agent is None and not spec.side_effects and spec.mcp is None
+                     and not spec.fast and not (inp is not None and inp.fast))
+            # A plain read-only tool's activity carries the steps held for the next model call and
+            # writes them as it starts. Any other call may wait long before an activity of the run's
+            # own runs (an approval, a child run): those steps go to the mirror activity now.
+            carry = self._take_held() if plain else []
+            if not plain:
+                self._flush_held()
             self._call_started(call)
             try:
-                log = await tools.call(self._state.step + 1, request, activity_id=call_activity_id(call))
+                log, written = await tools.call(self._state.step + 1, request, activity_id=call_activity_id(call),
+                                                carry=carry)
+            except asyncio.CancelledError:
+                self._carried_back(carry, 0)  # whether the call wrote them is unknown: the mirror writes them
+                self._call_ended(call, None)
+                raise
             except BaseException:
                 self._call_ended(call, None)
                 raise
+            self._carried_back(carry, written)
             self._record_call(call, [], [log], node=node)
         return log
 

@@ -133,6 +133,9 @@ class ToolRequest(BaseModel):
     dry_run: bool = False
     # Return the output itself, never by reference (a pipeline's ctx.tool hands it to its code).
     inline_output: bool = False
+    # A pipeline's step records (StepRecord's JSON) that this call writes beside the tool, as a
+    # model call writes the ones it carries (LlmRequest.checkpoints); ToolOutcome says how many.
+    checkpoints: list[dict[str, Any]] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -145,7 +148,8 @@ class ToolRequest(BaseModel):
                                                        and type(v) is type(_REQUEST_DEFAULTS[k]))}
 
 
-_REQUEST_DEFAULTS: dict[str, Any] = {"idempotency_key": None, "dry_run": False, "inline_output": False}
+_REQUEST_DEFAULTS: dict[str, Any] = {"idempotency_key": None, "dry_run": False, "inline_output": False,
+                                     "checkpoints": []}
 
 
 class PendingApproval(ToolRequest):
@@ -153,6 +157,7 @@ class PendingApproval(ToolRequest):
     the call as its tool activity would get it, and when and why it waits."""
 
     inline_output: bool = Field(default=False, exclude=True)  # how the call returns: not the person's concern
+    checkpoints: list[dict[str, Any]] = Field(default_factory=list, exclude=True)  # nor what it writes beside
 
     requested_at: datetime
     deadline: datetime | None = None  # when approval_default is taken

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         AgentInput,
         Ledger,
         PendingApproval,
+        StepRecord,
         ToolCallLog,
         ToolCheck,
         ToolCheckRequest,
@@ -75,6 +76,9 @@ class ToolStep:
         self._inline_outputs = inline_outputs
         # A pipeline call's activity id (workflows/pipeline_ids.py), by tool call id.
         self._activity_ids: dict[str, str] = {}
+        # A pipeline call's carried step records, and how many its activity wrote, by tool call id.
+        self._carry: dict[str, list[StepRecord]] = {}
+        self._carried: dict[str, int] = {}
         self.gate = gate or ApprovalGate()
         self._trace = trace  # workflows.tracing.RunTrace: a span per sub-agent call
         # Each call on its tool's own task queue (see workflows.wire.tool_task_queue).
@@ -101,18 +105,24 @@ class ToolStep:
     def names(self) -> list[str]:
         return sorted(self._specs)
 
-    async def call(self, step: int, call: dict[str, Any], *, activity_id: str | None = None) -> ToolCallLog:
+    async def call(self, step: int, call: dict[str, Any], *, activity_id: str | None = None,
+                   carry: list[StepRecord] | None = None) -> tuple[ToolCallLog, int]:
         """A pipeline's tool call (`ctx.tool`): answered as the loop answers one, returned as its log.
-        `activity_id` names the call's activity, so a replay on changed code is told apart."""
+        `activity_id` names the call's activity, so a replay on changed code is told apart. `carry`:
+        step records the tool activity writes beside the call (ToolRequest.checkpoints); the number
+        it wrote comes back with the log (0 where the call ran no activity of the run's own)."""
         call_id = str(call.get("id", ""))
         if activity_id is not None:
             self._activity_ids[call_id] = activity_id
+        if carry:
+            self._carry[call_id] = carry
         try:
             await self.answer(step, call)
         finally:
             self._activity_ids.pop(call_id, None)
+            self._carry.pop(call_id, None)
         index = max(i for i, log in enumerate(self._log) if log.tool_call_id == call_id)
-        return self._log.pop(index)
+        return self._log.pop(index), self._carried.pop(call_id, 0)
 
     def take_log(self) -> list[ToolCallLog]:
         """The calls logged since the last take (one step's worth)."""
@@ -283,16 +293,21 @@ class ToolStep:
         is then scheduled again on the tool's own queue, which only workers
         holding the tool poll. Runs from before tool queues stop at the refusal.
         """
+        here = spec.fast or (self._inp.fast and not spec.side_effects)
+        # A local activity's input is not in history, which `rewind mirror` rebuilds from: it carries nothing.
+        carry = [] if here else self._carry.pop(call_id, [])
         request = ToolRequest(
             run_id=self._inp.run_id, branch_id=self._inp.branch_id, step=step, tool_call_id=call_id,
             tool_name=spec.name, arguments=args, idempotency_key=idem_key, dry_run=dry_run,
-            inline_output=self._inline_outputs,
+            inline_output=self._inline_outputs, checkpoints=[r.model_dump(mode="json") for r in carry],
         )
         try:
-            return await self._dispatch(RUN_TOOL, request, ToolOutcome, spec,
-                                      here=spec.fast or (self._inp.fast and not spec.side_effects),
-                                      summary=tool_call_summary(step, spec.name, args),
-                                      activity_id=self._activity_ids.get(call_id))
+            outcome = await self._dispatch(RUN_TOOL, request, ToolOutcome, spec, here=here,
+                                           summary=tool_call_summary(step, spec.name, args),
+                                           activity_id=self._activity_ids.get(call_id))
+            if carry and outcome.checkpoints is not None:
+                self._carried[call_id] = outcome.checkpoints.written
+            return outcome
         except ActivityError as err:
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err  # the run is being stopped

@@ -2,8 +2,8 @@
 
 Every step of a run ends with a `StepRecord` that says what the step added
 (messages, tool calls, totals), as the input of the activity that writes its
-checkpoint: the next model call, which carries it (`LlmRequest.checkpoints`),
-or the mirror activity (`mirror_steps`, `mirror_step` in older runs). Those
+checkpoint: the next model call, which carries it (`LlmRequest.checkpoints`; a
+pipeline's tool call too, `ToolRequest.checkpoints`), or the mirror activity (`mirror_steps`, `mirror_step` in older runs). Those
 inputs are in the workflow's history as soon as the step ends, whatever
 happens to the write afterwards. Projecting a run is therefore a fold of its
 step records, in step order, over the previous checkpoint: the live mirror
@@ -31,11 +31,12 @@ from workflows.contracts import (
     StepRecord,
     SubagentCall,
     ToolCallLog,
+    ToolRequest,
 )
 from workflows.errors import ProjectionError
 from workflows.ids import checkpoint_id
 from workflows.tool_calls import with_system_prompt
-from workflows.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS
+from workflows.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_TOOL
 
 
 
@@ -196,6 +197,9 @@ async def step_records(events: Sequence[HistoryEvent], converter: DataConverter)
         elif attrs.activity_type.name == CALL_LLM:
             (request,) = await converter.decode(attrs.input.payloads, [LlmRequest])
             records.extend(request.checkpoints)
+        elif attrs.activity_type.name == RUN_TOOL:
+            (call,) = await converter.decode(attrs.input.payloads, [ToolRequest])
+            records.extend(StepRecord.model_validate(r) for r in call.checkpoints)  # a pipeline's tool call's
     return records
 
 

@@ -179,7 +179,7 @@ def build_worker(
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
                            max_output_bytes=settings.max_tool_output_bytes, outputs=outputs,
                            inline_fallback_bytes=settings.payload_threshold // 2,
-                           pipelines=pipelines.callable_specs(registry.names()))
+                           pipelines=pipelines.callable_specs(registry.names()), checkpoints=writer)
     mirror = MirrorActivities(writer)
     # An experiment forks its branches from a worker, as `rewind fork` does from the CLI.
     experiment = ExperimentActivities(checkpoints, Launcher(settings.task_queue, TranscriptStore(payloads),
