@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timedelta, timezone
+from typing import Awaitable, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -39,6 +40,27 @@ REBUILD_AFTER_ATTEMPTS = 20
 # How long a model call waits for the records it carries once its own work is done. A
 # store slower than that is left to the mirror activity; the run does not wait for it.
 CARRIED_WRITE_TIMEOUT_S = 5.0
+
+T = TypeVar("T")
+
+
+async def written_beside(work: Awaitable[T], write: Awaitable[CarriedWrite] | None) -> tuple[T, CarriedWrite | None]:
+    """An activity's `work` with the carried step records' `write` beside it: neither waits for
+    the other, and both are done on return. Cancelled, the write is cancelled too; failed, the
+    write ends first, and what it wrote stays written (the retry or the mirror writes the
+    records again, a no-op)."""
+    carried = asyncio.ensure_future(write) if write is not None else None
+    try:
+        result = await work
+    except asyncio.CancelledError:
+        if carried is not None:
+            carried.cancel()
+        raise
+    except BaseException:
+        if carried is not None:
+            await carried
+        raise
+    return result, (await carried if carried is not None else None)
 
 
 class CheckpointWriter:

@@ -24,7 +24,7 @@ import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.checkpoint_writer import CheckpointWriter
+from activities.checkpoint_writer import CheckpointWriter, written_beside
 from activities.context_window import check_pairing, compact_actions, compress_messages
 from activities.heartbeat import heartbeating
 from activities.prompt_fit import PromptFitter
@@ -144,31 +144,25 @@ class LlmActivities:
         # can take longer than the heartbeat timeout on a loaded machine, and
         # an attempt that never beats is timed out and retried for ever.
         async with heartbeating():
-            # The carried checkpoints are written beside the call, not before it: neither
-            # waits for the other, and both are done when the activity completes.
-            carried = asyncio.ensure_future(self._write_carried(request)) if request.checkpoints else None
-            try:
-                with activity_span(names.model_span_name(request.model), self._span_attributes(request),
-                                   redact=self._redact.redact_text, client=True) as span:
-                    response = await self._call_llm(request)
-                    span.set({
-                        names.GEN_AI_INPUT_TOKENS: response.usage.prompt_tokens,
-                        names.GEN_AI_OUTPUT_TOKENS: response.usage.completion_tokens,
-                        names.GEN_AI_RESPONSE_ID: response.response_id,
-                        names.GEN_AI_FINISH_REASONS: [response.finish_reason] if response.finish_reason else None,
-                        names.COST_USD: response.cost_usd, names.PRICED: response.priced,
-                        names.CONTEXT_COMPRESSED: response.model_view is not None,
-                    })
-            except asyncio.CancelledError:
-                if carried is not None:
-                    carried.cancel()
-                raise
-            except BaseException:
-                if carried is not None:
-                    await carried  # what it wrote stays written; the next attempt writes them again (a no-op)
-                raise
+            # The carried checkpoints are written beside the call, not before it.
+            response, carried = await written_beside(
+                self._spanned_call(request), self._write_carried(request) if request.checkpoints else None)
             if carried is not None:
-                response.checkpoints = await carried
+                response.checkpoints = carried
+            return response
+
+    async def _spanned_call(self, request: LlmRequest) -> LlmResponse:
+        with activity_span(names.model_span_name(request.model), self._span_attributes(request),
+                           redact=self._redact.redact_text, client=True) as span:
+            response = await self._call_llm(request)
+            span.set({
+                names.GEN_AI_INPUT_TOKENS: response.usage.prompt_tokens,
+                names.GEN_AI_OUTPUT_TOKENS: response.usage.completion_tokens,
+                names.GEN_AI_RESPONSE_ID: response.response_id,
+                names.GEN_AI_FINISH_REASONS: [response.finish_reason] if response.finish_reason else None,
+                names.COST_USD: response.cost_usd, names.PRICED: response.priced,
+                names.CONTEXT_COMPRESSED: response.model_view is not None,
+            })
             return response
 
     async def _write_carried(self, request: LlmRequest) -> CarriedWrite:

@@ -13,7 +13,6 @@ secret a tool printed or raised.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from dataclasses import replace
@@ -25,7 +24,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.checkpoint_writer import CheckpointWriter
+from activities.checkpoint_writer import CheckpointWriter, written_beside
 from activities.heartbeat import heartbeating
 from activities.idempotency import IdempotencyLedger
 from activities.redaction import Redactor
@@ -237,19 +236,10 @@ class ToolActivities:
             names.SIDE_EFFECTS: registered.spec.side_effects,
         }, redact=self._redact.redact_text) as span:
             # The step records the call carries are written beside the tool, as a model call's are.
-            carried = asyncio.ensure_future(self._write_carried(request)) if request.checkpoints else None
-            try:
-                result = await self._run_tool(registered, request)
-            except asyncio.CancelledError:
-                if carried is not None:
-                    carried.cancel()
-                raise
-            except BaseException:
-                if carried is not None:
-                    await carried  # what it wrote stays written; the mirror writes the rest (a no-op where it did)
-                raise
+            result, carried = await written_beside(
+                self._run_tool(registered, request), self._write_carried(request) if request.checkpoints else None)
             if carried is not None:
-                result.checkpoints = await carried
+                result.checkpoints = carried
             if result.error is not None:
                 span.set({names.OUTCOME: "error"})
                 span.fail(result.error_kind or "tool_error", result.error)
