@@ -30,6 +30,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import TimeoutType
 
 from bench.common import (
+    wait_floor_polling,
     REPO,
     TOOLS_MODULE,
     ProcSampler,
@@ -49,7 +50,6 @@ from temporalio.client import Client
 from activities.tools import ToolRegistry
 from bench.actions import add_up, billable_actions
 from bench.profile import Profiler, profile_note
-from checkpoint_bridge.temporal.runs import pollers
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.temporal.timing import step_marks
 from workflows.contracts import DEFAULT_SYSTEM_PROMPT
@@ -175,11 +175,7 @@ async def _floor_batch(suite, runs: int, steps: int) -> dict:  # type: ignore[ty
         proc = subprocess.Popen([sys.executable, "-m", "bench.bare_worker", server.address, queue, model.base_url],
                                 cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while str(proc.pid) not in {i.split("@", 1)[0] for i in await pollers(client, queue)}:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the floor's worker did not poll {queue}; see {log_path}")
-            await asyncio.sleep(0.1)
+        await wait_floor_polling(client, queue, proc, log_path)
         tools = [s.openai_schema() for s in ToolRegistry.from_modules([TOOLS_MODULE]).specs()]
 
         async def start(name: str, n: int) -> Any:

@@ -33,7 +33,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from statistics import fmean
@@ -42,6 +41,7 @@ from typing import Any
 from temporalio.client import Client
 
 from bench.common import (
+    wait_floor_polling,
     MAX_REQUEST_BYTES,
     REPO,
     TOOLS_MODULE,
@@ -58,7 +58,6 @@ from bench.common import (
     wait_polling,
 )
 from bench.step_pieces import PIECES, step_pieces
-from checkpoint_bridge.temporal.runs import pollers
 from rewind.temporal.dev_server import free_port
 from rewind.worker.scripted_model import ScriptedModelServer
 from rewind.write_latency import write_latency
@@ -214,11 +213,7 @@ async def _floor(suite, server, model: SizedModelServer, steps: int, continue_as
         return wid
 
     try:
-        deadline = time.monotonic() + 60
-        while str(proc.pid) not in {i.split("@", 1)[0] for i in await pollers(client, queue)}:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the floor's worker did not poll {queue}; see {log_path}")
-            await asyncio.sleep(0.1)
+        await wait_floor_polling(client, queue, proc, log_path)
         await run(2, "warm up")  # the worker's first calls build its clients
         log(f"long_run: {steps} steps, the floor (bare workflow{'' if continue_as_new else ', no continue-as-new'})")
         name, _ = blob_script(model, steps, BLOB)

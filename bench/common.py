@@ -447,6 +447,15 @@ async def wait_polling(client, queue: str, worker: WorkerProcess, processes: int
                        f"see {worker.log_path}")
 
 
+async def wait_floor_polling(client, queue: str, proc, log_path) -> None:  # type: ignore[no-untyped-def]
+    """Wait until a floor's worker process (bench.bare_worker, a plain Popen) polls `queue`."""
+    deadline = time.monotonic() + 60
+    while str(proc.pid) not in {i.split("@", 1)[0] for i in await pollers(client, queue)}:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the floor's worker did not poll {queue}; see {log_path}")
+        await asyncio.sleep(0.1)
+
+
 def before_name(tree: str) -> str:
     """How a report names the other checkout (REWIND_BENCH_BEFORE): its commit, not its path on this machine."""
     try:
