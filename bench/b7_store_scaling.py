@@ -1,7 +1,8 @@
 """7. Store scaling: what a step costs at step N, and what a cold load costs, to 2,000 steps.
 
 An N-step branch (N = 2,000; quick: 160) of realistic step records, each an
-assistant tool call plus a 2 KB tool result with its tool record and ledger,
+assistant tool call plus a 2 KB tool result (word-like text that compresses as
+prose does, bench/tools.py's `prose_text`) with its tool record and ledger,
 written in order with `CheckpointStore.save_step` (what the live mirror and
 `rewind mirror` do), to a fresh local folder, a fresh SQLite file, a fresh
 PostgreSQL schema (a local server) and a fresh S3 prefix on a moto server running as its own process and a fresh prefix of a DynamoDB table on the same server. Per step: the save's time and the store
@@ -13,7 +14,8 @@ that GETs and parses one document of the same size, stored as one object on
 the same store (both time only the read, after their imports and connection
 set-up; alternated, median of 5), at several depths. With
 REWIND_BENCH_BEFORE=/path/to/another/checkout, that checkout writes the same
-run to its own folder and S3 bucket, and its cold loads alternate with these.
+records (handed over as JSON lines) to its own folder and S3 bucket, and its
+cold loads alternate with these.
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from bench.common import REPO, Section, before_name, log, median, moto_process, save_figure
-from bench.tools import blob_text
+from bench.tools import prose_text
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, SqliteObjectStore
-from checkpoint_bridge.document.packs import plan
 from checkpoint_bridge.projection.projector import record_parts
 from checkpoint_bridge.document.schema import dump_checkpoint
 from checkpoint_bridge.checkpoints.store import CheckpointStore
@@ -60,7 +61,7 @@ def _records(run_id: str, steps: int) -> list[StepRecord]:
             calls: list[ToolCallLog] = []
         else:
             call_id = f"call_{step - 1}_0"
-            output = blob_text(step, 2048)
+            output = prose_text(step, 2048)
             arguments = json.dumps({"index": step, "size": 2048})
             messages = [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": call_id, "type": "function", "function": {"name": "blob", "arguments": arguments}}]},
@@ -85,8 +86,9 @@ class _Counting:
 
     def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
         self.inner, self.url = inner, inner.url
-        self.counts = {"get": 0, "put": 0, "list": 0}
-        self.bytes_put = 0
+        self.counts = {"get": 0, "put": 0, "list": 0, "delete": 0}
+        self.bytes_held = 0  # written, less what was deleted since
+        self._sizes: dict[str, int] = {}
 
     async def get(self, key: str) -> bytes:
         self.counts["get"] += 1
@@ -95,8 +97,15 @@ class _Counting:
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         self.counts["put"] += 1
         written = await self.inner.put_if_absent(key, data)
-        self.bytes_put += len(data) if written else 0
+        if written:
+            self.bytes_held += len(data)
+            self._sizes[key] = len(data)
         return written
+
+    async def delete(self, key: str) -> bool:
+        self.counts["delete"] += 1
+        self.bytes_held -= self._sizes.pop(key, 0)
+        return await self.inner.delete(key)
 
     async def list(self, prefix: str) -> list[str]:
         self.counts["list"] += 1
@@ -135,15 +144,17 @@ asyncio.run(main())
 # Writes the run with another checkout's code (REWIND_BENCH_BEFORE), timing each step.
 _WRITER = """
 import asyncio, json, sys, time
-from bench.b7_store_scaling import _records
 from checkpoint_bridge.projection.projector import record_parts
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.stores import open_object_store
-url, endpoint, run_id, n = sys.argv[1:5]
+from workflows.contracts import StepRecord
+url, endpoint, run_id, records_file = sys.argv[1:5]
 async def main():
     objects = open_object_store(url, endpoint_url=endpoint or None, region_name="us-east-1")
     store, times = CheckpointStore(objects), []
-    for record in _records(run_id, int(n)):
+    with open(records_file) as lines:
+        records = [StepRecord.model_validate_json(line) for line in lines]
+    for record in records:
         t = time.perf_counter()
         await store.save_step(record_parts(record))
         times.append(time.perf_counter() - t)
@@ -169,14 +180,9 @@ def _load_in_new_process(url: str, endpoint: str | None, cid: str, plain: str | 
     return _in_new_process(_LOADER, tree, url, endpoint or "", cid, plain or "0")["s"]
 
 
-def _requests(depth: int) -> int:
-    """What a cold load of step `depth` of a v3 chain reads: its head, packs and steps (one round)."""
-    return 1 + len(plan([("main", 0, depth - 1)]))
-
-
-def _write_before(url: str, endpoint: str | None, run_id: str, n: int) -> dict:  # type: ignore[type-arg]
+def _write_before(url: str, endpoint: str | None, run_id: str, records_file: Path, n: int) -> dict:  # type: ignore[type-arg]
     assert BEFORE
-    written = _in_new_process(_WRITER, Path(BEFORE), url, endpoint or "", run_id, str(n))
+    written = _in_new_process(_WRITER, Path(BEFORE), url, endpoint or "", run_id, str(records_file))
     times = written.pop("times")
     window = max(20, min(100, n // 4))
     return {**written, "save_early_s": median(times[1:1 + window]), "save_late_s": median(times[-window:])}
@@ -195,7 +201,7 @@ async def _measure(label: str, objects, url: str, endpoint: str | None, records:
         times.append(time.perf_counter() - t)
         requests.append({k: counting.counts[k] - before[k] for k in before})
         raw_so_far += len(json.dumps(record.new_messages).encode())
-        stored_curve.append((record.step_index, counting.bytes_put, raw_so_far))
+        stored_curve.append((record.step_index, counting.bytes_held, raw_so_far))
     run_id = records[0].run_id
     flush_s = None
     if hasattr(objects, "lag"):  # the hot tier: how long after the last write the durable store has it all
@@ -209,7 +215,8 @@ async def _measure(label: str, objects, url: str, endpoint: str | None, records:
     loads = []
     for depth in depths:
         cid = checkpoint_id(run_id, "main", depth)
-        cp = await CheckpointStore(objects).load(cid)
+        reader = _Counting(objects)
+        cp = await CheckpointStore(reader).load(cid)  # type: ignore[arg-type]
         full = dump_checkpoint(cp)
         raw = len(json.dumps(cp.messages).encode())
         # The plain GET of the same checkpoint stored as one object, at the depths the headline compares.
@@ -225,7 +232,7 @@ async def _measure(label: str, objects, url: str, endpoint: str | None, records:
                 before_cold.append(_load_in_new_process(before_store[0], before_store[1], cid, None, Path(BEFORE or ".")))
         loads.append({"depth": depth, "cold_new_process_s": median(cold), "plain_new_process_s": median(plain),
                       "before_cold_new_process_s": median(before_cold), "document_bytes": len(full), "raw": raw,
-                      "requests": _requests(depth)})
+                      "requests": reader.counts["get"], "listings": reader.counts["list"]})
     await store.aclose()
     n = len(records) - 1
     window = max(20, min(100, n // 4))  # sub-millisecond saves: medians over many steps
@@ -248,13 +255,15 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     sec = Section("store_scaling", "7. Store scaling: per-step cost and cold loads to "
                   f"{n:,} steps", __doc__.split("\n\n", 1)[1].replace("\n", " ").replace("N = 2,000; quick: 160", f"N = {n:,}"))
     records = _records(f"scale-{uuid.uuid4().hex[:8]}", n)
+    records_file = suite.tmp / f"scaling-records-{uuid.uuid4().hex[:6]}.jsonl"
+    records_file.write_text("".join(r.model_dump_json() + "\n" for r in records))
     results = []
     root = suite.tmp / f"scaling-{uuid.uuid4().hex[:6]}"
     log(f"store_scaling: {n} steps, local folder" + (f" (and {BEFORE}'s)" if BEFORE else ""))
 
     async def folder_before(run_id: str) -> tuple[str, None, dict]:  # type: ignore[type-arg]
         url = f"file://{suite.tmp / f'scaling-before-{uuid.uuid4().hex[:6]}'}"
-        return url, None, await asyncio.to_thread(_write_before, url, None, run_id, n)
+        return url, None, await asyncio.to_thread(_write_before, url, None, run_id, records_file, n)
 
     results.append(await _measure("local folder", FileObjectStore(root), f"file://{root}", None, records, depths,
                                   folder_before if BEFORE else None))
@@ -288,7 +297,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             other = f"scale-before-{uuid.uuid4().hex[:8]}"
             boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=other)
             url = f"s3://{other}/scale"
-            return url, endpoint, await asyncio.to_thread(_write_before, url, endpoint, run_id, n)
+            return url, endpoint, await asyncio.to_thread(_write_before, url, endpoint, run_id, records_file, n)
 
         results.append(await _measure("S3 (moto_server)", S3ObjectStore(bucket, "scale", endpoint_url=endpoint),
                                       f"s3://{bucket}/scale", endpoint, records, depths, s3_before if BEFORE else None))
@@ -339,7 +348,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     for r in results:
         for ld in r["loads"]:
             plain = ld["plain_new_process_s"]
-            lrows.append([r["label"], f"{ld['depth']:,}", ld["document_bytes"], ld["requests"], ld["cold_new_process_s"] * 1000,
+            lrows.append([r["label"], f"{ld['depth']:,}", ld["document_bytes"], f"{ld['requests']} ({ld['listings']})",
+                          ld["cold_new_process_s"] * 1000,
                           plain * 1000 if plain else "–",
                           f"**{ld['cold_new_process_s'] / plain:.1f}x**" if plain else "–"])
             if ld["before_cold_new_process_s"]:
@@ -347,7 +357,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                               ld["before_cold_new_process_s"] * 1000, plain * 1000,
                               f"**{ld['before_cold_new_process_s'] / plain:.1f}x**"])
     sec.table(f"Cold load from a new process (ms; median of {LOAD_REPEATS} where compared with one plain GET, else 3)",
-              ["store", "step", "document bytes", "GETs (and a listing)", "load", "plain GET + parse of one document",
+              ["store", "step", "document bytes", "GETs (listings)", "load", "plain GET + parse of one document",
                "load / plain"], lrows)
     sec.table("Storage", ["store", "steps", "raw content", "stored", "stored / raw"],
               [[r["label"], r["steps"], r["raw"], r["stored"], f"**{r['stored'] / r['raw']:.2f}x**"]
@@ -385,15 +395,14 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             "the delta, written from what the step added, after reading nothing or the parent's small object; the "
             "last step of a block of 4 also merges the block, and the last step of each level's block writes that "
             "level's pack). "
-            f"Storage is {ratio:.2f}x the raw content: the step objects {(r['stored'] - packs) / r['raw']:.2f}x (every "
-            f"message once, plus each step's own facts, ~{(r['stored'] - packs - r['raw']) // n:,} B per step: ids, "
-            f"times, tokens, ledger, the tool record, the envelope's hash and the chain's digest) and {n_packs} packs "
-            f"{packs / r['raw']:.2f}x (gzip'd copies of the merged content: 1.5 per level below the top, where a "
-            "level's pack holds its 1 to 3 blocks since the start of the level above's, one at the top; this content "
-            "is repetitive "
-            "text, prose compresses less). "
+            f"Storage is {ratio:.2f}x the raw content: the step objects {(r['stored'] - packs) / r['raw']:.2f}x "
+            f"({(r['stored'] - packs) // n:,} B per step for {r['raw'] // n:,} B of content: every message once, plus "
+            "the step's own facts: ids, times, tokens, ledger, the tool record, the envelope's hash and the chain's "
+            f"digest) and {n_packs} packs {packs / r['raw']:.2f}x (gzip'd merged content, each finished block in one "
+            "pack: the writer of a pack deletes the packs it holds whole). "
             f"A cold load of step {n:,} from a new process reads its head and {ld['requests'] - 1} packs and steps "
-            f"(one round, with the listing of the branch's rollback markers) and takes {load_ratio:.1f}x one GET + "
+            f"({ld['listings']} listings beside them: the branch's packs and its rollback markers) and takes "
+            f"{load_ratio:.1f}x one GET + "
             "parse of the whole document: what is left is parsing the merged content, checking its hashes against "
             "the chain's digest, validating the document and the requests"
             + (" (on moto each costs milliseconds of server time, and a listing goes through every key of the bucket)."

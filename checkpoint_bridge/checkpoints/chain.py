@@ -9,9 +9,12 @@ A format v3 head (document/packs.py) takes the chain's finished blocks of
 steps from packs of merged content (one per level below the top, five levels),
 and only the few steps after the last finished block from their objects: a
 checkpoint 500 or 2,000 steps deep is its head and 4 packs. The blocks' hashes,
-chained, must give the digest the head records; a pack that is missing,
-damaged or not the block's is read from the level below (one more round per
-level), and blocks that do not add up are read from their step objects.
+chained, must give the digest the head records. A pack's writer deletes the
+packs it holds whole, so a checkpoint older than its branch's newest packs
+finds its blocks in a newer pack, named by a listing of the branch's packs made
+beside the first reads (one more round); a pack that is missing or damaged is
+replaced the same way, and blocks no pack holds intact, or that do not add up,
+are read from their step objects.
 
 Format v2 heads (chains an older Rewind began) read finished blocks of 32
 steps from v1 packs of the step objects' exact bytes, the rest one by one.
@@ -39,11 +42,12 @@ from workflows.ids import checkpoint_id, parse_checkpoint_id
 
 from checkpoint_bridge.document.blocks import Replay, content_bytes, merge_block, parse_block
 from checkpoint_bridge.document.envelope import Chain, Envelope, apply_delta, chain_after, decode
-from checkpoint_bridge.document.layout import step_key
+from checkpoint_bridge.document.layout import pack_key, pack_prefix, step_key
 from checkpoint_bridge.checkpoints.lru import LRU
 from checkpoint_bridge.document.migrations import migrate
 from checkpoint_bridge.stores import ObjectStore
 from checkpoint_bridge.document.packs import (
+    BLOCK_STEPS,
     DIGEST_START,
     Block,
     Piece,
@@ -53,8 +57,9 @@ from checkpoint_bridge.document.packs import (
     decode_pack_v2,
     ends_block,
     extend_digest,
-    fallback_pieces,
-    plan,
+    cover,
+    listed_packs,
+    plan_read,
 )
 
 __all__ = ["ChainReader", "HeadInfo", "Merged", "decode_as", "read_many", "chain_ids", "first_round", "gc_paused"]
@@ -183,6 +188,35 @@ def _ranges(ids: list[str]) -> Chain:
     return chain
 
 
+class PackListings:
+    """The packs each branch of a run holds now, listed once per read (``list`` of the branch's
+    packs/ folder, started early so it runs beside the first GETs) and again after a listed pack
+    went missing: a newer pack of a writer deletes the packs it holds whole (document/packs.py),
+    so a chain's packs are found in the listing, not guessed."""
+
+    def __init__(self, objects: ObjectStore, run_id: str) -> None:
+        self._objects = objects
+        self._run_id = run_id
+        self._tasks: dict[str, asyncio.Future[list[str]]] = {}
+        self.failed: set[str] = set()
+        """Keys of packs read and found missing or damaged in this read: never chosen again."""
+
+    def start(self, branch_id: str, *, again: bool = False) -> None:
+        if again or branch_id not in self._tasks:
+            self._tasks[branch_id] = asyncio.ensure_future(self._objects.list(pack_prefix(self._run_id, branch_id)))
+
+    async def packs(self, branch_id: str) -> list[tuple[int, int]]:
+        self.start(branch_id)
+        return listed_packs(await asyncio.shield(self._tasks[branch_id]))
+
+    async def close(self) -> None:
+        """Cancel listings nobody needed (the guessed packs were all there)."""
+        pending = [t for t in self._tasks.values() if not t.done()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+
 class ChainReader:
     """Full, current-version checkpoint documents (plain dicts) by checkpoint id."""
 
@@ -229,8 +263,13 @@ class ChainReader:
             guess = [("main", 0, step - 1)]
         early = None
         if guess is not None:
-            early = asyncio.ensure_future(read_many(self._objects, first_round(run_id, plan(guess)),
+            early = asyncio.ensure_future(read_many(self._objects, first_round(run_id, plan_read(guess, branch_id, step)),
                                                     max(self._concurrency - 1, 1)))
+        # The branch's packs, listed beside the head: a checkpoint before the branch's latest
+        # finds the packs of its blocks there (newer packs hold them now).
+        listings = PackListings(self._objects, run_id)
+        if step >= BLOCK_STEPS and self.cached(checkpoint_id(run_id, branch_id, step - 1)) is None:
+            listings.start(branch_id)
         try:
             key, envelope = await self._head(cid)
             if envelope.kind == "snapshot":
@@ -242,7 +281,7 @@ class ChainReader:
                     doc = apply_delta(doc, envelope.payload, key)
                 elif envelope.blocks_sha256 is not None:
                     first = await early if early is not None and envelope.chain == guess else None
-                    doc = await self._replay_blocks(cid, key, envelope, first)
+                    doc = await self._replay_blocks(cid, key, envelope, first, listings)
                 else:
                     doc = await self._replay(cid, key, envelope)
             else:
@@ -251,6 +290,7 @@ class ChainReader:
             if early is not None:
                 early.cancel()  # a wrong guess: what it has not read yet is not needed
                 await asyncio.gather(early, return_exceptions=True)
+            await listings.close()
         self.remember(cid, doc)
         return doc
 
@@ -299,17 +339,23 @@ class ChainReader:
         return parent
 
     async def _replay_blocks(
-        self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None = None,
+        self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None, listings: PackListings,
     ) -> dict[str, Any]:
-        """A v3 delta: its chain's finished blocks (from packs) and the steps after them, read
-        at once (``first``: that round, read already), checked against the head's digest, replayed."""
-        run_id = parse_checkpoint_id(cid)[0]
+        """A v3 delta: its chain's finished blocks (from packs: those the chain's last block
+        would read if no newer pack held them, else those ``listings`` show) and the steps
+        after them, read at once (``first``: that round, read already), checked against the
+        head's digest, replayed."""
+        run_id, branch, step = parse_checkpoint_id(cid)
         assert head.chain is not None
-        pieces = plan(head.chain)
+        pieces = plan_read(head.chain, branch, step)
+        for branch_id, lo, hi in head.chain[:-1]:
+            if hi - lo >= BLOCK_STEPS:  # a fork's parent branches have mostly packed further since
+                listings.start(branch_id)
         steps = [step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level]
         if first is None:
             first = await read_many(self._objects, first_round(run_id, pieces), self._concurrency)
-        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
+        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first,
+                                          listings=listings)
         got = {k: first[k] for k in steps}
         blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
         replay = Replay()
@@ -348,47 +394,66 @@ class ChainReader:
 
     async def merged_blocks(
         self, run_id: str, pieces: Sequence[Piece], *, blocks: Sequence[tuple[str, int, int]] = (),
-        chain_of: str, first: dict[str, bytes | None] | None = None,
+        chain_of: str, first: dict[str, bytes | None] | None = None, listings: PackListings | None = None,
     ) -> dict[tuple[str, int], Merged]:
         """The finished blocks of ``pieces`` (levels >= 1) and ``blocks`` ((branch, first, last),
         read from their step objects), by (branch, first step); ``first``: the first round's
-        objects, read already.
+        objects, read already; ``listings``: the run's pack listings, when started already.
 
-        A block comes from its piece's pack; a pack that is missing, damaged or not the
-        piece's is replaced by the level below (one more round), a block the pack does not
-        hold intact by its step objects. Blocks taken from packs are not checked against the
-        chain here: the caller compares their hashes with the digest the chain records
-        (``checked_blocks``). Blocks merged from step objects are checked as a chain's links are."""
+        A block comes from its piece's pack. A pack that is missing (a newer pack of its branch
+        holds it now, and its writer deleted it), damaged or not the piece's is replaced by the
+        packs the branch's listing shows that hold its blocks (one more round), and blocks no
+        pack holds intact are read from their step objects. Blocks taken from packs are not
+        checked against the chain here: the caller compares their hashes with the digest the
+        chain records (``checked_blocks``). Blocks merged from step objects are checked as a
+        chain's links are."""
         out: dict[tuple[str, int], Merged] = {}
         packs = [p for p in pieces if p.first < p.last]
         from_steps = [(p.branch_id, p.first, p.last) for p in pieces if p.first == p.last] + list(blocks)
-        while packs or from_steps:
-            step_keys = [step_key(run_id, b, s) for b, lo, hi in from_steps for s in range(lo, hi + 1)]
-            keys = [p.key(run_id) for p in packs] + step_keys
-            got = first if first is not None else await read_many(self._objects, keys, self._concurrency)
-            first = None
-            with gc_paused():
-                packs, from_steps = self._decoded(run_id, packs, from_steps, got, out, chain_of)
+        owned = listings is None
+        listings = listings if listings is not None else PackListings(self._objects, run_id)
+        relisted: set[str] = set()
+        listed: set[str] = set()  # keys of packs chosen from a listing
+        try:
+            while packs or from_steps:
+                step_keys = [step_key(run_id, b, s) for b, lo, hi in from_steps for s in range(lo, hi + 1)]
+                keys = list(dict.fromkeys([p.key(run_id) for p in packs] + step_keys))
+                got = first if first is not None else await read_many(self._objects, keys, self._concurrency)
+                first = None
+                with gc_paused():
+                    lost, from_steps = self._decoded(run_id, packs, from_steps, got, out, chain_of)
+                packs = []
+                for piece in lost:
+                    listings.failed.add(piece.key(run_id))
+                    if piece.key(run_id) in listed and got.get(piece.key(run_id)) is None and piece.branch_id not in relisted:
+                        # Listed, then gone: a writer packed further meanwhile. Its branch, listed again.
+                        relisted.add(piece.branch_id)
+                        listings.start(piece.branch_id, again=True)
+                for branch_id, lo, hi in _joined(lost):
+                    shown = [b for b in await listings.packs(branch_id) if pack_key(run_id, branch_id, *b) not in listings.failed]
+                    found, uncovered = cover(branch_id, lo, hi, shown)
+                    listed.update(p.key(run_id) for p in found)
+                    packs += found
+                    from_steps += [(branch_id, first, last) for first, last in uncovered]
+        finally:
+            if owned:
+                await listings.close()
         return out
 
     def _decoded(
         self, run_id: str, packs: list[Piece], from_steps: list[tuple[str, int, int]], got: dict[str, bytes | None],
         out: dict[tuple[str, int], Merged], chain_of: str,
     ) -> tuple[list[Piece], list[tuple[str, int, int]]]:
-        """One round of ``merged_blocks``: the blocks its objects hold, into ``out``; returns what
-        the next round reads (the level below a pack that failed, the steps of a block that did)."""
-        next_packs: list[Piece] = []
+        """One round of ``merged_blocks``: the blocks its objects hold, into ``out``; returns the
+        pieces whose pack was missing, damaged or not theirs, and the blocks the next round reads
+        from their steps (those a pack did not hold intact)."""
+        lost: list[Piece] = []
         next_steps: list[tuple[str, int, int]] = []
         for piece in packs:
             data = got[piece.key(run_id)]
             parts = decode_pack_v2(run_id, piece, data) if data is not None else None
             if parts is None:
-                if piece.level > 1 or piece.cumulative:
-                    lower = fallback_pieces(piece)
-                    next_packs += [p for p in lower if p.first < p.last]
-                    next_steps += [(p.branch_id, p.first, p.last) for p in lower if p.first == p.last]
-                else:
-                    next_steps.append((piece.branch_id, piece.first, piece.last))
+                lost.append(piece)
                 continue
             for (lo, hi), part in zip(blocks_in(piece), parts):
                 content = parse_block(part[0], run_id, piece.branch_id, lo, hi) if part is not None else None
@@ -407,7 +472,7 @@ class ChainReader:
             content = merge_block(run_id, branch_id, lo, links)
             data, sha = content_bytes(content)
             out[(branch_id, lo)] = Merged(content, sha, data, False)
-        return next_packs, next_steps
+        return lost, next_steps
 
     async def _replay(self, cid: str, key: str, head: Envelope) -> dict[str, Any]:
         """A v2 delta (a chain an older Rewind began): its whole chain fetched at once,
@@ -557,6 +622,18 @@ class ChainReader:
             f"checkpoint object {child_key} ({child_id}) is stored as a delta of {cid}, whose "
             f"object {key} is missing; restore it, or rebuild the run with `rewind mirror RUN`"
         )
+
+
+def _joined(pieces: list[Piece]) -> list[tuple[str, int, int]]:
+    """The ranges of ``pieces`` (in chain order), adjacent ones of a branch joined: one pack that
+    holds several of them is then read and opened once."""
+    out: list[tuple[str, int, int]] = []
+    for p in pieces:
+        if out and out[-1][0] == p.branch_id and out[-1][2] + 1 == p.first:
+            out[-1] = (p.branch_id, out[-1][1], p.last)
+        else:
+            out.append((p.branch_id, p.first, p.last))
+    return out
 
 
 def _digest(pieces: Sequence[Piece], blocks: dict[tuple[str, int], Merged], digest: str) -> str:

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from workflows.canonical import canonical_json
-from workflows.errors import CheckpointExistsError, CheckpointNotFoundError, CorruptCheckpointError
+from workflows.errors import CheckpointError, CheckpointExistsError, CheckpointNotFoundError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
 from checkpoint_bridge.checkpoints.chain import ChainReader, HeadInfo, decode_as, first_round, gc_paused, read_many
@@ -74,12 +75,14 @@ from checkpoint_bridge.document.packs import (
     extend_digest,
     packs_ending_at,
     plan_range,
+    superseded_at,
 )
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary, StepParts, checkpoint_to_dict
 
 __all__ = ["CheckpointStore", "StepFacts", "open_checkpoint_store", "DEFAULT_STORE_URL"]
 
 DEFAULT_STORE_URL = "file://.rewind/checkpoints"
+log = logging.getLogger("rewind.store")
 _SUMMARY_FIELDS = tuple(CheckpointSummary.model_fields)
 
 
@@ -110,7 +113,7 @@ class _Encoded:
 # (at most its 4,096 entries times this) with many runs mirrored at once.
 _REMEMBERED_OBJECT_MAX = 16 * 1024
 # The merged blocks kept for the packs of the levels above them: at most this many bytes
-# (a level-5 pack holds 256 blocks); a block no longer kept is read from the level below.
+# (a level-5 pack holds 256 blocks); a block no longer kept is read from the packs below.
 _MERGED_BUDGET = 32 * 1024 * 1024
 
 
@@ -127,6 +130,7 @@ class CheckpointStore:
         # The merged content (and sha256) of blocks this store merged or read lately, by
         # run:branch:first step: what the packs of the levels above them hold.
         self._merged: LRU[tuple[bytes, str]] = LRU(1 << 20, weigh=lambda v: len(v[0]), budget=_MERGED_BUDGET)
+        self._warned_drop = False
 
     @property
     def url(self) -> str:
@@ -300,15 +304,36 @@ class CheckpointStore:
             await self._pack_if_blocks_done(run_id, branch_id, index, step)
 
     async def _pack_if_blocks_done(self, run_id: str, branch_id: str, step: int, encoded: _Encoded) -> None:
-        """After the last step of a level's block: store the level's pack (document/packs.py)."""
-        for piece in packs_ending_at(branch_id, step, encoded.own_chain[-1][1]):
+        """After the last step of a level's block: store the level's pack, then delete the packs
+        it holds whole (document/packs.py)."""
+        lo = encoded.own_chain[-1][1]
+        whole = True
+        for piece in packs_ending_at(branch_id, step, lo):
             contents = await self._block_contents(run_id, piece, encoded)
             if sum(map(len, contents)) > MAX_PACK_V2_BYTES:
-                continue  # huge tool outputs: readers take the level below
+                whole = False  # huge tool outputs: readers take the packs below, which stay
+                continue
             try:
                 await self.objects.put_if_absent(piece.key(run_id), encode_pack_v2(run_id, piece, contents))
             except CheckpointExistsError:
                 pass  # packed already (the same blocks make the same content)
+        if whole:
+            await self._drop_packs(run_id, superseded_at(branch_id, step, lo))
+
+    async def _drop_packs(self, run_id: str, pieces: list[Piece]) -> None:
+        """Delete packs that a newer pack holds whole. They are copies: a store that refuses
+        (no delete permission) or fails keeps them, which costs storage and nothing else."""
+        if not pieces:
+            return
+        results = await asyncio.gather(*(self.objects.delete(p.key(run_id)) for p in pieces), return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if isinstance(failed, CheckpointError):
+            if not self._warned_drop:
+                self._warned_drop = True
+                log.warning("could not delete packs that newer packs hold (%s); they stay, as copies that cost "
+                            "storage: allow this store's writers to delete objects under runs/*/branches/*/packs/", failed)
+        elif failed is not None:
+            raise failed
 
     async def _block_contents(self, run_id: str, piece: Piece, encoded: _Encoded) -> list[bytes]:
         """The merged content of each block of ``piece``: kept from merging them, or read from

@@ -26,6 +26,7 @@ __all__ = [
     "invalidation_key",
     "invalidation_prefix",
     "pack_key",
+    "pack_prefix",
     "ParsedKey",
     "parse_key",
 ]
@@ -56,8 +57,12 @@ def invalidation_key(run_id: str, branch_id: str, after_step: int) -> str:
     return f"{branch_prefix(run_id, branch_id)}invalidations/{validate_step(after_step):08d}.json"
 
 
+def pack_prefix(run_id: str, branch_id: str) -> str:
+    return f"{branch_prefix(run_id, branch_id)}packs/"
+
+
 def pack_key(run_id: str, branch_id: str, first: int, last: int) -> str:
-    return f"{branch_prefix(run_id, branch_id)}packs/{validate_step(first):08d}-{validate_step(last):08d}.json.gz"
+    return f"{pack_prefix(run_id, branch_id)}{validate_step(first):08d}-{validate_step(last):08d}.json.gz"
 
 
 @dataclass(frozen=True)

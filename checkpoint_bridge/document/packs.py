@@ -11,15 +11,25 @@ messages, tool records and final variables, once), in levels:
     level k: 4^(k-1) such blocks, 4^k steps, up to level PACK_LEVELS = 5 (1,024 steps)
 
 Below the top level a level's pack is cumulative: the writer of the last step of
-a level's block packs every block of that level since the start of the
-enclosing block of the level above (1, 2 or 3 blocks; after the 4th, the level
-above has its pack). So any chain is at most one pack per level below the top,
-plus the top level's packs of 1,024 steps, plus at most 3 steps after its last
-finished block: a checkpoint 500 or 2,000 steps deep is its head and 4 packs,
-read in one round (one pack per block took 8). The writer takes the blocks from
-what it has merged, or reads them from the packs below (storage: 1.5 compressed
-copies of the content per level below the top, one at the top; linear in the
-run's length).
+a level's block packs every block of that level since the start of the enclosing
+block of the level above (1, 2 or 3 blocks; after the 4th, the level above has
+its pack). So any chain is at most one pack per level below the top, plus the
+top level's packs of 1,024 steps, plus at most 3 steps after its last finished
+block: a checkpoint 500 or 2,000 steps deep is its head and 4 packs, read in one
+round. The writer takes the blocks from what it has merged, or reads them from
+the packs below.
+
+Each block is in one pack. Once a pack is written, its writer deletes the packs
+it holds whole (``superseded_at``: the level's pack of fewer blocks, and the
+packs of the levels below inside it), so a branch keeps one pack per level
+below the top plus the top level's, and the store holds every block about once
+(compressed) whatever the run's length; a store that refuses deletes keeps the
+older packs, which costs storage and nothing else. A chain that ends at the
+branch's latest step reads the packs its last writer left (``plan_read``); one
+that ends earlier (an older checkpoint, a fork's parent branch that went on)
+finds the newer packs that hold its blocks in a listing of the branch's packs
+(``cover``), made beside its first reads, and reads only the blocks it needs
+from them (decompressing a large pack no further than its last needed block).
 
     runs/<run>/branches/<branch>/packs/<first:08d>-<last:08d>.json.gz
         gzip( <header JSON>\\n <block content> <block content> ... )
@@ -29,12 +39,12 @@ run's length).
 ``first``-``last`` in the key are the pack's aligned bounds (a cumulative pack's
 start is the start of the enclosing block of the level above); the header's
 ``first`` is where the branch's part of the chain starts when that is later
-(a fork's branch starts mid-block). Chains that a Rewind before cumulative
-packs wrote (the same format, one pack per block of each level) still load:
-a missing pack of 2 or 3 blocks is read as the pack of the blocks before its
-last and the last one's own pack (``fallback_pieces``), one more round. A
-block ends at every 4th step of the branch, counted from step 0; the first
-block of a branch's part of a chain starts where the part starts.
+(a fork's branch starts mid-block). Chains that an older Rewind packed (the
+same format: one pack per block of each level, or cumulative packs it never
+deleted) still load: the listing shows their packs, and ``cover`` takes the
+fewest that hold a chain's blocks. A block ends at every 4th step of the
+branch, counted from step 0; the first block of a branch's part of a chain
+starts where the part starts.
 
 Packs add no trust. Every v3 step object records ``blocks_sha256``, a hash
 chained over the sha256 of the merged content of every finished block before
@@ -42,9 +52,9 @@ it in its chain (``extend_digest``), and the last step of a block also its own
 block's hash (``block_sha256``): a reader hashes the blocks it took from packs,
 chains the hashes and compares the result with its head's, which the head's
 own hash protects. A pack that is missing, damaged, of an unknown format or
-not the block's is read from the level below (in the end, the step objects,
-which stay the record); blocks that do not add up to the head's digest are
-read again from their step objects.
+not the block's is replaced by another listed pack that holds its blocks, or by
+the step objects, which stay the record; blocks that do not add up to the
+head's digest are read again from their step objects.
 
 Format v1 packs (``rewind.pack/v1``: blocks of 32 steps, the step objects'
 exact bytes) are written and read for chains that an older Rewind began
@@ -56,6 +66,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -64,8 +75,8 @@ from checkpoint_bridge.document.layout import pack_key
 __all__ = [
     "PACK_STEPS", "PACK_FORMAT", "MAX_PACK_BYTES", "Block", "block_of", "encode_pack", "decode_pack",
     "BLOCK_STEPS", "PACK_FANOUT", "PACK_LEVELS", "PACK_FORMAT_V2", "DIGEST_START", "Piece", "plan", "plan_range",
-    "fallback_pieces", "blocks_in", "ends_block", "packs_ending_at", "extend_digest", "encode_pack_v2", "decode_pack_v2",
-    "MAX_PACK_V2_BYTES",
+    "blocks_in", "ends_block", "packs_ending_at", "extend_digest", "encode_pack_v2", "decode_pack_v2",
+    "MAX_PACK_V2_BYTES", "superseded_at", "listed_packs", "cover", "plan_read",
 ]
 
 # -- format v1 (chains an older Rewind began) ---------------------------------------
@@ -112,15 +123,40 @@ def _gunzip(data: bytes) -> tuple[dict, memoryview] | None:
     return (header, memoryview(body)[end + 1:]) if isinstance(header, dict) else None
 
 
-def _open(data: bytes, format_: str, run_id: str, branch_id: str) -> tuple[dict, memoryview] | None:
-    """(header, rest) of a pack of this format, run and branch; None for any other bytes."""
-    opened = _gunzip(data)
+def _open(data: bytes, format_: str, run_id: str, branch_id: str, until: int | None = None) -> tuple[dict, memoryview] | None:
+    """(header, rest) of a pack of this format, run and branch; None for any other bytes. With
+    ``until`` (a step), the rest may stop after the block that ends there: a reader that needs
+    the first blocks of a large pack decompresses only those (each is checked by its hash)."""
+    opened = _gunzip(data) if until is None else _gunzip_until(data, until)
     if opened is None:
         return None
     header = opened[0]
     if header.get("format") != format_ or header.get("run_id") != run_id or header.get("branch_id") != branch_id:
         return None
     return opened
+
+
+def _gunzip_until(data: bytes, until: int) -> tuple[dict, memoryview] | None:
+    """``_gunzip``, decompressing no further than the end of the block that ends at ``until``
+    (all of it when the header does not say where that is)."""
+    stream = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        body = stream.decompress(data, 1 << 16)
+        while b"\n" not in body and stream.unconsumed_tail:
+            body += stream.decompress(stream.unconsumed_tail, 1 << 16)
+        end = body.index(b"\n")
+        header = json.loads(body[:end])
+        listed = header.get("blocks") if isinstance(header, dict) else None
+        sizes = [b[2] for b in listed if isinstance(b, list) and len(b) == 4 and isinstance(b[1], int) and b[1] <= until
+                 and isinstance(b[2], int)] if isinstance(listed, list) else None
+        if not sizes or len(sizes) == len(listed):  # type: ignore[arg-type]
+            return _gunzip(data)
+        need = end + 1 + sum(sizes)
+        while len(body) < need and stream.unconsumed_tail:
+            body += stream.decompress(stream.unconsumed_tail, need - len(body))
+    except (zlib.error, ValueError):
+        return None
+    return (header, memoryview(body)[end + 1:]) if isinstance(header, dict) else None
 
 
 def encode_pack(block: Block, first_step: int, objects: list[bytes]) -> bytes:
@@ -160,7 +196,7 @@ PACK_FORMAT_V2 = "rewind.pack/v2"
 # The digest of a chain before its first finished block.
 DIGEST_START = "0" * 64
 # A level's pack is not written when its merged content is larger (huge tool outputs):
-# readers take the level below, and the memory a pack needs stays bounded.
+# readers take the packs below (which its writer then keeps), and the memory a pack needs stays bounded.
 MAX_PACK_V2_BYTES = 64 * 1024 * 1024
 
 
@@ -182,13 +218,21 @@ class Piece:
     last: int
     level: int
     cumulative: bool = False
+    held_in: tuple[int, int] | None = None
+    """The bounds in the key of a pack found in the branch's listing (``cover``), which may
+    hold more blocks than the piece's, before and after them: the piece is read from it."""
+
+    def bounds(self) -> tuple[int, int]:
+        """The bounds in the key of the pack that holds this piece (level >= 1, more than one step)."""
+        if self.held_in is not None:
+            return self.held_in
+        if self.cumulative:
+            return self.last - self.last % _span(self.level + 1), self.last
+        return self.last + 1 - _span(self.level), self.last
 
     def key(self, run_id: str) -> str:
         """The key of the pack that holds this piece (level >= 1, more than one step)."""
-        if self.cumulative:
-            parent = _span(self.level + 1)
-            return pack_key(run_id, self.branch_id, self.last - self.last % parent, self.last)
-        return pack_key(run_id, self.branch_id, self.last + 1 - _span(self.level), self.last)
+        return pack_key(run_id, self.branch_id, *self.bounds())
 
 
 def plan_range(branch_id: str, lo: int, hi: int, max_level: int = PACK_LEVELS) -> list[Piece]:
@@ -222,35 +266,26 @@ def plan_range(branch_id: str, lo: int, hi: int, max_level: int = PACK_LEVELS) -
     return out
 
 
-def fallback_pieces(piece: Piece) -> list[Piece]:
-    """What to read instead of ``piece``'s pack when it is missing, damaged or not the
-    piece's. A cumulative pack of the level's blocks 1..j: the pack of blocks 1..j-1 and the
-    pack of block j alone (which a chain this Rewind packed has not, and one an older Rewind
-    packed, one pack per block, has). A pack of one block: the levels below it (the
-    cumulative packs inside it, then its last block of 4 steps, whose own pack only an older
-    Rewind wrote). Never level 0: a level-1 piece whose pack fails is merged from its step
-    objects by the reader."""
-    if piece.cumulative:
-        span = _span(piece.level)
-        start = piece.last - piece.last % _span(piece.level + 1)
-        before = piece.last - span  # the end of blocks 1..j-1
-        out = []
-        if before >= piece.first:
-            out.append(Piece(piece.branch_id, piece.first, before, piece.level, cumulative=before + 1 - start > span))
-        out.append(Piece(piece.branch_id, max(piece.first, before + 1), piece.last, piece.level))
-        return out
-    if piece.level <= 1:
-        return [piece]
-    lower = plan_range(piece.branch_id, piece.first, piece.last, piece.level - 1)
-    singles = [p for p in lower if not p.level]
-    if singles:  # the range's last block, which no pack of the levels below holds
-        lower = [p for p in lower if p.level] + [Piece(piece.branch_id, singles[0].first, singles[-1].last, 1)]
-    return lower
-
-
 def plan(chain: list[tuple[str, int, int]]) -> list[Piece]:
     """A whole chain (its [branch, first, last] ranges, root first) as pieces, in order."""
     return [piece for branch_id, lo, hi in chain for piece in plan_range(branch_id, lo, hi)]
+
+
+def plan_read(chain: list[tuple[str, int, int]], branch_id: str, step: int) -> list[Piece]:
+    """``plan(chain)`` for reading step ``step`` of ``branch_id``, whose chain it is: when the step
+    finishes a block, its writer packed that block and deleted the packs the new ones hold
+    (``superseded_at``), so the chain's blocks on the step's own branch are taken from those."""
+    pieces = plan(chain)
+    if not chain or chain[-1][0] != branch_id or not ends_block(step):
+        return pieces
+    _branch, lo, _hi = chain[-1]
+    own = [p for p in pieces if p.branch_id == branch_id and p.level]
+    if not own:
+        return pieces
+    covered, uncovered = cover(branch_id, own[0].first, own[-1].last, [p.bounds() for p in _live(branch_id, lo, step)])
+    if uncovered:
+        return pieces
+    return [p for p in pieces if p.branch_id != branch_id] + covered + [p for p in pieces if p.branch_id == branch_id and not p.level]
 
 
 def blocks_in(piece: Piece) -> list[tuple[int, int]]:
@@ -282,6 +317,58 @@ def packs_ending_at(branch_id: str, step: int, lo: int) -> list[Piece]:
     return out
 
 
+def _live(branch_id: str, lo: int, end: int) -> list[Piece]:
+    """The packs a branch keeps once its part of a chain (from ``lo``) is stored to the end of
+    a block at ``end``: those a chain to ``end`` reads."""
+    return [p for p in plan_range(branch_id, lo, end) if p.level and p.first < p.last] if end >= lo else []
+
+
+def superseded_at(branch_id: str, step: int, lo: int) -> list[Piece]:
+    """The packs that the packs written at ``step`` (``packs_ending_at``) hold whole, which their
+    writer then deletes: the level's pack of fewer blocks since the start of the enclosing block
+    of the level above, and the packs of the levels below inside it. So every finished block is
+    in about one pack, whatever the run's length; a reader of an earlier step of the branch
+    takes its blocks from the later pack that holds them (``cover``)."""
+    if not ends_block(step):
+        return []
+    kept = {(p.first, p.last) for p in _live(branch_id, lo, step)}
+    return [p for p in _live(branch_id, lo, step - BLOCK_STEPS) if (p.first, p.last) not in kept]
+
+
+_LISTED = re.compile(r"(?:.*/)?packs/([0-9]{8})-([0-9]{8})\.json\.gz")
+
+
+def listed_packs(keys: list[str]) -> list[tuple[int, int]]:
+    """The bounds in the keys of a branch's listed packs (other keys ignored)."""
+    out = []
+    for key in keys:
+        match = _LISTED.fullmatch(key)
+        if match is not None and int(match[1]) <= int(match[2]):
+            out.append((int(match[1]), int(match[2])))
+    return out
+
+
+def cover(branch_id: str, first: int, last: int, packs: list[tuple[int, int]]) -> tuple[list[Piece], list[tuple[int, int]]]:
+    """Finished blocks ``first``..``last`` of a branch (``first`` a block's first step, ``last`` a
+    block's last) from the packs a listing of the branch shows (their key bounds): at each block,
+    the pack that holds it and reaches furthest, of which the reader takes only the blocks it
+    needs. Returns those pieces and the blocks no listed pack holds (read from their steps)."""
+    pieces: list[Piece] = []
+    uncovered: list[tuple[int, int]] = []
+    p = first
+    while p <= last:
+        best = max((b for b in packs if b[0] <= p <= b[1]), key=lambda b: b[1], default=None)
+        if best is None:
+            end = p - p % BLOCK_STEPS + BLOCK_STEPS - 1
+            uncovered.append((p, min(end, last)))
+            p = end + 1
+            continue
+        end = min(best[1], last)
+        pieces.append(Piece(branch_id, p, end, 1, held_in=best))
+        p = end + 1
+    return pieces, uncovered
+
+
 def extend_digest(digest: str, block_sha256: str) -> str:
     """The chain's digest after one more finished block."""
     return hashlib.sha256(f"{digest}{block_sha256}".encode("ascii")).hexdigest()
@@ -301,14 +388,27 @@ def encode_pack_v2(run_id: str, piece: Piece, contents: list[bytes]) -> bytes:
 def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[tuple[memoryview, str] | None] | None:
     """The merged content of each block of ``piece`` (in ``blocks_in`` order) and its sha256,
     None for a block whose bytes do not match the hash the pack gives for them; None for a
-    pack that is damaged, of another format (a newer one included) or not this piece's."""
-    opened = _open(data, PACK_FORMAT_V2, run_id, piece.branch_id)
+    pack that is damaged, of another format (a newer one included) or not this piece's.
+
+    A piece ``held_in`` a listed pack is taken from the blocks that pack holds: its header
+    says where they start (a fork's branch starts inside the key's bounds)."""
+    partial = piece.held_in is not None and piece.last < piece.held_in[1]
+    opened = _open(data, PACK_FORMAT_V2, run_id, piece.branch_id, piece.last if partial else None)
     if opened is None:
         return None
     header, rest = opened
     listed = header.get("blocks")
-    expected = blocks_in(piece)
-    if (header.get("first") != piece.first or header.get("last") != piece.last or not isinstance(listed, list) or len(listed) != len(expected)):
+    held = header.get("first")
+    if piece.held_in is not None:
+        if not (isinstance(held, int) and piece.held_in[0] <= held <= piece.first and header.get("last") == piece.held_in[1]):
+            return None
+        expected = blocks_in(Piece(piece.branch_id, held, piece.held_in[1], 1))
+    else:
+        if held != piece.first or header.get("last") != piece.last:
+            return None
+        expected = blocks_in(piece)
+    wanted = set(blocks_in(piece))
+    if not isinstance(listed, list) or len(listed) != len(expected):
         return None
     out: list[tuple[memoryview, str] | None] = []
     offset = 0
@@ -318,6 +418,9 @@ def decode_pack_v2(run_id: str, piece: Piece, data: bytes) -> list[tuple[memoryv
             return None
         content = rest[offset:offset + item[2]]
         offset += item[2]
+        if (lo, hi) not in wanted:
+            continue
         sha = hashlib.sha256(content).hexdigest()
         out.append((content, sha) if len(content) == item[2] and sha == item[3] else None)
-    return out if offset == len(rest) else None
+    # Read whole, the pack holds exactly its blocks; read in part, the blocks it decompressed.
+    return out if (offset >= len(rest) if partial else offset == len(rest)) and len(out) == len(wanted) else None

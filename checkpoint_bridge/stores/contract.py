@@ -47,7 +47,8 @@ The guarantees, which everything above the stores relies on:
    empty prefix; a deleted key may be written again. Only erasing a run
    (``rewind delete``, checkpoint_bridge/checkpoints/erasure.py), erasing LangGraph
    threads (``RewindSaver``'s delete_thread / prune / delete_for_runs,
-   langgraph/store.py) and the start-up probe delete.
+   langgraph/store.py), the start-up probe and a pack's writer (the packs a
+   newer pack holds whole: copies, document/packs.py) delete.
 9. ``aclose`` releases connections and may be called more than once.
 """
 

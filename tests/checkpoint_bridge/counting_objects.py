@@ -9,7 +9,7 @@ from checkpoint_bridge.stores import ObjectStore
 
 class CountingObjects:
     """An ObjectStore wrapper that counts GETs and how many were in flight at once
-    (a real backend underneath). With `hold`, each GET after the first (the head;
+    (a real backend underneath), and listings, with their prefixes. With `hold`, each GET after the first (the head;
     with `head`, the first too) waits until that many are in flight (or a few
     seconds pass): a reader that needs one GET's answer before it asks the next
     could never get there."""
@@ -17,14 +17,17 @@ class CountingObjects:
     def __init__(self, inner: ObjectStore, hold: int = 0, head: bool = False) -> None:
         self.inner, self.url, self.hold, self.head = inner, inner.url, hold, head
         self.gets = self.lists = self.in_flight = self.most_in_flight = 0
+        self.listed: list[str] = []
         self._enough = asyncio.Event()
 
     def reset(self, hold: int = 0, head: bool = False) -> None:
         self.gets = self.lists = self.most_in_flight = 0
+        self.listed = []
         self.hold, self.head, self._enough = hold, head, asyncio.Event()
 
     async def list(self, prefix: str) -> list[str]:
         self.lists += 1
+        self.listed.append(prefix)
         return await self.inner.list(prefix)
 
     async def get(self, key: str) -> bytes:

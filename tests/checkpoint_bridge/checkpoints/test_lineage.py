@@ -85,5 +85,6 @@ async def test_a_branch_starts_from_the_checkpoint_load_gives_without_a_listing(
                     await checkpoint_at(reader, point)
             else:
                 assert await checkpoint_at(reader, point) == loaded, (name, summary.step_index)
-            assert counting.lists == 0, (name, summary.step_index)
+            # (A listing of the branch's packs may run beside the first reads: see chain.py.)
+            assert not [p for p in counting.listed if "/packs/" not in p], (name, summary.step_index)
     assert refused == 3  # main.r0 names main's steps 7..9 as they were

@@ -2,12 +2,15 @@
 and 1,024 steps, so a deep checkpoint loads in one round of few requests (two
 off "main"); the step objects stay the record. Below the top level, a level's
 pack holds its blocks since the start of the enclosing block of the level
-above (1 to 3 of them), so a chain takes one pack per level.
+above (1 to 3 of them), so a chain takes one pack per level; and the writer of
+a pack deletes the packs it holds whole, so each block is in about one pack. A
+checkpoint older than its branch's packs takes its blocks from the newer pack
+that holds them, which the branch's listing names.
 
 Whatever a reader takes from a pack must add up to the digest its head records:
 a pack that is missing, damaged, of a newer format, another block's, or
-well-formed but wrong loads the same checkpoint from the level below or from
-the step objects, never a partial one. Listings never show packs.
+well-formed but wrong loads the same checkpoint from another pack that holds
+its blocks or from the step objects, never a partial one. Listings never show packs.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 
 import pytest
 from checkpoint_factory import make_run, next_step
@@ -23,9 +27,11 @@ from store_backends import Backend
 
 from checkpoint_bridge.document.packs import PACK_FORMAT_V2, Piece, blocks_in, decode_pack_v2, encode_pack_v2
 from checkpoint_bridge.checkpoints.store import CheckpointStore
+from workflows.errors import StoreUnavailableError
 
 MAIN = "runs/run-1/branches/main"
 PACK_0_47 = f"{MAIN}/packs/00000000-00000047.json.gz"  # level 2, cumulative: blocks 0-3 .. 44-47
+PACK_0_63 = f"{MAIN}/packs/00000000-00000063.json.gz"  # level 3: blocks 0-3 .. 60-63
 
 
 async def _saved(store: CheckpointStore, steps: int) -> list:
@@ -57,14 +63,12 @@ def _packs(raw: dict[str, bytes], branch: str = "main") -> list[str]:
                   if k.startswith(f"runs/run-1/branches/{branch}/packs/"))
 
 
-async def test_each_finished_level_is_packed_as_merged_blocks_since_the_level_above(store: CheckpointStore) -> None:
-    await _saved(store, 70)  # steps 0..69
+async def test_each_finished_block_is_in_one_pack_the_newest_that_holds_it(store: CheckpointStore) -> None:
+    await _saved(store, 48)  # steps 0..47
     raw = await store.raw_objects("run-1")
-    # Level 1 within each block of 16 steps (1, 2, 3 blocks of 4); level 2 within 0-63; level 3.
-    expected = sorted([f"{lo:08d}-{lo + n - 1:08d}.json.gz" for lo in range(0, 64, 16) for n in (4, 8, 12)]
-                      + ["00000064-00000067.json.gz", "00000000-00000015.json.gz", "00000000-00000031.json.gz",
-                         "00000000-00000047.json.gz", "00000000-00000063.json.gz"])
-    assert _packs(raw) == expected
+    # Level 2's pack of blocks 0-15 .. 32-47 (cumulative since 0, the start of level 3's block):
+    # the packs it holds whole (0-31, and level 1's 32-43) were deleted by its writer.
+    assert _packs(raw) == ["00000000-00000047.json.gz"]
     parts = [bytes(p[0]) for p in decode_pack_v2("run-1", Piece("main", 0, 47, 2, cumulative=True), raw[PACK_0_47]) or []
              if p]
     assert len(parts) == 12
@@ -80,7 +84,11 @@ async def test_each_finished_level_is_packed_as_merged_blocks_since_the_level_ab
     assert step_39["format"] == "rewind.checkpoint/v3"
     assert step_39["payload"]["block_sha256"] == hashlib.sha256(parts[9]).hexdigest()
     assert "block_sha256" not in json.loads(raw[f"{MAIN}/steps/00000038.json"])["payload"]
-    # Listings and the tree see steps only.
+    run = make_run(70, result_size=256)
+    for cp in run[48:]:
+        await store.save(cp)
+    # Level 3's block 0-63 is one pack now; 64-67 is level 1's. Listings and the tree see steps only.
+    assert _packs(await store.raw_objects("run-1")) == ["00000000-00000063.json.gz", "00000064-00000067.json.gz"]
     assert [s.step_index for s in await store.list_checkpoints("run-1")] == list(range(70))
 
 
@@ -92,18 +100,14 @@ async def test_a_deep_checkpoint_loads_in_one_round_of_few_requests(store: Check
     assert counting.gets == 1 + 5 and counting.most_in_flight == 6
 
 
-async def test_a_missing_pack_is_read_from_the_level_below(store: CheckpointStore, backend: Backend) -> None:
+async def test_a_missing_pack_is_read_from_its_steps_when_no_other_pack_holds_it(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 100)
-    await store.objects.delete_prefix(f"{MAIN}/packs/00000000-00000063.json.gz")
+    await store.objects.delete_prefix(PACK_0_63)
     cp, counting = await _load_counting(backend, store, "run-1:main:99")
     assert cp == run[99]
-    # ... then the levels below 0-63: packs 0-47 and 48-59, and 60-63 (none: only an older
-    # Rewind packed a 4th block on its own), so at last its steps.
-    assert counting.gets == 1 + 5 + 3 + 4
-    await store.objects.delete_prefix(PACK_0_47)
-    cp, counting = await _load_counting(backend, store, "run-1:main:99")
-    # ... and for 0-47: packs 0-31 and 32-47 (none), then 32-43 and 44-47 (none), steps 44-47.
-    assert cp == run[99] and counting.gets == 1 + 5 + 3 + (4 + 2) + 2 + 4
+    # The head, packs 0-63 (gone), 64-95, 96-99 (the head's own block) and steps 96-98;
+    # then, the listing naming no other pack of blocks 0-63, their 64 steps.
+    assert counting.gets == 1 + 5 + 64
 
 
 async def test_a_missing_pack_of_one_block_is_read_from_its_steps(store: CheckpointStore, backend: Backend) -> None:
@@ -139,7 +143,7 @@ _future_format = _header_changed(lambda h: h.update(format="rewind.pack/v3"))
 @pytest.mark.parametrize("damage", [_flip_a_byte, lambda d: d[: len(d) // 2], lambda d: b"not gzip at all", _wrong_hash,
                                     _other_steps, _future_format],
                          ids=["flipped-byte", "truncated", "not-gzip", "wrong-hash", "other-steps", "future-format"])
-async def test_a_damaged_pack_loads_the_same_checkpoint_from_the_level_below(
+async def test_a_damaged_pack_loads_the_same_checkpoint_from_the_steps(
     damage, store: CheckpointStore, backend: Backend,  # type: ignore[no-untyped-def]
 ) -> None:
     run = await _saved(store, 50)
@@ -149,8 +153,8 @@ async def test_a_damaged_pack_loads_the_same_checkpoint_from_the_level_below(
     assert cp == run[49]
     if damage is _wrong_hash:  # the head, pack 0-47, step 48; then the one block's 4 steps
         assert counting.gets == 1 + 1 + 1 + 4
-    else:  # ... then packs 0-31 and 32-47 (none), then 32-43 and 44-47 (none), steps 44-47
-        assert counting.gets == 1 + 1 + 1 + 2 + 2 + 4
+    else:  # ... then, no other pack holding them, the 48 steps of its blocks
+        assert counting.gets == 1 + 1 + 1 + 48
 
 
 async def test_a_well_formed_pack_that_is_not_the_chains_is_read_from_the_steps(
@@ -179,18 +183,18 @@ async def test_a_fork_that_starts_mid_block_packs_its_own_part(store: Checkpoint
     run = await _saved(store, 70)  # main 0..69
     fork = await _branch(store, run[40], "b", 66)  # b starts at 41, inside blocks 40-43, 32-47 and 0-63
     raw = await store.raw_objects("run-1")
-    # Level 1: 41-43 (key 32-43: blocks 32-35 .. 40-43, of which b holds 41-43), 48-51 .. 48-59;
-    # level 2: 41-47 (key 0-47); level 3: 41-63 (key 0-63).
-    assert _packs(raw, "b") == sorted(["00000032-00000043.json.gz", "00000000-00000047.json.gz", "00000048-00000051.json.gz",
-                                       "00000048-00000055.json.gz", "00000048-00000059.json.gz", "00000000-00000063.json.gz"])
+    # Level 3's 41-63 (key 0-63: b holds 41-63 of it); the packs it holds whole (level 2's
+    # 41-47, level 1's 48-59) deleted by its writer.
+    assert _packs(raw, "b") == ["00000000-00000063.json.gz"]
     parts = decode_pack_v2("run-1", Piece("b", 41, 63, 3), raw["runs/run-1/branches/b/packs/00000000-00000063.json.gz"])
     first = json.loads(bytes(parts[0][0])) if parts and parts[0] else {}
     assert (first["first"], first["parent_id"]) == (41, "run-1:main:40")
     cp, counting = await _load_counting(backend, store, "run-1:b:66")
     assert cp == fork[-1]
     # The head; main's packs 0-31, 32-39 and step 40 (the chain leaves main inside block
-    # 40-43); b's pack 41-63 and steps 64, 65.
-    assert counting.gets == 1 + 2 + 1 + 1 + 2
+    # 40-43); b's pack 41-63 and steps 64, 65. Main went on to step 69: its pack 0-63 holds
+    # blocks 0-39 now, which main's listing (made beside that round) names: one more GET.
+    assert counting.gets == 1 + 2 + 1 + 1 + 2 + 1
 
 
 async def test_a_fork_from_the_last_step_of_a_block_has_a_block_of_one_step(store: CheckpointStore, backend: Backend) -> None:
@@ -202,11 +206,12 @@ async def test_a_fork_from_the_last_step_of_a_block_has_a_block_of_one_step(stor
     assert _packs(raw, "b") == ["00000000-00000015.json.gz"]
     cp, counting = await _load_counting(backend, store, "run-1:b:14")
     assert cp == fork[3]
-    # The head; main's pack 0-7, steps 8, 9, 10; b's step 11 (a finished block), steps 12, 13.
-    assert counting.gets == 1 + 1 + 3 + 1 + 2
+    # The head; main's pack 0-7, steps 8, 9, 10; b's step 11 (a finished block), steps 12, 13;
+    # main's pack 0-15, which holds blocks 0-7 since main's step 15.
+    assert counting.gets == 1 + 1 + 3 + 1 + 2 + 1
     cp, counting = await _load_counting(backend, store, "run-1:b:17")
     assert cp == fork[-1]
-    assert counting.gets == 1 + 1 + 3 + 1 + 1  # ... b's pack 11-15 and step 16
+    assert counting.gets == 1 + 1 + 3 + 1 + 1 + 1  # ... b's pack 11-15 and step 16
 
 
 async def test_a_rolled_back_revision_loads_through_its_own_packs(store: CheckpointStore, backend: Backend) -> None:
@@ -216,8 +221,8 @@ async def test_a_rolled_back_revision_loads_through_its_own_packs(store: Checkpo
     cp, counting = await _load_counting(backend, store, "run-1:main.r1:45")
     assert cp == revision[-1]
     # The head; main's packs 0-15, 16-19 and steps 20, 21; main.r1's packs 22-31 (key 0-31),
-    # 32-43 and step 44.
-    assert counting.gets == 1 + 2 + 2 + 2 + 1
+    # 32-43 and step 44; main's pack 0-31, which holds blocks 0-19 since main's step 31.
+    assert counting.gets == 1 + 2 + 2 + 2 + 1 + 1
     assert (await backend.twin(store).load("run-1:main:30")).status == "invalidated"
 
 
@@ -307,3 +312,65 @@ async def test_a_chain_packed_one_block_per_pack_loads_with_one_more_round(store
     assert written and all(mine.get(k) == expected[k] for k in written), [k for k in written if mine.get(k) != expected[k]]
     cp, counting = await _load_counting(backend, store, "run-1:main:127")
     assert cp == run[127]
+
+
+class _StaleListing:
+    """The store as a reader saw it a moment before: its first listing of packs names packs
+    a writer deleted since (the one before the newest), and not the newest."""
+
+    def __init__(self, inner, stale: list[str]) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.url, self.stale, self.listings = inner, inner.url, stale, 0
+
+    async def list(self, prefix: str) -> list[str]:
+        if "/packs/" in prefix:
+            self.listings += 1
+            if self.listings == 1:
+                return self.stale
+        return await self.inner.list(prefix)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.inner, name)
+
+
+async def test_a_pack_deleted_after_the_listing_named_it_is_found_by_listing_again(
+    store: CheckpointStore, backend: Backend,
+) -> None:
+    run = await _saved(store, 70)
+    # A reader of step 30 listed main while 0-47 was the newest pack; 0-63 replaced it since.
+    stale = _StaleListing(backend.reopen(store.objects), [PACK_0_47])
+    backend.opened.append(stale.inner)
+    assert await CheckpointStore(stale).load("run-1:main:30") == run[30]  # type: ignore[arg-type]
+    assert stale.listings == 2
+
+
+class _NoDeletes:
+    """A store whose writers may not delete (a bucket policy without s3:DeleteObject)."""
+
+    def __init__(self, inner) -> None:  # type: ignore[no-untyped-def]
+        self.inner, self.url, self.refused = inner, inner.url, 0
+
+    async def delete(self, key: str) -> bool:
+        self.refused += 1
+        raise StoreUnavailableError(f"{self.url} refused to delete {key}: AccessDenied")
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.inner, name)
+
+
+async def test_a_store_that_refuses_deletes_keeps_the_older_packs_and_loses_nothing(
+    store: CheckpointStore, backend: Backend, caplog: pytest.LogCaptureFixture,
+) -> None:
+    objects = _NoDeletes(backend.reopen(store.objects))
+    backend.opened.append(objects.inner)
+    writer = CheckpointStore(objects)  # type: ignore[arg-type]
+    run = make_run(70, result_size=256)
+    with caplog.at_level(logging.WARNING, logger="rewind.store"):
+        for cp in run:
+            await writer.save(cp)
+    assert objects.refused > 1
+    warnings = [r.getMessage() for r in caplog.records if "could not delete packs" in r.getMessage()]
+    assert len(warnings) == 1 and "allow this store's writers to delete" in warnings[0]
+    raw = await store.raw_objects("run-1")
+    assert PACK_0_47 in raw and PACK_0_63 in raw  # the older pack stays beside the newer
+    for step in (30, 50, 69):
+        assert await backend.twin(store).load(f"run-1:main:{step}") == run[step]
