@@ -47,7 +47,6 @@ from checkpoint_bridge.checkpoints.lru import LRU
 from checkpoint_bridge.document.migrations import migrate
 from checkpoint_bridge.stores import ObjectStore
 from checkpoint_bridge.document.packs import (
-    BLOCK_STEPS,
     DIGEST_START,
     Block,
     Piece,
@@ -58,6 +57,8 @@ from checkpoint_bridge.document.packs import (
     ends_block,
     extend_digest,
     cover,
+    PACK_LEVELS,
+    holders,
     listed_packs,
     plan_read,
 )
@@ -165,6 +166,16 @@ def first_round(run_id: str, pieces: Sequence[Piece]) -> list[str]:
     return [p.key(run_id) if p.first < p.last else step_key(run_id, p.branch_id, p.first) for p in pieces]
 
 
+def first_reads(run_id: str, pieces: Sequence[Piece]) -> list[str]:
+    """``first_round``, and for a long chain (packs of 64 steps and more) the top-level packs that
+    hold its blocks once their branch went past them (``holders``): a checkpoint older than its
+    branch's newest packs, whose own packs are gone, then loads in the same round, for one GET
+    more that finds nothing when the branch has not got that far. (A short chain's blocks are
+    found with a listing instead: one more round, of little data.)"""
+    tops = [pack_key(run_id, p.branch_id, *holders(p)[-1]) for p in pieces if p.level >= 3 and p.level < PACK_LEVELS]
+    return list(dict.fromkeys(first_round(run_id, pieces) + tops))
+
+
 def chain_ids(run_id: str, chain: Chain) -> list[str]:
     """The checkpoint ids a chain names, root first."""
     ids: list[str] = []
@@ -188,33 +199,32 @@ def _ranges(ids: list[str]) -> Chain:
     return chain
 
 
-class PackListings:
-    """The packs each branch of a run holds now, listed once per read (``list`` of the branch's
-    packs/ folder, started early so it runs beside the first GETs) and again after a listed pack
-    went missing: a newer pack of a writer deletes the packs it holds whole (document/packs.py),
-    so a chain's packs are found in the listing, not guessed."""
+class _Search:
+    """Where one read looks for the packs that hold blocks whose expected pack is gone, a
+    branch at a time: a listing of the branch's packs, then a second one (a writer may have
+    packed further and deleted what the first one named); after that, nowhere."""
 
     def __init__(self, objects: ObjectStore, run_id: str) -> None:
         self._objects = objects
         self._run_id = run_id
-        self._tasks: dict[str, asyncio.Future[list[str]]] = {}
-        self.failed: set[str] = set()
-        """Keys of packs read and found missing or damaged in this read: never chosen again."""
+        self._listings: dict[str, int] = {}
+        self._listed: dict[str, list[tuple[int, int]]] = {}
 
-    def start(self, branch_id: str, *, again: bool = False) -> None:
-        if again or branch_id not in self._tasks:
-            self._tasks[branch_id] = asyncio.ensure_future(self._objects.list(pack_prefix(self._run_id, branch_id)))
+    def shown(self, branch_id: str, fetched: dict[str, bytes | None], failed: set[str]) -> list[tuple[int, int]]:
+        """The branch's packs known to exist: read so far, or listed."""
+        prefix = pack_prefix(self._run_id, branch_id)
+        read = [k for k, v in fetched.items() if v is not None and k.startswith(prefix)]
+        return [b for b in dict.fromkeys(listed_packs(read) + self._listed.get(branch_id, []))
+                if pack_key(self._run_id, branch_id, *b) not in failed]
 
-    async def packs(self, branch_id: str) -> list[tuple[int, int]]:
-        self.start(branch_id)
-        return listed_packs(await asyncio.shield(self._tasks[branch_id]))
-
-    async def close(self) -> None:
-        """Cancel listings nobody needed (the guessed packs were all there)."""
-        pending = [t for t in self._tasks.values() if not t.done()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+    async def relist(self, branch_id: str) -> bool:
+        """List the branch's packs (again); False when it was listed twice already."""
+        done = self._listings.get(branch_id, 0)
+        if done >= 2:
+            return False
+        self._listings[branch_id] = done + 1
+        self._listed[branch_id] = listed_packs(await self._objects.list(pack_prefix(self._run_id, branch_id)))
+        return True
 
 
 class ChainReader:
@@ -263,13 +273,8 @@ class ChainReader:
             guess = [("main", 0, step - 1)]
         early = None
         if guess is not None:
-            early = asyncio.ensure_future(read_many(self._objects, first_round(run_id, plan_read(guess, branch_id, step)),
+            early = asyncio.ensure_future(read_many(self._objects, first_reads(run_id, plan_read(guess, branch_id, step)),
                                                     max(self._concurrency - 1, 1)))
-        # The branch's packs, listed beside the head: a checkpoint before the branch's latest
-        # finds the packs of its blocks there (newer packs hold them now).
-        listings = PackListings(self._objects, run_id)
-        if step >= BLOCK_STEPS and self.cached(checkpoint_id(run_id, branch_id, step - 1)) is None:
-            listings.start(branch_id)
         try:
             key, envelope = await self._head(cid)
             if envelope.kind == "snapshot":
@@ -281,7 +286,7 @@ class ChainReader:
                     doc = apply_delta(doc, envelope.payload, key)
                 elif envelope.blocks_sha256 is not None:
                     first = await early if early is not None and envelope.chain == guess else None
-                    doc = await self._replay_blocks(cid, key, envelope, first, listings)
+                    doc = await self._replay_blocks(cid, key, envelope, first)
                 else:
                     doc = await self._replay(cid, key, envelope)
             else:
@@ -290,7 +295,6 @@ class ChainReader:
             if early is not None:
                 early.cancel()  # a wrong guess: what it has not read yet is not needed
                 await asyncio.gather(early, return_exceptions=True)
-            await listings.close()
         self.remember(cid, doc)
         return doc
 
@@ -339,23 +343,17 @@ class ChainReader:
         return parent
 
     async def _replay_blocks(
-        self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None, listings: PackListings,
+        self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None = None,
     ) -> dict[str, Any]:
-        """A v3 delta: its chain's finished blocks (from packs: those the chain's last block
-        would read if no newer pack held them, else those ``listings`` show) and the steps
-        after them, read at once (``first``: that round, read already), checked against the
-        head's digest, replayed."""
+        """A v3 delta: its chain's finished blocks (from packs) and the steps after them, read
+        at once (``first``: that round, read already), checked against the head's digest, replayed."""
         run_id, branch, step = parse_checkpoint_id(cid)
         assert head.chain is not None
         pieces = plan_read(head.chain, branch, step)
-        for branch_id, lo, hi in head.chain[:-1]:
-            if hi - lo >= BLOCK_STEPS:  # a fork's parent branches have mostly packed further since
-                listings.start(branch_id)
         steps = [step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level]
         if first is None:
-            first = await read_many(self._objects, first_round(run_id, pieces), self._concurrency)
-        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first,
-                                          listings=listings)
+            first = await read_many(self._objects, first_reads(run_id, pieces), self._concurrency)
+        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
         got = {k: first[k] for k in steps}
         blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
         replay = Replay()
@@ -394,50 +392,46 @@ class ChainReader:
 
     async def merged_blocks(
         self, run_id: str, pieces: Sequence[Piece], *, blocks: Sequence[tuple[str, int, int]] = (),
-        chain_of: str, first: dict[str, bytes | None] | None = None, listings: PackListings | None = None,
+        chain_of: str, first: dict[str, bytes | None] | None = None,
     ) -> dict[tuple[str, int], Merged]:
         """The finished blocks of ``pieces`` (levels >= 1) and ``blocks`` ((branch, first, last),
-        read from their step objects), by (branch, first step); ``first``: the first round's
-        objects, read already; ``listings``: the run's pack listings, when started already.
+        read from their step objects), by (branch, first step); ``first``: objects read already
+        (``first_reads``: the pieces' packs, the steps, and the top-level packs that may hold
+        the pieces' blocks now).
 
-        A block comes from its piece's pack. A pack that is missing (a newer pack of its branch
-        holds it now, and its writer deleted it), damaged or not the piece's is replaced by the
-        packs the branch's listing shows that hold its blocks (one more round), and blocks no
-        pack holds intact are read from their step objects. Blocks taken from packs are not
-        checked against the chain here: the caller compares their hashes with the digest the
-        chain records (``checked_blocks``). Blocks merged from step objects are checked as a
-        chain's links are."""
+        A block comes from its piece's pack. A pack that is gone (a newer pack of its branch
+        holds its blocks, and its writer deleted it), damaged or not the piece's is replaced by
+        another pack read so far that holds its blocks; failing that, by those a listing of the
+        branch shows (one more round; a second listing for a writer that packed further
+        meanwhile), then by the step objects. Blocks taken from packs are not checked against
+        the chain here: the caller compares their hashes with the digest the chain records
+        (``checked_blocks``). Blocks merged from step objects are checked as a chain's links are."""
         out: dict[tuple[str, int], Merged] = {}
+        fetched: dict[str, bytes | None] = dict(first or {})
+        failed: set[str] = set()  # packs read and found gone, damaged or not what they should hold
         packs = [p for p in pieces if p.first < p.last]
         from_steps = [(p.branch_id, p.first, p.last) for p in pieces if p.first == p.last] + list(blocks)
-        owned = listings is None
-        listings = listings if listings is not None else PackListings(self._objects, run_id)
-        relisted: set[str] = set()
-        listed: set[str] = set()  # keys of packs chosen from a listing
-        try:
-            while packs or from_steps:
-                step_keys = [step_key(run_id, b, s) for b, lo, hi in from_steps for s in range(lo, hi + 1)]
-                keys = list(dict.fromkeys([p.key(run_id) for p in packs] + step_keys))
-                got = first if first is not None else await read_many(self._objects, keys, self._concurrency)
-                first = None
-                with gc_paused():
-                    lost, from_steps = self._decoded(run_id, packs, from_steps, got, out, chain_of)
-                packs = []
-                for piece in lost:
-                    listings.failed.add(piece.key(run_id))
-                    if piece.key(run_id) in listed and got.get(piece.key(run_id)) is None and piece.branch_id not in relisted:
-                        # Listed, then gone: a writer packed further meanwhile. Its branch, listed again.
-                        relisted.add(piece.branch_id)
-                        listings.start(piece.branch_id, again=True)
-                for branch_id, lo, hi in _joined(lost):
-                    shown = [b for b in await listings.packs(branch_id) if pack_key(run_id, branch_id, *b) not in listings.failed]
-                    found, uncovered = cover(branch_id, lo, hi, shown)
-                    listed.update(p.key(run_id) for p in found)
-                    packs += found
-                    from_steps += [(branch_id, first, last) for first, last in uncovered]
-        finally:
-            if owned:
-                await listings.close()
+        search = _Search(self._objects, run_id)
+        pending: list[Piece] = []  # ranges no pack read so far holds, a listing later
+        while packs or from_steps or pending:
+            step_keys = [step_key(run_id, b, s) for b, lo, hi in from_steps for s in range(lo, hi + 1)]
+            wanted = [k for k in dict.fromkeys([p.key(run_id) for p in packs] + step_keys) if k not in fetched]
+            if wanted:
+                fetched.update(await read_many(self._objects, wanted, self._concurrency))
+            with gc_paused():
+                lost, from_steps = self._decoded(run_id, packs, from_steps, fetched, out, chain_of)
+            failed.update(p.key(run_id) for p in lost)
+            looking, packs, pending = _joined(lost + pending), [], []
+            uncovered: dict[str, list[tuple[int, int]]] = {}
+            for piece in looking:
+                found, missed = cover(piece.branch_id, piece.first, piece.last, search.shown(piece.branch_id, fetched, failed))
+                packs += found
+                uncovered.setdefault(piece.branch_id, []).extend(missed)
+            for branch_id, missed in uncovered.items():
+                if missed and await search.relist(branch_id):
+                    pending += _joined([Piece(branch_id, lo, hi, 1) for lo, hi in missed])
+                else:  # nowhere else to look: the steps
+                    from_steps += [(branch_id, lo, hi) for lo, hi in missed]
         return out
 
     def _decoded(
@@ -624,15 +618,15 @@ class ChainReader:
         )
 
 
-def _joined(pieces: list[Piece]) -> list[tuple[str, int, int]]:
-    """The ranges of ``pieces`` (in chain order), adjacent ones of a branch joined: one pack that
-    holds several of them is then read and opened once."""
-    out: list[tuple[str, int, int]] = []
-    for p in pieces:
-        if out and out[-1][0] == p.branch_id and out[-1][2] + 1 == p.first:
-            out[-1] = (p.branch_id, out[-1][1], p.last)
+def _joined(pieces: list[Piece]) -> list[Piece]:
+    """The ranges of ``pieces``, adjacent ones of a branch joined (as pieces of no particular
+    pack): one pack that holds several of them is then read and opened once."""
+    out: list[Piece] = []
+    for p in sorted(pieces, key=lambda p: (p.branch_id, p.first)):
+        if out and out[-1].branch_id == p.branch_id and out[-1].last + 1 == p.first:
+            out[-1] = Piece(p.branch_id, out[-1].first, p.last, 1)
         else:
-            out.append((p.branch_id, p.first, p.last))
+            out.append(Piece(p.branch_id, p.first, p.last, 1))
     return out
 
 

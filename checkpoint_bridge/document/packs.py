@@ -76,7 +76,7 @@ __all__ = [
     "PACK_STEPS", "PACK_FORMAT", "MAX_PACK_BYTES", "Block", "block_of", "encode_pack", "decode_pack",
     "BLOCK_STEPS", "PACK_FANOUT", "PACK_LEVELS", "PACK_FORMAT_V2", "DIGEST_START", "Piece", "plan", "plan_range",
     "blocks_in", "ends_block", "packs_ending_at", "extend_digest", "encode_pack_v2", "decode_pack_v2",
-    "MAX_PACK_V2_BYTES", "superseded_at", "listed_packs", "cover", "plan_read",
+    "MAX_PACK_V2_BYTES", "superseded_at", "listed_packs", "cover", "plan_read", "holders",
 ]
 
 # -- format v1 (chains an older Rewind began) ---------------------------------------
@@ -333,6 +333,31 @@ def superseded_at(branch_id: str, step: int, lo: int) -> list[Piece]:
         return []
     kept = {(p.first, p.last) for p in _live(branch_id, lo, step)}
     return [p for p in _live(branch_id, lo, step - BLOCK_STEPS) if (p.first, p.last) not in kept]
+
+
+def holders(piece: Piece) -> list[tuple[int, int]]:
+    """The key bounds of the packs that hold ``piece``'s blocks later, as its branch goes on, in
+    the order they are written (each replaces the one before, ``superseded_at``): the level's
+    pack of one block more, up to the end of the enclosing block of the level above, then the
+    pack that the highest level ending there writes, and so on up to the top level's. A reader
+    of an older checkpoint asks for these when the piece's own pack is gone: the branch's packs
+    now are among them."""
+    out: list[tuple[int, int]] = []
+    level, (first, last) = piece.level, piece.bounds()
+    while 1 <= level < PACK_LEVELS:
+        span, parent = _span(level), _span(level + 1)
+        parent_end = last - last % parent + parent - 1
+        if last + span < parent_end:  # one block more of the same level
+            last += span
+            out.append((first, last))
+            continue
+        level += 1
+        while level < PACK_LEVELS and (parent_end + 1) % _span(level + 1) == 0:
+            level += 1
+        first = parent_end + 1 - _span(level) if level == PACK_LEVELS else parent_end - parent_end % _span(level + 1)
+        last = parent_end
+        out.append((first, last))
+    return out
 
 
 _LISTED = re.compile(r"(?:.*/)?packs/([0-9]{8})-([0-9]{8})\.json\.gz")
