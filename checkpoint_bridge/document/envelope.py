@@ -31,16 +31,17 @@ format v1 (deltas with `variables_set`/`variables_removed`, snapshots every
 few steps) are still read; they are never written any more.
 
 The envelope's canonical JSON is stored gzip'd (``compression="gzip"``, the
-default; ``REWIND_STORE_COMPRESSION=none`` stores it plain): prose compresses
-to about a third, and a step's object is most of what a run stores. Every
-object is gzip'd, however small (gzip's 18 bytes of header and trailer cost a
-few percent of a one-message step's object, and one form is simpler to read
-than two that depend on a size), with a fixed header (no name, mtime 0), so
-the same envelope always makes the same bytes and re-mirroring a run writes
-what it wrote before. ``decode`` reads both forms, told apart by gzip's magic
-bytes (``1f 8b``; JSON never starts with them): every plain object an older
-Rewind wrote loads as before, and chains may mix the two. ``gunzip -c`` or
-``zcat -f`` prints either form as JSON.
+default; ``REWIND_STORE_COMPRESSION=none`` stores it plain): text like prose
+shrinks to well under half, and the step objects are most of what a run
+stores. Every object is gzip'd, however small: gzip's 18 bytes of header and
+trailer are less than it saves even on a step that adds one short message
+(its digests and field names compress, ~1 KB to ~0.56 KB), so a size
+threshold would only add a second form to explain. The header is fixed (no
+name, mtime 0), so the same envelope always makes the same bytes (with the
+same zlib) and re-mirroring a run writes what it wrote before. ``decode``
+reads both forms, told apart by gzip's magic bytes (``1f 8b``; JSON never
+starts with them): every plain object an older Rewind wrote loads as before,
+and chains may mix the two. ``zcat -f`` prints either form as JSON.
 
 Every function here is pure (dicts in, dicts/bytes out); ``CheckpointStore``
 does the I/O. Documents are always compared through their canonical JSON,
