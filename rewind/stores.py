@@ -37,11 +37,12 @@ def checkpoint_objects(settings: Settings, *, meter: Any = None) -> ObjectStore:
 def checkpoint_store(settings: Settings, *, deferred: bool = False) -> CheckpointStore:
     """The checkpoint store of `REWIND_STORE`, writing step objects as `REWIND_STORE_COMPRESSION`
     says (use as `async with`); `deferred`: built when first used (`DeferredCheckpointStore`)."""
+    objects = checkpoint_objects(settings)
     if deferred:
-        return DeferredCheckpointStore(checkpoint_objects(settings), compression=settings.store_compression)  # type: ignore[return-value]
+        return DeferredCheckpointStore(objects, compression=settings.store_compression)  # type: ignore[return-value]
     from checkpoint_bridge.checkpoints.store import CheckpointStore
 
-    return CheckpointStore(checkpoint_objects(settings), compression=settings.store_compression)
+    return CheckpointStore(objects, compression=settings.store_compression)
 
 
 class DeferredCheckpointStore:

@@ -96,11 +96,12 @@ async def test_forks_and_forks_of_forks_are_deltas_across_branches(store: Checkp
     for cp in [*fork, *fork2]:
         await store.save(cp)
     raw = await store.raw_objects("run-1")
-    first_of_c = json.loads(object_json(raw["runs/run-1/branches/c/steps/00000014.json"], "c"))  # b is 11..16, c forks at 13
+    key = "runs/run-1/branches/c/steps/00000014.json"  # b is 11..16, c forks at 13
+    first_of_c = json.loads(object_json(raw[key], key))
     # The first step of a fork stores what it adds, not its parent's conversation again.
     assert first_of_c["kind"] == "delta" and first_of_c["payload"]["system_prompt"] == "Be brief."
     assert first_of_c["payload"]["chain"] == [["main", 0, 10], ["b", 11, 13]]
-    assert len(raw["runs/run-1/branches/c/steps/00000014.json"]) < len(dump_checkpoint(run[2]))
+    assert len(raw[key]) < len(dump_checkpoint(run[2]))
     counting = CountingObjects(backend.reopen(store.objects))
     backend.opened.append(counting.inner)
     counting.reset(hold=9)
