@@ -12,12 +12,29 @@ from store_backends import Backend
 
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.projection.projector import record_parts
-from workflows.errors import CorruptCheckpointError
+from checkpoint_bridge.stores import ObjectStore
+from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
 from workflows.ids import checkpoint_id
 
 from test_store_steps import _records
 
 STEP = "runs/run-1/branches/main/steps/{:08d}.json"
+
+
+class _WithoutPacks:
+    """A store as a reader sees it when every pack is gone (deleting them would leave the
+    hot tier's writers waiting to flush them)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner, self.url = inner, inner.url
+
+    async def get(self, key: str) -> bytes:
+        if "/packs/" in key:
+            raise CheckpointNotFoundError(key)
+        return await self.inner.get(key)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.inner, name)
 
 
 def _steps(raw: dict[str, bytes]) -> dict[str, bytes]:
@@ -64,8 +81,10 @@ async def test_a_chain_mixing_plain_and_gzip_objects_loads_and_continues(backend
     fresh = backend.twin(newer)
     for cp in run:
         assert await fresh.load(cp.checkpoint_id) == cp
-    await newer.objects.delete_prefix("runs/run-1/branches/main/packs/")  # every step from its own object
-    assert await backend.twin(newer).load(run[-1].checkpoint_id) == run[-1]
+    # Without packs, one chain replays every step from its own object, in both forms.
+    inner = backend.reopen(newer.objects)
+    backend.opened.append(inner)
+    assert await CheckpointStore(_WithoutPacks(inner)).load(run[-1].checkpoint_id) == run[-1]  # type: ignore[arg-type]
     # Saving the same checkpoint again in the other form is a no-op, not a conflict.
     await backend.twin(newer).save(run[3])
     await backend.twin(older, compression="none").save(run[9])
