@@ -44,6 +44,7 @@ from bench.common import (
 )
 from bench.step_cost import step_cost
 from checkpoint_bridge.document.envelope import encode as envelope_encode
+from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.schema import checkpoint_to_dict
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.temporal.timing import step_marks
@@ -168,7 +169,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 view_bytes, viewed = 0, []
                 for key, blob in (await store.raw_objects(r["run_id"])).items():
                     if "/branches/main/steps/" in key:
-                        envelope = json.loads(blob)
+                        envelope = json.loads(object_json(blob, key))
                         kinds[envelope["kind"]].append(len(blob))
                         view = envelope["payload"].get("model_view")
                         if view:

@@ -18,6 +18,7 @@ import uuid
 
 from bench.b2_storage import long_run
 from bench.common import Section, log, median, percentile, rewind_worker
+from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.layout import branch_prefix
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.document.schema import dump_checkpoint
@@ -81,7 +82,7 @@ async def _measure(new_objects, checkpoints) -> dict:  # type: ignore[no-untyped
             await objects.put_if_absent(f"baseline/puts/{i:08d}.json", data)
             puts.append(time.perf_counter() - t)
             every.append(took)
-            saves[json.loads(data)["kind"]].append(took)
+            saves[json.loads(object_json(data, key))["kind"]].append(took)
     n = checkpoints[-1].step_index
     loads = [await _load_times(new_objects, checkpoints[-1])]
     return {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from checkpoint_bridge.stores import ObjectStore, open_object_store, verify_store
-from rewind.settings.config import Settings
+from rewind.settings.config import Settings, StoreCompression
 from workflows.errors import CheckpointError, ConfigError, StoreUnavailableError, StoreUnreachableError
 
 if TYPE_CHECKING:
@@ -34,11 +34,15 @@ def checkpoint_objects(settings: Settings, *, meter: Any = None) -> ObjectStore:
     return HotTierObjectStore(settings.hot_store_url, durable, ttl_s=settings.hot_ttl_s, meter=meter)
 
 
-def checkpoint_store(settings: Settings) -> CheckpointStore:
-    """The checkpoint store of `REWIND_STORE` (use as `async with`)."""
+def checkpoint_store(settings: Settings, *, deferred: bool = False) -> CheckpointStore:
+    """The checkpoint store of `REWIND_STORE`, writing step objects as `REWIND_STORE_COMPRESSION`
+    says (use as `async with`); `deferred`: built when first used (`DeferredCheckpointStore`)."""
+    objects = checkpoint_objects(settings)
+    if deferred:
+        return DeferredCheckpointStore(objects, compression=settings.store_compression)  # type: ignore[return-value]
     from checkpoint_bridge.checkpoints.store import CheckpointStore
 
-    return CheckpointStore(checkpoint_objects(settings))
+    return CheckpointStore(objects, compression=settings.store_compression)
 
 
 class DeferredCheckpointStore:
@@ -47,17 +51,18 @@ class DeferredCheckpointStore:
     run whose result answers reads no checkpoint, and importing the store and its models
     would add some 30 ms to it."""
 
-    def __init__(self, objects: ObjectStore) -> None:
+    def __init__(self, objects: ObjectStore, *, compression: StoreCompression = "gzip") -> None:
         self.objects = objects
+        self._compression = compression
         self._store: CheckpointStore | None = None
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_store":  # copy, pickle: not the store's
+        if name.startswith("__") or name in ("_store", "_compression"):  # copy, pickle: not the store's
             raise AttributeError(name)
         if self._store is None:
             from checkpoint_bridge.checkpoints.store import CheckpointStore
 
-            self._store = CheckpointStore(self.objects)
+            self._store = CheckpointStore(self.objects, compression=self._compression)
         return getattr(self._store, name)
 
     async def aclose(self) -> None:

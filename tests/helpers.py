@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,23 @@ def turns_seen(requests: list[dict], task: str) -> list[int]:
         if any(m.get("role") == "user" and m.get("content") == task for m in msgs):
             out.append(sum(1 for m in msgs if m.get("role") == "assistant"))
     return out
+
+
+def folder_bytes(url_or_path: str | Path) -> bytes:
+    """Every file under a folder (a `file://` store's too), gzip'd ones (step objects, packs)
+    unpacked: the bytes a search for a secret or a marker must look at; b"" if it is not there."""
+    root = Path(str(url_or_path).removeprefix("file://"))
+    if not root.exists():
+        return b""
+    return b"".join(unpacked(p.read_bytes()) for p in sorted(root.rglob("*")) if p.is_file())
+
+
+def unpacked(data: bytes) -> bytes:
+    """`data` gunzipped if it is gzip (a step object, a pack), else as it is."""
+    try:
+        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    except (OSError, EOFError, zlib.error):
+        return data  # not gzip after all (encrypted bytes may start so)
 
 
 def read_events(path: Path) -> list[dict]:

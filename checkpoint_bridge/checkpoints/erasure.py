@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import zlib
 from datetime import datetime
 from typing import Iterable
 
@@ -24,6 +25,7 @@ from workflows.errors import CheckpointError, CorruptCheckpointError
 from workflows.ids import checkpoint_id
 
 from checkpoint_bridge.checkpoints.chain import decode_as, read_many
+from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.layout import parse_key, run_prefix, step_key
 from checkpoint_bridge.document.migrations import migrate
 from checkpoint_bridge.stores import ObjectStore
@@ -86,11 +88,27 @@ async def idempotency_keys_in(store: CheckpointStore, run_id: str) -> set[str]:
     """The idempotency keys the run's step objects name (its side-effecting calls'
     records; the history names them too, unless Temporal no longer has it).
 
-    Step objects are plain JSON: a pattern over their bytes finds the keys without
-    rebuilding a single checkpoint. Packs are copies of the same objects."""
+    Step objects are JSON (gzip'd or plain): a pattern over their JSON finds the keys
+    without rebuilding a single checkpoint. Packs are copies of the same content."""
     keys = [k for k in await run_object_keys(store, run_id) if parse_key(k) is not None]
     found = await read_many(store.objects, keys, 32)
-    return {m.decode() for data in found.values() if data for m in IDEMPOTENCY_KEY.findall(data)}
+    return {m.decode() for key, data in found.items() if data for m in IDEMPOTENCY_KEY.findall(_scannable(data, key))}
+
+
+def _scannable(data: bytes, key: str) -> bytes:
+    """An object's JSON to look for keys in. A damaged gzip'd object does not stop the
+    deletion (it goes with the run): whatever of it still inflates is searched, as the
+    bytes of a damaged plain object are."""
+    try:
+        return object_json(data, key)
+    except CorruptCheckpointError:
+        inflate, out = zlib.decompressobj(16 + zlib.MAX_WBITS), []
+        for at in range(0, len(data), 4096):  # in pieces: what came before the damage is kept
+            try:
+                out.append(inflate.decompress(data[at:at + 4096]))
+            except zlib.error:
+                break
+        return b"".join(out)
 
 
 async def last_checkpoint_at(store: CheckpointStore, run_id: str) -> datetime | None:

@@ -1,6 +1,6 @@
 """``CheckpointStore``: AgentCheckpoints by id, stored in linear space.
 
-    runs/<run>/branches/<branch>/steps/<step:08d>.json           (envelope: snapshot | delta)
+    runs/<run>/branches/<branch>/steps/<step:08d>.json           (envelope: snapshot | delta; gzip'd JSON)
     runs/<run>/branches/<branch>/invalidations/<after:08d>.json  (rollback markers)
     runs/<run>/branches/<branch>/packs/<first:08d>-<last:08d>.json.gz (copies of finished blocks)
 
@@ -13,11 +13,15 @@ whole chain in one round of parallel GETs after the head (chain.py), and
 parts) plus one small read of its parent, or none when this process wrote
 the parent: a step's cost does not grow with the run.
 
+Step objects are gzip'd JSON (``compression="none"``: plain JSON, what
+``REWIND_STORE_COMPRESSION=none`` asks for); both forms are read, whichever
+this store writes (document/envelope.py).
+
 Objects are immutable. Saving identical content again is a no-op (the mirror
-is idempotent); saving different content under an existing id raises
-``CheckpointExistsError``. Rolling back never rewrites a step: an
-invalidation marker makes every later step of that branch read as
-``status="invalidated"``.
+is idempotent, also over objects stored in the other form); saving different
+content under an existing id raises ``CheckpointExistsError``. Rolling back
+never rewrites a step: an invalidation marker makes every later step of that
+branch read as ``status="invalidated"``.
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ from workflows.ids import checkpoint_id, parse_checkpoint_id
 from checkpoint_bridge.checkpoints.chain import ChainReader, HeadInfo, decode_as, first_round, gc_paused, read_many
 from checkpoint_bridge.document.blocks import content_bytes, merge_block
 from checkpoint_bridge.document.envelope import (
+    COMPRESSIONS,
     Chain,
+    Compression,
     Envelope,
     apply_delta,
     chain_after,
@@ -120,8 +126,13 @@ _MERGED_BUDGET = 32 * 1024 * 1024
 class CheckpointStore:
     """Save, load, list and invalidate checkpoints on any ``ObjectStore``."""
 
-    def __init__(self, objects: ObjectStore, *, cache_size: int = 64, concurrency: int = 32) -> None:
+    def __init__(self, objects: ObjectStore, *, cache_size: int = 64, concurrency: int = 32,
+                 compression: Compression = "gzip") -> None:
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"unknown compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
         self.objects = objects
+        # How step objects are written (document/envelope.py); both forms are always read.
+        self.compression: Compression = compression
         self._concurrency = concurrency
         self._chain = ChainReader(objects, cache_size=cache_size, concurrency=concurrency)
         # The bytes of objects this store wrote lately: what a block's merged content (or,
@@ -236,7 +247,7 @@ class CheckpointStore:
         steps, with the block's merged content (the block's other objects read if this store
         did not write them)."""
         if kind == "snapshot":
-            data = encode("snapshot", payload)
+            data = encode("snapshot", payload, compression=self.compression)
             own_chain: Chain = [(branch_id, step, step)]
             if not ends_block(step):
                 return _Encoded(data, own_chain, DIGEST_START, None)
@@ -246,16 +257,18 @@ class CheckpointStore:
         own_chain = chain_after(parent.child_chain, branch_id, step)
         if parent.child_digest is None:
             # A chain an older Rewind began: continued in its format (and its packs).
-            return _Encoded(encode("delta", payload, chain=parent.child_chain), own_chain, None, None)
+            return _Encoded(encode("delta", payload, chain=parent.child_chain, compression=self.compression),
+                            own_chain, None, None)
         stored = compacted("delta", payload, parent.child_chain)
-        draft = seal(stored, parent.child_digest)
         if not ends_block(step):
-            return _Encoded(draft, own_chain, parent.child_digest, parent.child_digest)
+            return _Encoded(seal(stored, parent.child_digest, compression=self.compression), own_chain,
+                            parent.child_digest, parent.child_digest)
+        draft = seal(stored, parent.child_digest, compression="none")  # read back below, never stored
         # The block's merged content reads the step as a reader will (the digests aside).
         first = max(step - BLOCK_STEPS + 1, own_chain[-1][1])
         links = await self._links(run_id, branch_id, first, step - 1)
         _data, block_sha = self._merge(run_id, branch_id, first, [*links, (key, decode(draft, key, link=True))])
-        data = seal(stored, parent.child_digest, block_sha)
+        data = seal(stored, parent.child_digest, block_sha, compression=self.compression)
         return _Encoded(data, own_chain, extend_digest(parent.child_digest, block_sha), parent.child_digest)
 
     def _merge(self, run_id: str, branch_id: str, first: int, links: list[tuple[str, Envelope]]) -> tuple[bytes, str]:

@@ -30,6 +30,19 @@ and `decode` puts it back, so every reader sees whole documents. Objects of
 format v1 (deltas with `variables_set`/`variables_removed`, snapshots every
 few steps) are still read; they are never written any more.
 
+The envelope's canonical JSON is stored gzip'd (``compression="gzip"``, the
+default; ``REWIND_STORE_COMPRESSION=none`` stores it plain): text like prose
+shrinks to well under half, and the step objects are most of what a run
+stores. Every object is gzip'd, however small: gzip's 18 bytes of header and
+trailer are less than it saves even on a step that adds one short message
+(its digests and field names compress, ~1 KB to ~0.56 KB), so a size
+threshold would only add a second form to explain. The header is fixed (no
+name, mtime 0), so the same envelope always makes the same bytes (with the
+same zlib) and re-mirroring a run writes what it wrote before. ``decode``
+reads both forms, told apart by gzip's magic bytes (``1f 8b``; JSON never
+starts with them): every plain object an older Rewind wrote loads as before,
+and chains may mix the two. ``zcat -f`` prints either form as JSON.
+
 Every function here is pure (dicts in, dicts/bytes out); ``CheckpointStore``
 does the I/O. Documents are always compared through their canonical JSON,
 because Python equality would call ``1``, ``1.0`` and ``True`` the same value.
@@ -40,6 +53,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -53,7 +68,8 @@ from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 
 __all__ = [
     "FORMAT", "FORMAT_V2", "FORMAT_V1", "Envelope", "Chain", "encode", "decode", "make_delta", "apply_delta", "is_prefix",
-    "chain_after", "corrupt", "output_source", "Compacted", "compacted", "seal",
+    "chain_after", "corrupt", "output_source", "Compacted", "compacted", "seal", "Compression", "COMPRESSIONS",
+    "compress", "object_json",
 ]
 
 FORMAT = "rewind.checkpoint/v3"
@@ -323,11 +339,52 @@ def _expand_doc(payload: dict[str, Any], records_field: str, key: str) -> dict[s
     return out
 
 
+# -- the stored bytes: gzip'd or plain JSON ------------------------------------------
+
+Compression = Literal["gzip", "none"]
+COMPRESSIONS: tuple[Compression, ...] = ("gzip", "none")
+_GZIP_MAGIC = b"\x1f\x8b"
+# Deflate, no flags, mtime 0, no extra flags, OS "unknown": written here rather than by
+# gzip.compress, whose header bytes have changed between Python versions.
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_GZIP_LEVEL = 6
+
+
+def compress(data: bytes, compression: Compression = "gzip") -> bytes:
+    """The stored form of an object's JSON bytes: gzip'd (always the same bytes for the same
+    JSON with one zlib) or, with ``"none"``, the JSON as it is."""
+    if compression == "none":
+        return data
+    if compression != "gzip":
+        raise ValueError(f"unknown compression {compression!r}; use one of {', '.join(COMPRESSIONS)}")
+    trailer = struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
+    return _GZIP_HEADER + zlib.compress(data, _GZIP_LEVEL, -zlib.MAX_WBITS) + trailer
+
+
+def object_json(data: bytes, key: str) -> bytes:
+    """The JSON bytes of a stored object: gunzipped when it is gzip'd, as they are when
+    plain (what an older Rewind wrote, or ``REWIND_STORE_COMPRESSION=none``); damaged
+    gzip is a ``CorruptCheckpointError`` naming ``key``."""
+    if data[:2] != _GZIP_MAGIC:
+        return data
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflate.decompress(data)
+    except zlib.error as exc:
+        raise corrupt(key, f"is gzip'd but does not decompress ({exc})") from None
+    if not inflate.eof:
+        raise corrupt(key, "is gzip'd but cut short (its gzip stream does not end)")
+    if inflate.unused_data:
+        raise corrupt(key, f"has {len(inflate.unused_data)} stray bytes after its gzip stream")
+    return out
+
+
 # -- envelopes ---------------------------------------------------------------------
 
 def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None, blocks_sha256: str | None = None,
-           block_sha256: str | None = None) -> bytes:
-    """The canonical bytes of an envelope (deterministic for equal payloads).
+           block_sha256: str | None = None, compression: Compression = "gzip") -> bytes:
+    """The stored bytes of an envelope (deterministic for equal payloads): its canonical
+    JSON, gzip'd unless ``compression`` is ``"none"``.
 
     A snapshot payload is a whole document; a delta payload is the document's
     scalar fields plus the delta fields (`make_delta`), and `chain` the objects
@@ -335,7 +392,7 @@ def encode(kind: Kind, payload: dict[str, Any], *, chain: Chain | None = None, b
     finishing a block, `block_sha256`) is format v3; one without continues a
     chain an older Rewind began, in format v2.
     """
-    return seal(compacted(kind, payload, chain), blocks_sha256, block_sha256)
+    return seal(compacted(kind, payload, chain), blocks_sha256, block_sha256, compression=compression)
 
 
 @dataclass(frozen=True)
@@ -359,8 +416,9 @@ def compacted(kind: Kind, payload: dict[str, Any], chain: Chain | None = None) -
     return Compacted(kind, stored, payload.get("checkpoint_id"))
 
 
-def seal(payload: Compacted, blocks_sha256: str | None = None, block_sha256: str | None = None) -> bytes:
-    """The envelope of a compacted payload, with the chain's digests of a v3 delta (see ``encode``)."""
+def seal(payload: Compacted, blocks_sha256: str | None = None, block_sha256: str | None = None, *,
+         compression: Compression = "gzip") -> bytes:
+    """The stored envelope of a compacted payload, with the chain's digests of a v3 delta (see ``encode``)."""
     stored, format_ = payload.stored, FORMAT
     if payload.kind == "delta" and blocks_sha256 is None:
         format_ = FORMAT_V2
@@ -376,12 +434,13 @@ def seal(payload: Compacted, blocks_sha256: str | None = None, block_sha256: str
         data = text.encode("utf-8")
         head = canonical_json({"format": format_, "kind": payload.kind})
         tail = canonical_json({"schema_version": CURRENT_SCHEMA_VERSION, "sha256": hashlib.sha256(data).hexdigest()})
-        return f'{head[:-1]},"payload":{text},{tail[1:]}'.encode("utf-8")
+        envelope = f'{head[:-1]},"payload":{text},{tail[1:]}'.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CheckpointError(
             f"checkpoint {payload.checkpoint_id} holds text that is not valid Unicode ({exc}); "
             "scrub lone surrogates (workflows.text.scrub_surrogates) before storing"
         ) from exc
+    return compress(envelope, compression)
 
 
 def corrupt(key: str, problem: str) -> CorruptCheckpointError:
@@ -417,13 +476,14 @@ def _parse_chain(value: Any, key: str) -> Chain:
 
 
 def decode(data: bytes, key: str, *, link: bool = False) -> Envelope:
-    """Parse and verify one stored object; every failure names ``key``.
+    """Parse and verify one stored object, gzip'd or plain; every failure names ``key``.
 
     The payload comes back whole: what format v2 leaves out is put back. With
     ``link`` (an object in the middle of a chain being replayed, whose own
     facts the loaded document does not show) only its tool records are put
     back whole; its scalar fields stay as stored.
     """
+    data = object_json(data, key)
     raw = parse_json_object(data, key)
     version_of_format = _format_version(raw.get("format"), key)
     version = raw.get("schema_version")

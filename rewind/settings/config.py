@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping, cast
 
 from checkpoint_bridge.stores import parse_store_url
 from rewind.settings.temporal import TemporalConnection, load_temporal_config
@@ -32,6 +32,9 @@ DEFAULT_SECRET_ENV = ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TO
 
 # Variables that libraries read on their own; an empty one must look unset to them too.
 _LIBRARY_VARIABLES_PREFIXES = ("AWS_", "OPENAI_", "OTEL_")
+# How step objects are written (checkpoint_bridge/document/envelope.py); both are always read.
+StoreCompression = Literal["gzip", "none"]
+STORE_COMPRESSIONS: tuple[StoreCompression, ...] = ("gzip", "none")
 # The OTLP protocols Rewind can export traces with (rewind/temporal/tracing.py).
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 
@@ -130,6 +133,15 @@ def _payload_url(url: str | None, allow_redis: bool) -> str:
     return url or ""
 
 
+def _store_compression(read: "_Env") -> StoreCompression:
+    given = read.str("REWIND_STORE_COMPRESSION", STORE_COMPRESSIONS[0])
+    text = str(given).lower()
+    if text not in STORE_COMPRESSIONS:
+        raise ConfigError(f"REWIND_STORE_COMPRESSION={given!r} is not a compression Rewind writes step objects with; "
+                          f"use {' or '.join(STORE_COMPRESSIONS)} (none: plain JSON, for tools that read the store)")
+    return cast(StoreCompression, text)
+
+
 def _otlp_protocol(read: "_Env") -> str:
     for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
         text = read.str(name)
@@ -163,6 +175,9 @@ class Settings:
     # while this store is down, so it is the one thing tools may rely on.
     payload_url: str = "file://.rewind/payloads"
     payload_threshold: int = 64 * 1024
+    # Step objects gzip'd ("gzip") or plain JSON ("none", for teams that read the store with
+    # plain tools); readers take both forms whatever this says.
+    store_compression: StoreCompression = "gzip"
     # Redis in front of the checkpoint store (checkpoint_bridge/stores/hot.py): writes land
     # there at once and reach REWIND_STORE from the workers' flushers; hot entries live a day.
     hot_store_url: str | None = None
@@ -290,6 +305,7 @@ class Settings:
             task_queue=read.str("REWIND_TASK_QUEUE", "rewind"),  # type: ignore[arg-type]
             store_url=store_url,
             payload_url=_payload_url(read.str("REWIND_PAYLOADS", default_payloads), allow_redis),
+            store_compression=_store_compression(read),
             hot_store_url=hot_store,
             hot_ttl_s=read.int("REWIND_HOT_TTL_S", 24 * 3600, minimum=60),
             payload_threshold=read.int("REWIND_PAYLOAD_THRESHOLD", 64 * 1024, minimum=1024),

@@ -168,7 +168,7 @@ def build_worker(
     outputs = OutputStore(payloads)
     if mcp is not None:  # activities.mcp.tools.McpHub: sent marks and binary content in the payload store
         mcp.bind(payloads, outputs)
-    checkpoints = CheckpointStore(objects)
+    checkpoints = CheckpointStore(objects, compression=settings.store_compression)
     # One writer for the mirror activity and the model calls that carry step records.
     writer = CheckpointWriter(checkpoints, redactor, outputs)
     llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor, outputs,

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import start_agent
+from helpers import folder_bytes, start_agent
 from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError
@@ -47,11 +47,6 @@ def _script(model, turns) -> str:
 async def _history_bytes(client: Client, workflow_id: str) -> bytes:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     return History(events=history.events).SerializeToString() + history.to_json().encode()
-
-
-def _folder_bytes(url_or_path: str | Path) -> bytes:
-    root = Path(str(url_or_path).removeprefix("file://"))
-    return b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
 
 
 class _Capture(logging.Handler):
@@ -121,8 +116,8 @@ async def test_secrets_are_redacted_before_anything_is_persisted(
     history = await _history_bytes(client, ok.id) + await _history_bytes(client, denied.id)
     db = temporal_server.db_file
     sqlite = b"".join(Path(f"{db}{suffix}").read_bytes() for suffix in ("", "-wal") if Path(f"{db}{suffix}").exists())
-    store = _folder_bytes(settings.store_url)
-    payloads = _folder_bytes(settings.payload_url)
+    store = folder_bytes(settings.store_url)
+    payloads = folder_bytes(settings.payload_url)
     sent = json.dumps([r["messages"] for r in model.requests()]).encode()
     logs = "\n".join(root_log.lines).encode()
     out, err = capfd.readouterr()
@@ -181,7 +176,7 @@ async def test_payloads_are_encrypted_and_keys_rotate(settings, model, tmp_path)
     assert b"binary/encrypted" in history and b"kid1" in history
     offloaded = tmp_path / "payloads" / "temporal"
     assert any(p.is_file() for p in offloaded.rglob("*"))  # the 6 KB result went to external storage...
-    assert marker.encode() not in _folder_bytes(offloaded)  # ...encrypted
+    assert marker.encode() not in folder_bytes(offloaded)  # ...encrypted
 
     # Rotation: kid2 encrypts from now on, kid1 still decrypts the old run.
     rotated = dataclasses.replace(enc, encryption_keys=f"kid2:{k2},kid1:{k1}")

@@ -14,7 +14,6 @@ the canary is left. A second run that shares nothing with it is intact.
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 import boto3
 import pytest
 from as_user import BIN, UserWorker, one_line_error, user_env
+from helpers import unpacked
 
 from rewind.local.testing import LoggedProcess
 
@@ -131,14 +131,14 @@ class Stores:
 
     def objects(self) -> dict[str, bytes]:
         """Every object of both stores (S3: the whole bucket, which also holds the SDK's v0/ payloads),
-        gzip'd packs unpacked, so that a pattern search sees their content."""
+        gzip'd objects (step objects, packs) unpacked, so that a pattern search sees their content."""
         if self.kind == "s3":
             pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket)
             keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
             found = {k: self.s3.get_object(Bucket=self.bucket, Key=k)["Body"].read() for k in keys}
         else:
             found = {p.relative_to(self.root).as_posix(): p.read_bytes() for p in self.root.rglob("*") if p.is_file()}
-        return {k: gzip.decompress(v) if v[:2] == b"\x1f\x8b" else v for k, v in found.items()}
+        return {k: unpacked(v) for k, v in found.items()}
 
     def keys(self, part: str) -> list[str]:
         return sorted(k for k in self.objects() if part in k)
@@ -283,7 +283,7 @@ async def test_a_deleted_run_leaves_no_byte_anywhere_and_the_other_run_is_intact
     mirrored = await cli_json(home, rebuilt_env, "mirror", other_run)
     assert mirrored["branches"][0]["written"] == 3
     live = {k.split(f"runs/{other_run}/", 1)[1]: v for k, v in other_objects.items() if "/steps/" in k}
-    assert {p.relative_to(rebuilt / "runs" / other_run).as_posix(): p.read_bytes()
+    assert {p.relative_to(rebuilt / "runs" / other_run).as_posix(): unpacked(p.read_bytes())
             for p in (rebuilt / "runs" / other_run).rglob("*.json")} == live
 
     # The deleted run is unknown everywhere now.

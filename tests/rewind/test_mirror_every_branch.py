@@ -9,6 +9,7 @@ back `main` alone, because it asked the (empty) store which branches there were.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import sys
@@ -29,9 +30,9 @@ SCRIPT = [
 ]
 
 
-async def _mirror(settings, store_url: str, run_id: str) -> tuple[int, str, str]:
+async def _mirror(settings, store_url: str, run_id: str, **variables: str) -> tuple[int, str, str]:
     env = {**os.environ, "TEMPORAL_ADDRESS": settings.temporal_address, "REWIND_TASK_QUEUE": settings.task_queue,
-           "REWIND_STORE": store_url, "REWIND_PAYLOADS": settings.payload_url}
+           "REWIND_STORE": store_url, "REWIND_PAYLOADS": settings.payload_url, **variables}
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "rewind.cli", "mirror", run_id, "--json",
                                                 cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
@@ -59,3 +60,16 @@ async def test_mirror_into_an_empty_store_rebuilds_forks_and_subagents(worker, c
     steps = sorted(k for k in original if "/steps/" in k)
     assert steps == sorted(k for k in again if "/steps/" in k)
     assert all(original[k] == again[k] for k in steps)
+
+    # With REWIND_STORE_COMPRESSION=none the same objects are plain JSON: what `gunzip -c` makes of the
+    # gzip'd ones, byte for byte. Mirroring them again with gzip finds them there (no conflict).
+    plain = tmp_path / "plain"
+    code, out, err = await _mirror(settings, f"file://{plain}", handle.id, REWIND_STORE_COMPRESSION="none")
+    assert code == 0, err
+    as_stored = {k: (plain / k).read_bytes() for k in steps}
+    assert all(original[k][:2] == b"\x1f\x8b" and as_stored[k][:1] == b"{" for k in steps)
+    assert all(gzip.decompress(original[k]) == as_stored[k] for k in steps)
+    code, out, err = await _mirror(settings, f"file://{plain}", handle.id)
+    assert code == 0, err
+    assert sum(b["written"] for b in json.loads(out)["branches"]) == 0
+    assert {k: (plain / k).read_bytes() for k in steps} == as_stored

@@ -39,9 +39,9 @@ def names(text: str | None) -> list[str] | None:
 async def open_checkpoints(settings: Settings, *, deferred: bool = False) -> AsyncIterator[CheckpointStore]:
     """The checkpoint store, checked first: a store that cannot work is one line naming REWIND_STORE.
     `deferred`: the store itself is built when first used (rewind.stores.DeferredCheckpointStore)."""
-    from rewind.stores import DeferredCheckpointStore, check_store, checkpoint_objects, checkpoint_store
+    from rewind.stores import check_store, checkpoint_store
 
-    store: Any = DeferredCheckpointStore(checkpoint_objects(settings)) if deferred else checkpoint_store(settings)
+    store: Any = checkpoint_store(settings, deferred=deferred)
     try:
         await check_store(store.objects, "REWIND_STORE")
         yield store

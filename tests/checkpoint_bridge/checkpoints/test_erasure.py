@@ -18,6 +18,7 @@ from checkpoint_bridge.checkpoints.erasure import (
     last_checkpoint_at,
     run_object_keys,
 )
+from checkpoint_bridge.document import envelope
 from checkpoint_bridge.document.schema import ToolCallRecord
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 
@@ -82,14 +83,31 @@ async def test_last_checkpoint_time_is_the_newest_created_at_of_any_branch(backe
     assert await last_checkpoint_at(store, "forked") == T0 + timedelta(hours=5) > forked[-2].created_at
 
 
-async def test_idempotency_keys_are_read_from_the_step_objects(backend: Backend) -> None:
-    store = backend.checkpoint_store()
-    cp = first_step("fx")
+async def _with_an_effect(store: CheckpointStore, run_id: str) -> None:
+    """A run whose step 1 made a side-effecting call, keyed KEY."""
+    cp = first_step(run_id)
     await store.save(cp)
     record = ToolCallRecord(tool_name="send", tool_input={"to": "x"}, tool_output="sent", called_at=T0,
                             idempotency_key=KEY, side_effects=True)
     step = next_step(cp)
     await store.save(step.model_copy(update={"tool_call_cache": [*step.tool_call_cache, record]}))
+
+
+async def test_idempotency_keys_are_read_from_the_step_objects(backend: Backend) -> None:
+    store = backend.checkpoint_store()
+    await _with_an_effect(store, "fx")
     await _run(store, "plain", 1)
     assert await idempotency_keys_in(store, "fx") == {KEY}
     assert await idempotency_keys_in(store, "plain") == set()
+
+
+async def test_idempotency_keys_are_read_from_plain_objects_and_from_what_a_damaged_one_still_holds(
+        backend: Backend) -> None:
+    plain = backend.checkpoint_store(compression="none")  # plain JSON, as an older Rewind wrote
+    await _with_an_effect(plain, "fx")
+    assert await idempotency_keys_in(plain, "fx") == {KEY}
+    # The same step gzip'd, its tail cut off: the deletion goes on (the object goes with the run).
+    key = "runs/fx/branches/main/steps/00000001.json"
+    zipped = envelope.compress((await plain.raw_objects("fx"))[key])
+    backend.tamper(plain.objects, key, zipped[: len(zipped) - 6])
+    assert await idempotency_keys_in(backend.twin(plain), "fx") == {KEY}

@@ -23,14 +23,15 @@ async def _saved(store: CheckpointStore, steps: int = 6) -> list[AgentCheckpoint
     return run
 
 
+@pytest.mark.parametrize("form", ["gzip", "none"])
 @pytest.mark.parametrize("step", [0, 4], ids=["snapshot", "delta"])
-async def test_a_flipped_byte_fails_the_hash_check(step: int, store: CheckpointStore, backend: Backend) -> None:
+async def test_a_flipped_byte_fails_the_hash_check(step: int, form: str, store: CheckpointStore, backend: Backend) -> None:
     await _saved(store)
     key = STEP.format(step)
-    data = bytearray((await store.raw_objects("run-1"))[key])
+    data = bytearray(envelope.object_json((await store.raw_objects("run-1"))[key], key))
     at = data.index(b"bicycle" if step == 0 else b"web_search")
-    data[at] ^= 0x01  # b -> c / w -> v: still valid JSON, different content
-    backend.tamper(store.objects, key, bytes(data))
+    data[at] ^= 0x01  # b -> c / w -> v: still valid JSON (gzip'd again: valid gzip too), different content
+    backend.tamper(store.objects, key, envelope.compress(bytes(data), form))  # type: ignore[arg-type]
     with pytest.raises(CorruptCheckpointError, match=rf"{key}.*sha256"):
         await backend.twin(store).load(f"run-1:main:{step}")
 
@@ -101,8 +102,8 @@ async def test_objects_from_a_newer_rewind_ask_for_an_upgrade(store: CheckpointS
     run = await _saved(store, 2)
     doc = json.loads(run[0].model_dump_json())
     newer_payload = envelope.encode("snapshot", doc | {"schema_version": CURRENT_SCHEMA_VERSION + 1})
-    newer_envelope = json.loads(envelope.encode("snapshot", doc)) | {"schema_version": 9}
-    newer_format = json.loads(envelope.encode("snapshot", doc)) | {"format": "rewind.checkpoint/v4"}
+    newer_envelope = json.loads(envelope.encode("snapshot", doc, compression="none")) | {"schema_version": 9}
+    newer_format = json.loads(envelope.encode("snapshot", doc, compression="none")) | {"format": "rewind.checkpoint/v4"}
     for data in (newer_payload, json.dumps(newer_envelope).encode(), json.dumps(newer_format).encode()):
         backend.tamper(store.objects, STEP.format(0), data)
         with pytest.raises(FutureSchemaError, match=r"00000000.*upgrade rewind"):
@@ -117,7 +118,7 @@ async def test_a_v1_object_is_migrated_and_extended(store: CheckpointStore, back
         "agent_variables": {}, "tool_call_cache": [], "created_at": "2024-05-01T10:00:00Z",
         "llm_tokens_used": 12, "status": "completed", "error_info": None, "schema_version": 1,
     }
-    old = json.loads(envelope.encode("snapshot", v1)) | {"schema_version": 1}
+    old = json.loads(envelope.encode("snapshot", v1, compression="none")) | {"schema_version": 1}
     await store.objects.put_if_absent(STEP.format(0), json.dumps(old).encode())
     loaded = await backend.twin(store).load("run-1:main:0")
     assert (loaded.checkpoint_id, loaded.branch_id, loaded.schema_version) == ("run-1:main:0", "main", CURRENT_SCHEMA_VERSION)
@@ -126,4 +127,4 @@ async def test_a_v1_object_is_migrated_and_extended(store: CheckpointStore, back
     step1 = next_step(loaded, created_at=T0)
     await store.save(step1)
     assert await backend.twin(store).load("run-1:main:1") == step1
-    assert b'"kind":"delta"' in (await store.raw_objects("run-1"))[STEP.format(1)]
+    assert b'"kind":"delta"' in envelope.object_json((await store.raw_objects("run-1"))[STEP.format(1)], "")

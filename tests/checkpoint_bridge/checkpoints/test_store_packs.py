@@ -25,6 +25,7 @@ from checkpoint_factory import make_run, next_step
 from counting_objects import CountingObjects
 from store_backends import Backend
 
+from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.packs import PACK_FORMAT_V2, Piece, blocks_in, decode_pack_v2, encode_pack_v2
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.errors import StoreUnavailableError
@@ -80,10 +81,10 @@ async def test_each_finished_block_is_in_one_pack_the_newest_that_holds_it(store
     header = json.loads(gzip.decompress(raw[PACK_0_47]).split(b"\n", 1)[0])
     assert header["format"] == PACK_FORMAT_V2 and [b[:2] for b in header["blocks"]] == [[lo, lo + 3] for lo in range(0, 48, 4)]
     # Each step records the digest of the blocks before it; the last of a block its block's hash too.
-    step_39 = json.loads(raw[f"{MAIN}/steps/00000039.json"])
+    step_39 = json.loads(object_json(raw[f"{MAIN}/steps/00000039.json"], "39"))
     assert step_39["format"] == "rewind.checkpoint/v3"
     assert step_39["payload"]["block_sha256"] == hashlib.sha256(parts[9]).hexdigest()
-    assert "block_sha256" not in json.loads(raw[f"{MAIN}/steps/00000038.json"])["payload"]
+    assert "block_sha256" not in json.loads(object_json(raw[f"{MAIN}/steps/00000038.json"], "38"))["payload"]
     run = make_run(70, result_size=256)
     for cp in run[48:]:
         await store.save(cp)

@@ -6,6 +6,7 @@ import pytest
 from checkpoint_factory import first_step, make_run, next_step
 from store_backends import Backend
 
+from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.migrations import load_document
 from checkpoint_bridge.document.schema import dump_checkpoint
 from checkpoint_bridge.checkpoints.store import CheckpointStore
@@ -115,8 +116,8 @@ async def test_steps_that_rewrite_history_are_stored_as_snapshots(store: Checkpo
         await store.save(cp)
     assert await backend.twin(store).load(compressed.checkpoint_id) == compressed
     raw = await store.raw_objects("run-1")
-    assert b'"kind":"snapshot"' in raw["runs/run-1/branches/main/steps/00000004.json"]
-    assert b'"kind":"delta"' in raw["runs/run-1/branches/main/steps/00000003.json"]
+    assert b'"kind":"snapshot"' in object_json(raw["runs/run-1/branches/main/steps/00000004.json"], "4")
+    assert b'"kind":"delta"' in object_json(raw["runs/run-1/branches/main/steps/00000003.json"], "3")
 
 
 async def test_variables_that_change_type_or_disappear(store: CheckpointStore, backend: Backend) -> None:

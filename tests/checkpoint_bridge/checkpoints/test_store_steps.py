@@ -12,6 +12,7 @@ import pytest
 from checkpoint_factory import T0, make_run, text_of
 from store_backends import Backend
 
+from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.projection.projector import apply_record, record_parts
 from checkpoint_bridge.document.schema import checkpoint_to_dict
 from checkpoint_bridge.checkpoints.store import CheckpointStore
@@ -146,7 +147,7 @@ async def test_format_v1_objects_are_read_and_continued(store: CheckpointStore, 
     await writer.save(run[6])
     await backend.twin(store).save(run[7])
     raw = await store.raw_objects("run-1")
-    newest = json.loads(raw["runs/run-1/branches/main/steps/00000007.json"])
+    newest = json.loads(object_json(raw["runs/run-1/branches/main/steps/00000007.json"], "7"))
     assert newest["format"] == "rewind.checkpoint/v2" and newest["payload"]["chain"] == [["main", 0, 6]]
     counting = CountingObjects(backend.reopen(store.objects), hold=7)
     backend.opened.append(counting.inner)

@@ -10,7 +10,8 @@ Each test has its own task queue.
 What is pinned down:
   1. S3 for both stores, set through the environment only, end to end
      (start / status / tree / show), and where every kind of object lands;
-     also the payload store derived from an s3:// REWIND_STORE.
+     also the payload store derived from an s3:// REWIND_STORE; step objects
+     gzip'd, or plain JSON with REWIND_STORE_COMPRESSION=none.
   2. An empty variable is an unset one, everywhere (as docker compose passes
      variables the shell does not set); OPENAI_BASE_URL= means OpenAI itself.
   3. A configuration error is one line on stderr naming the variable, both
@@ -20,6 +21,7 @@ What is pinned down:
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 import sys
@@ -67,6 +69,11 @@ def bucket_keys(endpoint: str, bucket: str) -> list[str]:
 
 def under(keys: list[str], prefix: str) -> list[str]:
     return [k for k in keys if k.startswith(prefix)]
+
+
+def bucket_objects(endpoint: str, bucket: str, keys: list[str]) -> dict[str, bytes]:
+    s3 = s3_client(endpoint)
+    return {k: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
 
 
 def free_port() -> int:
@@ -126,6 +133,9 @@ async def test_s3_checkpoints_and_payloads_end_to_end(temporal_server, moto_endp
     keys = bucket_keys(moto_endpoint, bucket)
     steps = under(keys, f"checkpoints/runs/{run}/branches/main/steps/")
     assert len(steps) == 4, keys
+    # Step objects are gzip'd JSON (REWIND_STORE_COMPRESSION's default): `gunzip -c` reads one.
+    for key, data in bucket_objects(moto_endpoint, bucket, steps).items():
+        assert data[:2] == b"\x1f\x8b" and json.loads(gzip.decompress(data))["format"] == "rewind.checkpoint/v3", key
     assert under(keys, "live/segments/"), f"no transcript segments under the payload prefix: {keys}"
     # The idempotency record of the one save_report call, in the payload store (never in REWIND_STORE).
     assert under(keys, "live/idempotency/") == [f"live/idempotency/{saved['idempotency_key']}.json"], keys
@@ -140,11 +150,12 @@ async def test_s3_checkpoints_and_payloads_end_to_end(temporal_server, moto_endp
 async def test_s3_store_derives_an_s3_payload_store(temporal_server, moto_endpoint, tmp_path, workers):
     """REWIND_STORE=s3://bucket/prefix and no REWIND_PAYLOADS: the live data goes to
     s3://bucket/rewind-payloads (shared by every worker), never to a local folder.
-    (The worker is started as `python -m rewind.worker`.)"""
+    (The worker is started as `python -m rewind.worker`; with REWIND_STORE_COMPRESSION=none
+    its step objects are plain JSON, for whoever reads the bucket with plain tools.)"""
     bucket = new_bucket(moto_endpoint)
     variables = dict(
         TEMPORAL_ADDRESS=temporal_server.address, REWIND_TASK_QUEUE=queue(),
-        REWIND_STORE=f"s3://{bucket}/checkpoints",
+        REWIND_STORE=f"s3://{bucket}/checkpoints", REWIND_STORE_COMPRESSION="none",
         AWS_ENDPOINT_URL=moto_endpoint, AWS_DEFAULT_REGION="us-east-1", **CREDS,
         REWIND_DEMO_FAILURE_RATE="0",  # no OPENAI_API_KEY: the worker's own offline model
     )
@@ -160,7 +171,10 @@ async def test_s3_store_derives_an_s3_payload_store(temporal_server, moto_endpoi
     assert saved["error"] is None, saved
 
     keys = bucket_keys(moto_endpoint, bucket)
-    assert len(under(keys, f"checkpoints/runs/{run}/branches/main/steps/")) == 4, keys
+    steps = under(keys, f"checkpoints/runs/{run}/branches/main/steps/")
+    assert len(steps) == 4, keys
+    for key, data in bucket_objects(moto_endpoint, bucket, steps).items():
+        assert json.loads(data)["payload"]["checkpoint_id"].startswith(f"{run}:main:"), key  # plain JSON
     assert under(keys, "rewind-payloads/segments/"), keys
     assert under(keys, "rewind-payloads/idempotency/") == [f"rewind-payloads/idempotency/{saved['idempotency_key']}.json"], keys
     assert all(k.startswith(("checkpoints/runs/", "rewind-payloads/segments/", "rewind-payloads/tools/", "rewind-payloads/idempotency/", "v0/"))
@@ -180,7 +194,7 @@ EMPTY = {name: "" for name in (
     "REWIND_STICKY_TIMEOUT_S", "REWIND_PAYLOAD_THRESHOLD", "REWIND_SECRET_ENV", "REWIND_REDACT_PATTERNS",
     "REWIND_ENCRYPTION_KEYS", "REWIND_REQUIRE_ENCRYPTION", "REWIND_PRICES", "REWIND_MAX_TOOL_OUTPUT_BYTES",
     "REWIND_MAX_ARG_CHARS", "REWIND_SCRIPTS", "REWIND_SCRIPTED_LATENCY_MS", "REWIND_HEALTH_FILE",
-    "REWIND_DEBUG", "REWIND_OUTBOX", "REWIND_DEMO_SEARCH_LATENCY_S",
+    "REWIND_DEBUG", "REWIND_OUTBOX", "REWIND_DEMO_SEARCH_LATENCY_S", "REWIND_STORE_COMPRESSION",
 )}
 
 
@@ -299,7 +313,8 @@ def _broken(kind: str, moto_endpoint: str, auth_moto: tuple[str, str]) -> tuple[
     return {name: value}, [name, repr(value)]
 
 
-MALFORMED = ["REWIND_PAYLOAD_THRESHOLD=abc", "REWIND_STICKY_TIMEOUT_S=-1", "REWIND_LOG_LEVEL=LOUD"]
+MALFORMED = ["REWIND_PAYLOAD_THRESHOLD=abc", "REWIND_STICKY_TIMEOUT_S=-1", "REWIND_LOG_LEVEL=LOUD",
+             "REWIND_STORE_COMPRESSION=zstd"]
 
 
 @pytest.mark.parametrize("kind", ["closed port", "no bucket", "bad credentials", *MALFORMED])
@@ -316,7 +331,7 @@ async def test_configuration_errors_are_one_line(temporal_server, moto_endpoint,
     worker = workers(wdir, user_env(wdir, **variables), "--tool-modules", "examples.research_agent")
     commands = [("tree", "x"), ("start", "--task", "t"), ("status", "x")]
     if "=" in kind:  # refused while reading the settings, the same for every command: one each
-        commands = [commands[MALFORMED.index(kind)]]
+        commands = [commands[MALFORMED.index(kind) % len(commands)]]
     folders = [empty_dir(tmp_path, f"cli-{args[0]}") for args in commands]
     results = await asyncio.gather(*(rewind(cwd, user_env(cwd, **variables), *args)
                                      for cwd, args in zip(folders, commands)))

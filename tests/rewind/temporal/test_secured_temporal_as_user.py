@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 from as_user import empty_dir, one_line_error, rewind, rewind_json, user_workers
+from helpers import folder_bytes
 from temporal_standin import Certs, TLSTerminator, make_certs
 from temporalio.api.history.v1 import History
 
@@ -68,10 +69,6 @@ async def _history(client, run_id: str) -> bytes:
         history = await client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
         out += History(events=history.events).SerializeToString() + history.to_json().encode()  # raw payloads too
     return out
-
-
-def _folder(path: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()) if path.exists() else b""
 
 
 def _dev_server_files(server) -> bytes:
@@ -117,9 +114,9 @@ async def test_mtls_client_certificates_from_the_environment(world, mtls, certs,
 
     # The private key is nowhere: history, stores, the dev server's database, logs, status.
     places = {
-        "history": await _history(client, run), "checkpoints": _folder(Path(env["REWIND_STORE"][7:])),
-        "payloads": _folder(Path(env["REWIND_PAYLOADS"][7:])), "worker log": worker.log().encode(),
-        "status": json.dumps(view).encode(), "worker folder": _folder(wdir), "cli folder": _folder(cli),
+        "history": await _history(client, run), "checkpoints": folder_bytes(Path(env["REWIND_STORE"][7:])),
+        "payloads": folder_bytes(Path(env["REWIND_PAYLOADS"][7:])), "worker log": worker.log().encode(),
+        "status": json.dumps(view).encode(), "worker folder": folder_bytes(wdir), "cli folder": folder_bytes(cli),
         "dev server db": _dev_server_files(temporal_server),
     }
     assert run.encode() in places["history"] and run.encode() in places["checkpoints"]
@@ -223,9 +220,9 @@ async def test_an_api_key_is_sent_and_never_stored(world, temporal_server, certs
     assert "[REDACTED:TEMPORAL_API_KEY]" in (leaked["final_answer"] or ""), leaked["final_answer"]
     places = {
         "history": await _history(client, run) + await _history(client, leaky),
-        "checkpoints": _folder(Path(env["REWIND_STORE"][7:])), "payloads": _folder(Path(env["REWIND_PAYLOADS"][7:])),
+        "checkpoints": folder_bytes(Path(env["REWIND_STORE"][7:])), "payloads": folder_bytes(Path(env["REWIND_PAYLOADS"][7:])),
         "worker log": worker.log().encode(), "status --json": json.dumps([view, leaked_view, leaked]).encode(),
-        "worker folder": _folder(wdir), "cli folder": _folder(cli),
+        "worker folder": folder_bytes(wdir), "cli folder": folder_bytes(cli),
         "dev server db": _dev_server_files(temporal_server),
     }
     assert b"[REDACTED:TEMPORAL_API_KEY]" in places["history"] and b"[REDACTED:TEMPORAL_API_KEY]" in places["checkpoints"]
