@@ -314,7 +314,7 @@ class HotTierObjectStore:
         deadline = time.monotonic() + 5.0
         while self._mine and time.monotonic() < deadline:
             try:
-                if not await self.flush_once(sorted(self._mine)):
+                if not await self.flush_once(sorted(self._mine)) and not await self._forget_settled():
                     await asyncio.sleep(0.1)
             except StoreUnavailableError:
                 await self._write_mine_around()  # Redis does not answer: no flusher would take them over
@@ -340,6 +340,17 @@ class HotTierObjectStore:
         """Flush in the background of this process until ``aclose`` (a worker runs one)."""
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_forever(), name="rewind-hot-flusher")
+
+    async def _forget_settled(self) -> int:
+        """Forget the objects this instance wrote that are no longer pending: another flusher moved
+        them, or another writer deleted them (a newer pack's writer deletes the packs it holds
+        whole). How many."""
+        keys = list(self._mine)
+        scores = await self.redis.call("check pending objects", self.redis.client.zmscore(self._k("p"), keys))
+        settled = [k for k, score in zip(keys, scores) if score is None]
+        for key in settled:
+            self._forget(key)
+        return len(settled)
 
     async def flush_once(self, keys: list[str] | None = None) -> int:
         """Move one batch of pending objects (the oldest, or ``keys``) to the durable store; how many moved."""

@@ -108,6 +108,22 @@ async def test_closing_passes_on_what_this_instance_wrote(redis_url, tmp_path):
     assert await durable.list("runs/cli/") == keys
 
 
+async def test_closing_forgets_what_another_writer_deleted_meanwhile(redis_url, tmp_path, caplog):
+    """A newer pack's writer (another process) deletes a pack this instance wrote and has not
+    flushed yet: closing moves the rest and does not wait for the deleted one."""
+    durable = FileObjectStore(tmp_path / "durable")
+    hot, other = HotTierObjectStore(redis_url, durable), HotTierObjectStore(redis_url, FileObjectStore(tmp_path / "durable"))
+    keys = [f"runs/cli/branches/b/packs/{i:08d}-{i + 3:08d}.json.gz" for i in (0, 4, 8)]
+    for key in keys:
+        await hot.put_if_absent(key, b"x")
+    assert await other.delete(keys[0])
+    await other.aclose()
+    with caplog.at_level("WARNING", logger="rewind.hot_store"):
+        await hot.aclose()
+    assert await durable.list("runs/cli/") == keys[1:]
+    assert not [r for r in caplog.records if "not yet in" in r.getMessage()]
+
+
 async def test_redis_down_sends_reads_and_writes_to_the_durable_store(private_redis, tmp_path):
     durable = FileObjectStore(tmp_path / "durable")
     hot = HotTierObjectStore(private_redis.url, durable, timeout_s=1.0)
