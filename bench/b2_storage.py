@@ -5,7 +5,7 @@ N: bytes of the run's checkpoint objects (the product's store: a snapshot
 at step 0, then one delta per step), of the transcript segments the run added to the payload
 store, of its Temporal history (every event across continue-as-new), against
 the raw content (the final message list as JSON), a naive full snapshot per
-step (the same checkpoints, each encoded whole in the store's envelope) and LangGraph's SqliteSaver on the same script.
+step (the same checkpoints, each encoded whole in the store's envelope, as plain JSON) and LangGraph's SqliteSaver on the same script.
 The floor of history: the bare workflow (bench/bare_workflow.py, `held`) on the
 same script, the same model and tool activities and nothing else, each model call
 sent only the messages new since the previous one.
@@ -180,7 +180,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
                 checkpoints = [await store.load(s.checkpoint_id) for s in summaries]
             raw = len(json.dumps(checkpoints[-1].messages).encode())
             # Naive: every step stored whole, in the same envelope.
-            naive_bytes = sum(len(envelope_encode("snapshot", checkpoint_to_dict(cp))) for cp in checkpoints)
+            naive_bytes = sum(len(envelope_encode("snapshot", checkpoint_to_dict(cp), compression="none")) for cp in checkpoints)
             log(f"storage: bare workflow (history floor), {n} steps")
             floor = await floor_run(client, settings, model, registry, n)
             lg = None
