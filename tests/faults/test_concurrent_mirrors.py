@@ -28,7 +28,7 @@ from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store
 from aiohttp import web
-from fault_helpers import S3Proxy, add_script, assert_chain, assert_well_formed
+from fault_helpers import S3Proxy, add_script, assert_chain, assert_same_run, assert_well_formed
 from helpers import outputs_of, start_agent
 
 TOOL_STEPS = 9
@@ -106,13 +106,6 @@ class Location:
         else:
             assert all(len(versions) == 1 for versions in found.values()), found
         return found
-
-
-def assert_same_run(got: dict[str, bytes], expected: dict[str, bytes]) -> None:
-    """The same step objects and markers, and every pack of `expected` with the same bytes (a
-    pack a slower writer wrote again after a newer one replaced it may be there too)."""
-    assert {k: v for k, v in got.items() if "/packs/" not in k} == {k: v for k, v in expected.items() if "/packs/" not in k}
-    assert all(got.get(k) == v for k, v in expected.items() if "/packs/" in k)
 
 
 class Watcher(threading.Thread):

@@ -75,19 +75,23 @@ async def test_store_failing_30pct_of_checkpoint_writes(client, settings, model,
 
         # Whatever the store holds was written once (one S3 version per key:
         # no retry overwrote anything) and is exactly what `rewind mirror`
-        # rebuilds from history.
+        # rebuilds from history. Packs aside: they are copies, which a newer
+        # pack's writer deletes (and a write retried after that may make again).
         stored = await direct.raw_objects(run_id)
         versions: dict[str, int] = {}
         for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=f"{PREFIX}/runs/{run_id}/"):
             for v in page.get("Versions", []):
-                versions[v["Key"]] = versions.get(v["Key"], 0) + 1
-            assert not page.get("DeleteMarkers")
-        assert len(versions) == len(stored) and set(versions.values()) <= {1}, versions
+                if "/packs/" not in v["Key"]:
+                    versions[v["Key"]] = versions.get(v["Key"], 0) + 1
+            assert not [m for m in page.get("DeleteMarkers", []) if "/packs/" not in m["Key"]]
+        assert len(versions) == len([k for k in stored if "/packs/" not in k]) and set(versions.values()) <= {1}, versions
         async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
             report = await mirror_run(client, rebuilt, run_id, outputs=outputs_of(settings))
             assert report.written == STEPS + 1
             from_history = await rebuilt.raw_objects(run_id)
-        assert {k: from_history[k] for k in stored} == stored
+        assert {k: from_history[k] for k in stored if "/packs/" not in k} == {k: v for k, v in stored.items() if "/packs/" not in k}
+        # Each pack the run needs (what one writer leaves) is there, with that writer's bytes.
+        assert all(stored.get(k) == v for k, v in from_history.items() if "/packs/" in k)
 
         # Mirror lag: when S3 first held each step vs the step's created_at.
         created = {r.step_index: r.created_at.timestamp() for r in await _records(client, run_id)}
