@@ -11,10 +11,11 @@ and only the few steps after the last finished block from their objects: a
 checkpoint 500 or 2,000 steps deep is its head and 4 packs. The blocks' hashes,
 chained, must give the digest the head records. A pack's writer deletes the
 packs it holds whole, so a checkpoint older than its branch's newest packs
-finds its blocks in a newer pack, named by a listing of the branch's packs made
-beside the first reads (one more round); a pack that is missing or damaged is
-replaced the same way, and blocks no pack holds intact, or that do not add up,
-are read from their step objects.
+finds its blocks in a newer pack: for a long chain, the top-level pack its
+first round also asks for (``first_reads``); else the pack a listing of the
+branch names (one more round). A pack that is missing or damaged is replaced
+the same way, and blocks no pack holds intact, or that do not add up, are read
+from their step objects.
 
 Format v2 heads (chains an older Rewind began) read finished blocks of 32
 steps from v1 packs of the step objects' exact bytes, the rest one by one.
@@ -56,8 +57,8 @@ from checkpoint_bridge.document.packs import (
     decode_pack_v2,
     ends_block,
     extend_digest,
-    cover,
     PACK_LEVELS,
+    cover,
     holders,
     listed_packs,
     plan_read,
