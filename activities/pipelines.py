@@ -21,13 +21,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities.graphs import GraphInputError, RegisteredGraph, graphs_in
 from activities.tools import ToolRegistry, _args_model, _json_schema, import_tool_module
-from checkpoint_bridge.checkpoints.store import CheckpointStore, StepEnd
+from checkpoint_bridge.checkpoints.store import CheckpointStore
+from checkpoint_bridge.document.blocks import BlockCall
 from checkpoint_bridge.document.schema import ToolCallRecord
 from checkpoint_bridge.projection.projector import log_of
 from workflows.contracts import AgentSpec, ToolSpec
 from workflows.defaults import PIPELINE_MAX_STEPS
-from workflows.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, ToolRegistryError
-from workflows.ids import parse_checkpoint_id
+from workflows.errors import CheckpointError, StoreUnavailableError, ToolRegistryError
 from workflows.pipeline_contracts import (
     DescribePipelineRequest,
     PipelineDescription,
@@ -157,9 +157,9 @@ class PipelineActivities:
         self._checkpoints = checkpoints
 
     async def _record(self, fork_point: str) -> PipelineRecord:
-        """Every call recorded on the lineage up to the fork point, with its answer: one listing
-        and one read per step of the lineage, whatever the number of calls (a store that is
-        down is retried by Temporal)."""
+        """Every call recorded on the lineage up to the fork point, with its answer: read as a
+        load of the fork point reads its chain, a few packs whatever the number of calls (a
+        store that is down is retried by Temporal)."""
         store = self._checkpoints
         if store is None:
             raise ApplicationError("this worker has no checkpoint store to read a pipeline's record from",
@@ -199,70 +199,41 @@ class PipelineActivities:
 async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> PipelineRecord:
     """The calls of the lineage of `checkpoint_id` (itself included) and their answers."""
     calls, supersteps = [], []
-    for end in await _lineage_ends(store, checkpoint_id):
-        call = end.fields.get("pipeline")
-        if not isinstance(call, dict):
-            continue
-        step = int(end.fields["step_index"])
+    for found in await store.recorded_calls(checkpoint_id):
+        call, step = found.call, found.step
         if "superstep" in call:  # a graph's super-step: every call made in it
             supersteps.append(SuperStepMark(step=step, superstep=call["superstep"], nodes=call.get("nodes") or []))
-            calls.extend(_graph_calls(call.get("calls") or [], end, step))
+            calls.extend(_graph_calls(call.get("calls") or [], found))
             continue
         recorded = RecordedCall(position=call["position"], attempt=call.get("attempt", 0), kind=call["kind"],
                                 label=call["label"], digest=call["digest"], step=step)
         if recorded.kind == "llm":
-            recorded.message = end.last_message
-        elif end.last_tool_record is not None:
-            recorded.tool = log_of(ToolCallRecord.model_validate(end.last_tool_record), step)
+            recorded.message = found.last_message
+        elif found.last_tool_record is not None:
+            recorded.tool = log_of(ToolCallRecord.model_validate(found.last_tool_record), step)
         calls.append(recorded)
     return PipelineRecord(calls=calls, supersteps=supersteps)
 
 
-def _graph_calls(entries: list[dict[str, Any]], end: StepEnd, step: int) -> list[RecordedCall]:
+def _graph_calls(entries: list[dict[str, Any]], found: BlockCall) -> list[RecordedCall]:
     """A graph super-step's calls with their answers: a model call's message is in its entry,
     a tool call's log is the step's tool record of its id."""
-    by_id = {r.get("tool_call_id"): r for r in end.records}
+    by_id = {r.get("tool_call_id"): r for r in found.records}
     out = []
     for entry in entries:
         recorded = RecordedCall(position=entry["position"], attempt=entry.get("attempt", 0), kind=entry["kind"],
-                                label=entry["label"], digest=entry["digest"], step=step)
+                                label=entry["label"], digest=entry["digest"], step=found.step)
         if recorded.kind == "llm":
             recorded.message = entry.get("message")
         elif recorded.kind == "interrupt":
             recorded.message = {"resume": entry.get("resume")}
         else:
-            found = by_id.get(entry.get("tool_call_id"))
-            if found is None:
+            record = by_id.get(entry.get("tool_call_id"))
+            if record is None:
                 continue  # not in the step's records: the call runs again, live
-            recorded.tool = log_of(ToolCallRecord.model_validate(found), step)
+            recorded.tool = log_of(ToolCallRecord.model_validate(record), found.step)
         out.append(recorded)
     return out
-
-
-async def _lineage_ends(store: CheckpointStore, checkpoint_id: str) -> list[StepEnd]:
-    """The step objects of `checkpoint_id`'s lineage, step 0 first. The common case, a branch
-    that holds every step from 0 to the fork point itself, is one listing and one read per
-    step; a lineage through other branches (a fork of a fork, a rollback's revision) walks
-    parent links over the run's listed checkpoints."""
-    run_id, branch_id, step = parse_checkpoint_id(checkpoint_id)
-    stored = await store.stored_steps(run_id)
-    own, cutoff = stored.get(branch_id, (set(), None))
-    if set(range(step + 1)) <= own and (cutoff is None or step <= cutoff):
-        ends = await store.step_ends([f"{run_id}:{branch_id}:{s}" for s in range(step + 1)])
-        if all(e.fields.get("parent_id") == (f"{run_id}:{branch_id}:{i - 1}" if i else None)
-               for i, e in enumerate(ends)):
-            return ends
-    summaries = {s.checkpoint_id: s for s in await store.list_checkpoints(run_id)}
-    line = []
-    at: str | None = checkpoint_id
-    while at is not None:
-        summary = summaries.get(at)
-        if summary is None:
-            raise CheckpointNotFoundError(f"checkpoint {at} of run {run_id!r}'s lineage is not in {store.url}; "
-                                          f"rebuild it with `rewind mirror {run_id}`")
-        line.append(summary.checkpoint_id)
-        at = summary.parent_id
-    return await store.step_ends(list(reversed(line)))
 
 
 def _first(exc: pydantic.ValidationError) -> str:

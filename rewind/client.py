@@ -371,16 +371,13 @@ async def _before_call(store: CheckpointStore | None, run_id: str, branch: str, 
     try:
         summaries = await store.list_checkpoints(run_id)
         line = lineage_in(summaries, display_name(branch), store.url)
-        ends = await store.step_ends([s.checkpoint_id for s in line])
+        calls = await store.recorded_calls(line[-1].checkpoint_id) if line else []
     except Exception:  # noqa: BLE001 - the line says "a step before it" instead
         return None
-    before = None
-    for summary, end in zip(line, ends, strict=True):
-        call = end.fields.get("pipeline")
-        if isinstance(call, dict) and call.get("position", -1) >= position:
-            break
-        before = summary.step_index
-    return before
+    later = next((c.step for c in calls if c.call.get("position", -1) >= position), None)
+    if later is None:
+        return line[-1].step_index if line else None
+    return later - 1 if later > line[0].step_index else None
 
 
 async def _ask_the_run(client: Client, handle: WorkflowHandle[Any, AgentResult], desc: Any, view: RunView,

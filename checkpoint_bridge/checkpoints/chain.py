@@ -41,7 +41,7 @@ from typing import Any, Iterator, Sequence
 from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
-from checkpoint_bridge.document.blocks import Replay, content_bytes, merge_block, parse_block
+from checkpoint_bridge.document.blocks import BlockCall, Replay, block_calls, content_bytes, merge_block, parse_block
 from checkpoint_bridge.document.envelope import Chain, Envelope, apply_delta, chain_after, decode
 from checkpoint_bridge.document.layout import pack_key, pack_prefix, step_key
 from checkpoint_bridge.checkpoints.lru import LRU
@@ -329,6 +329,45 @@ class ChainReader:
         self.remember_head(cid, info)
         return info
 
+    async def recorded_calls(self, cid: str) -> list[BlockCall] | None:
+        """The pipeline calls of ``cid``'s chain and of ``cid`` itself, in order: what a fork of a
+        pipeline answers again from the record. A v3 chain reads them as a load of ``cid`` reads
+        its document, from the packs of its finished blocks (whose merged content lists the
+        calls in them) and the objects of the steps after them: a few reads, not one per call.
+        A block packed by a Rewind that did not list calls is read from its step objects (one
+        more round). None for a chain an older Rewind began: the caller reads its steps."""
+        run_id, branch, step = parse_checkpoint_id(cid)
+        key, head = await self._head(cid)
+        if head.kind == "snapshot":
+            return _object_calls(head, step)
+        if head.chain is None or head.blocks_sha256 is None:
+            return None
+        self._checked_parent(cid, key, head)
+        pieces = plan_read(head.chain, branch, step)
+        first = await read_many(self._objects, first_reads(run_id, pieces), self._concurrency)
+        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
+        blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
+        unlisted = [(p.branch_id, lo, hi) for p in pieces if p.level for lo, hi in blocks_in(p)
+                    if blocks[(p.branch_id, lo)].from_pack and "calls" not in blocks[(p.branch_id, lo)].content]
+        wanted = [step_key(run_id, b, s) for b, lo, hi in unlisted for s in range(lo, hi + 1)]
+        got = {**first, **(await read_many(self._objects, wanted, self._concurrency) if wanted else {})}
+        calls: list[BlockCall] = []
+        for piece in pieces:
+            parts = [(piece.branch_id, lo, hi) for lo, hi in blocks_in(piece)] if piece.level else [
+                (piece.branch_id, piece.first, piece.first)]
+            for branch_id, lo, hi in parts:
+                merged = blocks.get((branch_id, lo)) if piece.level else None
+                if merged is not None and (not merged.from_pack or "calls" in merged.content):
+                    calls += block_calls(merged.content, pack_key(run_id, branch_id, lo, hi))
+                    continue
+                for s in range(lo, hi + 1):
+                    link, link_key = checkpoint_id(run_id, branch_id, s), step_key(run_id, branch_id, s)
+                    data = got.get(link_key)
+                    if data is None:
+                        raise self.missing(link, link_key, cid)
+                    calls += _object_calls(decode_as(link, link_key, data, link=True), s)
+        return calls + _object_calls(head, step)
+
     @staticmethod
     def _checked_parent(cid: str, key: str, head: Envelope) -> str:
         """The parent a delta names, which must be where its chain ends."""
@@ -386,7 +425,7 @@ class ChainReader:
                  if blocks[(p.branch_id, lo)].from_pack]
         if again:
             blocks = {**blocks, **await self.merged_blocks(run_id, [], blocks=again, chain_of=where)}
-        if _digest(pieces, blocks, start) != end:
+        if _digest(pieces, blocks, start) != end and _digest(pieces, blocks, start, unlisted=True) != end:
             log.warning("the chain of %s records a blocks_sha256 that its step objects do not give; "
                         "read from the step objects", where)
         return blocks
@@ -619,6 +658,20 @@ class ChainReader:
         )
 
 
+def _object_calls(envelope: Envelope, step: int) -> list[BlockCall]:
+    """A step object's pipeline call, if it is one, as ``block_calls`` gives a block's: its own
+    messages and records (a snapshot's: its line's)."""
+    payload = envelope.payload
+    call = payload.get("pipeline")
+    if not (isinstance(call, dict) and call):
+        return []
+    delta = envelope.kind == "delta"
+    messages = payload.get("new_messages" if delta else "messages") or []
+    records = payload.get("new_tool_records" if delta else "tool_call_cache") or []
+    return [BlockCall(step=step, call=call, last_message=messages[-1] if messages else None,
+                      last_tool_record=records[-1] if records else None, records=tuple(records))]
+
+
 def _joined(pieces: list[Piece]) -> list[Piece]:
     """The ranges of ``pieces``, adjacent ones of a branch joined (as pieces of no particular
     pack): one pack that holds several of them is then read and opened once."""
@@ -631,9 +684,16 @@ def _joined(pieces: list[Piece]) -> list[Piece]:
     return out
 
 
-def _digest(pieces: Sequence[Piece], blocks: dict[tuple[str, int], Merged], digest: str) -> str:
-    """The digest ``digest`` after the finished blocks of ``pieces``, in order."""
+def _digest(pieces: Sequence[Piece], blocks: dict[tuple[str, int], Merged], digest: str, *,
+            unlisted: bool = False) -> str:
+    """The digest ``digest`` after the finished blocks of ``pieces``, in order; ``unlisted``:
+    with the blocks merged here from step objects hashed without the pipeline calls they list,
+    as a Rewind that did not list them wrote them (its chain's digest says so)."""
     for piece in pieces:
         for lo, _hi in blocks_in(piece) if piece.level else ():
-            digest = extend_digest(digest, blocks[(piece.branch_id, lo)].sha256)
+            block = blocks[(piece.branch_id, lo)]
+            sha = block.sha256
+            if unlisted and not block.from_pack and "calls" in block.content:
+                sha = content_bytes({k: v for k, v in block.content.items() if k != "calls"})[1]
+            digest = extend_digest(digest, sha)
     return digest

@@ -39,7 +39,7 @@ from workflows.errors import CheckpointError, CheckpointExistsError, CheckpointN
 from workflows.ids import checkpoint_id, parse_checkpoint_id
 
 from checkpoint_bridge.checkpoints.chain import ChainReader, HeadInfo, decode_as, first_round, gc_paused, read_many
-from checkpoint_bridge.document.blocks import content_bytes, merge_block
+from checkpoint_bridge.document.blocks import BlockCall, content_bytes, merge_block
 from checkpoint_bridge.document.envelope import (
     COMPRESSIONS,
     Chain,
@@ -535,6 +535,45 @@ class CheckpointStore:
             out.append(StepEnd(fields, messages[-1] if messages else None, records[-1] if records else None,
                                len(messages), len(records), envelope.kind == "delta", tuple(records)))
         return out
+
+    async def recorded_calls(self, checkpoint_id: str) -> list[BlockCall]:
+        """The pipeline calls of ``checkpoint_id``'s lineage (itself included), in order, with
+        the last message and the tool records of each: what a fork of a pipeline answers again
+        from the record. Read as a load of the checkpoint reads its chain (a few packs and the
+        steps after the last finished block), or, for a chain an older Rewind began, one read
+        per step of the lineage."""
+        calls = await self._chain.recorded_calls(checkpoint_id)
+        if calls is None:
+            calls = [BlockCall(step=int(end.fields["step_index"]), call=end.fields["pipeline"],
+                               last_message=end.last_message, last_tool_record=end.last_tool_record,
+                               records=end.records)
+                     for end in await self._lineage_ends(checkpoint_id) if isinstance(end.fields.get("pipeline"), dict)]
+        return calls
+
+    async def _lineage_ends(self, cid: str) -> list[StepEnd]:
+        """The step objects of ``cid``'s lineage, step 0 first. The common case, a branch that
+        holds every step from 0 to ``cid`` itself, is one listing and one read per step; a lineage
+        through other branches (a fork of a fork, a rollback's revision) walks parent links over
+        the run's listed checkpoints."""
+        run_id, branch_id, step = parse_checkpoint_id(cid)
+        stored = await self.stored_steps(run_id)
+        own, cutoff = stored.get(branch_id, (set(), None))
+        if set(range(step + 1)) <= own and (cutoff is None or step <= cutoff):
+            ends = await self.step_ends([checkpoint_id(run_id, branch_id, s) for s in range(step + 1)])
+            if all(e.fields.get("parent_id") == (checkpoint_id(run_id, branch_id, i - 1) if i else None)
+                   for i, e in enumerate(ends)):
+                return ends
+        summaries = {s.checkpoint_id: s for s in await self.list_checkpoints(run_id)}
+        line = []
+        at: str | None = cid
+        while at is not None:
+            summary = summaries.get(at)
+            if summary is None:
+                raise CheckpointNotFoundError(f"checkpoint {at} of run {run_id!r}'s lineage is not in {self.url}; "
+                                              f"rebuild it with `rewind mirror {run_id}`")
+            line.append(summary.checkpoint_id)
+            at = summary.parent_id
+        return await self.step_ends(list(reversed(line)))
 
     async def stored_steps(self, run_id: str) -> dict[str, tuple[set[int], int | None]]:
         """Each branch's stored step indices and its invalidation cutoff (the lowest

@@ -9,7 +9,16 @@ Merged, that is one JSON object:
      "parent_id", "base_message_count", "base_tool_count": what it extends,
      "messages": [...], "tool_records": [...], "agent_variables": {...},
      ["prompts": [[n, prompt], ...]]   after the block's first n messages, the system prompt became prompt
-     ["outputs": [[record, message, "text" | "json"], ...]]   a record's output is that message's content}
+     ["outputs": [[record, message, "text" | "json"], ...]]   a record's output is that message's content
+     ["calls": [[step, m, n, r, s, call], ...]]   the block's step ``first + step`` is a pipeline's
+                                                  (``call``: its ``pipeline`` field); its own messages
+                                                  are the block's ``messages[m:n]``, its own tool
+                                                  records ``tool_records[r:s]``}
+
+The ``calls`` let a fork of a pipeline read the calls it answers again from the
+record with the chain's few packs, not one object per recorded call
+(``block_calls``). A block of the agent loop's steps has none, and its bytes are
+what they were before they existed.
 
 Tool records are whole (defaults and cache keys filled in, as a replay gives
 them); an output that is also the content of the tool message answering the
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from workflows.canonical import canonical_json
@@ -35,7 +45,7 @@ from checkpoint_bridge.document.envelope import Envelope, apply_delta, corrupt, 
 from checkpoint_bridge.document.migrations import migrate, parse_json_object
 from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 
-__all__ = ["merge_block", "content_bytes", "parse_block", "Replay"]
+__all__ = ["merge_block", "content_bytes", "parse_block", "block_calls", "BlockCall", "Replay"]
 
 
 def merge_block(run_id: str, branch_id: str, first: int, links: list[tuple[str, Envelope]]) -> dict[str, Any]:
@@ -45,6 +55,7 @@ def merge_block(run_id: str, branch_id: str, first: int, links: list[tuple[str, 
     records: list[Any] = []
     prompts: list[list[Any]] = []
     outputs: list[list[Any]] = []
+    calls: list[list[Any]] = []
     variables: Any = {}
     head: dict[str, Any] = {}
     previous: str | None = None
@@ -86,6 +97,9 @@ def merge_block(run_id: str, branch_id: str, first: int, links: list[tuple[str, 
                 outputs.append([len(records), where, how])
                 record = {**record, "tool_output": None}
             records.append(record)
+        call = payload.get("pipeline")
+        if isinstance(call, dict) and call:
+            calls.append([position, offset, len(messages), len(records) - len(new_records), len(records), call])
         previous = f"{run_id}:{branch_id}:{first + position}"
     content = {"run_id": run_id, "branch_id": branch_id, "first": first, "last": first + len(links) - 1, **head,
                "messages": messages, "tool_records": records, "agent_variables": variables}
@@ -93,6 +107,8 @@ def merge_block(run_id: str, branch_id: str, first: int, links: list[tuple[str, 
         content["prompts"] = prompts
     if outputs:
         content["outputs"] = outputs
+    if calls:
+        content["calls"] = calls
     return content
 
 
@@ -131,7 +147,53 @@ def parse_block(data: bytes | memoryview, run_id: str, branch_id: str, first: in
                 and type(records[item[0]]) is dict and type(messages[item[1]]) is dict
                 and type(messages[item[1]].get("content")) is str):
             return None
+    calls, after = content.get("calls", []), -1
+    if type(calls) is not list:
+        return None
+    for item in calls:
+        if not (type(item) is list and len(item) == 6 and all(_is_int(n) for n in item[:5])
+                and after < item[0] <= last - first and item[1] <= item[2] <= messages_count
+                and item[3] <= item[4] <= records_count and type(item[5]) is dict):
+            return None
+        after = item[0]
     return content
+
+
+@dataclass(frozen=True)
+class BlockCall:
+    """A pipeline's step, as a block's ``calls`` give it: what ``CheckpointStore.step_ends``
+    says of the step's object, without reading it."""
+
+    step: int
+    call: dict[str, Any]
+    last_message: dict[str, Any] | None
+    last_tool_record: dict[str, Any] | None
+    records: tuple[dict[str, Any], ...]
+    """The step's own tool records (a snapshot's: the line's), outputs in place."""
+
+
+def block_calls(content: dict[str, Any], where: str) -> list[BlockCall]:
+    """The pipeline steps of a block's merged content (from ``parse_block`` or ``merge_block``,
+    not replayed), in order, their tool outputs put back (``where``: the block, for an error)."""
+    messages, records = content["messages"], content["tool_records"]
+    restored = {record: (message, how) for record, message, how in content.get("outputs", ())}
+    out = []
+    for offset, message_lo, message_hi, record_lo, record_hi, call in content.get("calls", ()):
+        own = []
+        for index in range(record_lo, record_hi):
+            record = records[index]
+            if index in restored:
+                message, how = restored[index]
+                text = messages[message]["content"]
+                try:
+                    record = {**record, "tool_output": text if how == "text" else json.loads(text)}
+                except ValueError as exc:
+                    raise corrupt(where, f"has a tool output that is not the JSON it says ({exc})") from None
+            own.append(record)
+        out.append(BlockCall(step=content["first"] + offset, call=call,
+                             last_message=messages[message_hi - 1] if message_hi > message_lo else None,
+                             last_tool_record=own[-1] if own else None, records=tuple(own)))
+    return out
 
 
 class Replay:
