@@ -218,7 +218,8 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         "on the next call (the model call carries the tool call's step, the read-only tool call the model "
         "call's), so a pair is two activities, as the loop's step; what it costs more is the second step record "
         "and the code's own bookkeeping per call (its position, the digest of what it asked). The fork reads its record once, in the activity that "
-        "describes the pipeline to the branch (a listing of the run and a read of every step of the lineage), "
-        "then answers every recorded call in memory: its time grows with the fork point (one read of a small "
-        "object per recorded step), not with a call per recorded call.")
+        "describes the pipeline to the branch, as a load of the fork point reads its chain (the packs' merged "
+        "blocks list the calls they hold: a few reads, not one per recorded step), then answers every recorded "
+        "call in memory; what still grows with the fork point is decoding that record and running the code "
+        "again through its answered calls, in the branch's second workflow task.")
     return sec
