@@ -209,16 +209,23 @@ def _arguments(tool_input: dict[str, Any]) -> str:
 def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: AgentCheckpoint | None) -> BranchSide:
     """``lineage[start:]`` is what the branch did after ``base`` (its fork point, or nothing)."""
     head, after = lineage[-1], lineage[start:]
-    # The step of each tool call: the step that added the assistant message naming its id.
+    # The step of each tool call: the step that added the assistant message naming its id, or
+    # (a pipeline's call, which no model message names) the step that recorded it.
     call_steps: dict[str, int] = {}
+    recorded: dict[str, int] = {}
     seen = len(base.messages) if base else 0
+    kept = len(base.tool_call_cache) if base else 0
     for cp in after:
         for m in cp.messages[seen if seen <= len(cp.messages) else 0:]:
             if m.get("role") == "assistant":
                 for call in m.get("tool_calls") or []:
                     if isinstance(call, dict) and isinstance(call.get("id"), str):
                         call_steps.setdefault(call["id"], cp.step_index)
-        seen = len(cp.messages)
+        for r in cp.tool_call_cache[kept if kept <= len(cp.tool_call_cache) else 0:]:
+            if r.tool_call_id:
+                recorded.setdefault(r.tool_call_id, cp.step_index)
+        seen, kept = len(cp.messages), len(cp.tool_call_cache)
+    call_steps = {**recorded, **call_steps}
     records = head.tool_call_cache[len(base.tool_call_cache) if base else 0:]
     calls = [ToolCallRow(step_index=call_steps.get(r.tool_call_id or ""), tool_name=r.tool_name,
                          arguments=_arguments(r.tool_input), served_from_cache=r.served_from_cache,

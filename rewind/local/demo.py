@@ -96,7 +96,7 @@ async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sy
                 task.cancel()
         durations = await step_durations(client, run_id)
         retries = await retried_attempts(client, run_id)
-        _report(settings, run_id, result, durations, retries, out, fanout, pipeline, langgraph)
+        _report(settings, run_id, result, durations, retries, out, fanout, pipeline, langgraph, keep)
         if keep:
             await _keep_running(stack.settings.temporal_address, wanted if port else None, run_id, out, pipeline)
     return result
@@ -137,7 +137,7 @@ def _langgraph_example() -> Any:
 
 
 def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any, retries: Any, out: TextIO,
-            fanout: bool, pipeline: bool = False, langgraph: bool = False) -> None:
+            fanout: bool, pipeline: bool = False, langgraph: bool = False, keep: bool = False) -> None:
     home = settings.home
     print(f"\nfinished: {result.status.state} after {result.status.step} steps, "
           f"{result.status.total_tokens} tokens, ${result.status.cost_usd:.5f}", file=out)
@@ -166,6 +166,11 @@ def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any
         print(f"each call of the pipeline's code is a step labelled by the call (`rewind tree {run_id}`); "
               f"`rewind fork {run_id} --step 6 --branch brief --prompt synthesize=\"Be brief.\"` runs the code "
               "again with every call up to step 6 answered from the record", file=out)
+    if (fanout or langgraph or pipeline) and not keep:
+        # The commands above that start work (redo, fork) need Temporal and a worker, which stop
+        # with the demo; `tree` and `show` read the checkpoint store alone.
+        print("the stack stops with the demo: run it again with --keep to try the fork or redo above "
+              "from another terminal", file=out)
 
 
 async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentResult:

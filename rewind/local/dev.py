@@ -76,13 +76,23 @@ def worker_environment(settings: Settings, address: str, options: DevOptions) ->
     return env
 
 
-def _next_commands(address: str, default_address: bool, first_script: str | None) -> list[str]:
+def _next_commands(address: str, default_address: bool, first_script: str | None,
+                   pipelines: list[str] | None = None) -> list[str]:
+    """What to try next: a run of the worker's first pipeline when its modules define any
+    (a graph's name has a colon: `--graph`), else the agent loop on a task."""
     at = "" if default_address else f"TEMPORAL_ADDRESS={address} "
     model = f" --model script:{first_script}" if first_script else ""
+    pipeline = next((p for p in pipelines or [] if ":" not in p), None)
+    if pipeline is not None:
+        start = f"{at}rewind start --pipeline {pipeline} --input '{{...}}'{model} --wait   # prints the run id (RUN)"
+        change = '--prompt LABEL="..."'
+    else:
+        start = f'{at}rewind start --task "..."{model} --wait        # prints the run id (RUN)'
+        change = '--system-prompt "..."'
     return [
-        f'{at}rewind start --task "..."{model} --wait        # prints the run id (RUN)',
+        start,
         f"{at}rewind tree RUN                              # every checkpoint",
-        f"{at}rewind fork RUN --step 1 --branch try2 --system-prompt \"...\" --wait",
+        f"{at}rewind fork RUN --step 1 --branch try2 {change} --wait",
         f"{at}rewind diff RUN main try2",
         f"{at}rewind view RUN --out run.html",
     ]
@@ -151,7 +161,8 @@ def run_dev(settings: Settings, options: DevOptions, out: TextIO = sys.stdout) -
                 f"  worker:      pid {worker.pid}, started again if it exits",
                 f"  reload:      {reload}",
                 "  try, in another terminal in this folder:",
-                *(f"    {c}" for c in _next_commands(address, port == default_port, first_script)),
+                *(f"    {c}" for c in _next_commands(address, port == default_port, first_script,
+                                                   worker.announce.get("pipelines"))),
                 "  Ctrl-C stops the worker and the server.",
                 "",
             ])

@@ -415,6 +415,9 @@ async def test_a_fork_answers_every_call_before_its_point_from_the_record(world,
     assert by_label[("validate", 7)]["a"] == by_label[("validate", 7)]["b"] == '{"ok": true, "missing": []}'
     code, text, err = await rewind(cli, cli_env, "diff", "pipe-fork", "main", "brief")
     assert code == 0 and "call 6 synthesize (llm)" in text and "DRAFT: a shorter one" in text, text
+    # Each tool call row names the step that recorded it (no model message names a pipeline's call).
+    save_rows = [line for line in text.splitlines() if "save_report(" in line]
+    assert save_rows and all(not line.split("save_report(")[0].rstrip().endswith("?") for line in save_rows), text
 
     # An experiment over the pipeline's labels: each variant a fork from the same point (dry-run effects).
     with UserWorker(folder / "w2", env, "--tool-modules", "research") as worker:
@@ -458,6 +461,8 @@ async def test_the_readme_pipeline_as_pasted(tmp_path):
         await wait_for(lambda: "Ctrl-C stops the worker and the server" in log.read_text(errors="replace")
                        or dev.poll() is not None, "rewind dev", timeout_s=120)
         assert dev.poll() is None, log.read_text()
+        # The banner's next command starts the module's pipeline, not the agent loop.
+        assert "rewind start --pipeline report --input '{...}' --model script:report" in log.read_text(), log.read_text()
         said = []
         for line in commands.splitlines():
             if line.strip():
@@ -669,11 +674,12 @@ async def test_the_example_pipelines_as_a_user_runs_them(tmp_path):
     port = free_port()
     env = user_env(folder, TEMPORAL_ADDRESS=f"127.0.0.1:{port}", REWIND_SCRIPTED_LATENCY_MS="0",
                    REWIND_DEMO_FAILURE_RATE="0.2", REWIND_DEMO_SEARCH_LATENCY_S="0")
-    code, out, err = await rewind(folder, env, "demo", "--pipeline", "--json", timeout_s=240)
+    code, out, err = await rewind(folder, env, "demo", "--pipeline", timeout_s=240)
     assert code == 0, err[-3000:]
-    result = json.loads(out)
-    assert result["status"]["state"] == "completed" and result["final_answer"].startswith("# Competitive report")
-    run_id = result["status"]["run_id"]
+    assert "finished: completed" in out and "final answer:\n# Competitive report" in out, out[-3000:]
+    run_id = re.search(r"inspect it with `rewind tree (\S+)`", out).group(1)  # type: ignore[union-attr]
+    # The fork it suggests needs the stack, which stops with the demo: it says how to keep it.
+    assert f"rewind fork {run_id} --step 6" in out and "run it again with --keep" in out, out[-3000:]
     labels = await tree_labels(folder, env, run_id)
     # plan, five searches, a draft the verdict sends back to research, the re-search, a draft it accepts.
     assert labels[:2] == ["start", "plan"] and labels[2:7] == ["search_company"] * 5, labels

@@ -210,11 +210,12 @@ def test_a_broken_or_empty_lineage_is_refused(main) -> None:
         diff_branches("run-2", "main", main, "main", main)
 
 
-def test_a_record_without_a_matching_message_has_no_step(main) -> None:
+def test_a_record_no_model_message_names_has_the_step_that_recorded_it(main) -> None:
+    """A pipeline's tool call is in no assistant message: its row says the step whose record holds it."""
     orphan = ToolCallRecord(tool_name="lookup", tool_input={"q": "x"}, called_at=T0, tool_call_id="call_gone")
     head = _step(main[2], "final answer", branch="b", answer="Done.", extra_records=(orphan,))
     d = diff_branches("run-1", "main", main, "b", [*main[:3], head])
-    assert [(c.tool_name, c.step_index) for c in d.b.tool_calls] == [("lookup", None)]
+    assert [(c.tool_name, c.step_index) for c in d.b.tool_calls] == [("lookup", head.step_index)]
 
 
 def test_diff_json_round_trips(main, alt2) -> None:
