@@ -38,6 +38,7 @@ from checkpoint_bridge.checkpoints.lineage import (
     revision_branch,
     revisions,
     revisions_among,
+    StoredSteps,
     split_revision,
     validate_branch_name,
 )
@@ -185,7 +186,8 @@ async def seed_from(
     )
 
 
-async def checkpoint_at(store: CheckpointStore, point: CheckpointSummary) -> AgentCheckpoint:
+async def checkpoint_at(store: CheckpointStore, point: CheckpointSummary,
+                        stored: StoredSteps | None = None) -> AgentCheckpoint:
     """The checkpoint `point` names (as `resolve_step` found it), to start a branch from.
 
     Validated from the store's shared document instead of `store.load`, which first copies
@@ -193,8 +195,10 @@ async def checkpoint_at(store: CheckpointStore, point: CheckpointSummary) -> Age
     outputs, several times that on a loaded machine) and lists the branch's rollback
     markers (a request of its own on S3). A fork only reads the checkpoint: it copies the
     messages it seeds and changes nothing else; the status comes with `point`
-    (resolve_step applied the markers)."""
-    cp = validate_document(await store.document(point.checkpoint_id), point.checkpoint_id)
+    (resolve_step applied the markers). `stored`: the run's listing (`store.stored_steps`), when
+    the caller made it: how far each branch got tells which packs hold the chain's blocks now."""
+    ends = {branch: max(steps) for branch, (steps, _cutoff) in stored.items() if steps} if stored else None
+    cp = validate_document(await store.document(point.checkpoint_id, branch_ends=ends), point.checkpoint_id)
     if point.status == "invalidated":
         cp.status = "invalidated"
     return usable(cp)
@@ -347,7 +351,7 @@ async def fork(
         stored = await store.stored_steps(run_id)
         point = await resolve_step(store, run_id, from_branch, step, stored=stored)
         cp, source = await gather_in_order(
-            checkpoint_at(store, point), source_of(client, workflow_id_for(run_id, point.branch_id)))
+            checkpoint_at(store, point, stored), source_of(client, workflow_id_for(run_id, point.branch_id)))
         return revisions_among(list(stored), branch), cp, source
 
     # Reads only, and independent of each other: at once (one store or Temporal round trip

@@ -36,7 +36,7 @@ import gc
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
 from workflows.ids import checkpoint_id, parse_checkpoint_id
@@ -259,9 +259,10 @@ class ChainReader:
 
     # -- reading --------------------------------------------------------------
 
-    async def document(self, cid: str) -> dict[str, Any]:
+    async def document(self, cid: str, ends: Mapping[str, int] | None = None) -> dict[str, Any]:
         """The full document of ``cid`` (cached, shared: never mutate it);
-        CheckpointNotFoundError if it was never stored."""
+        CheckpointNotFoundError if it was never stored. ``ends``: the newest stored step of
+        branches of its chain, when the caller listed the run (``packs.plan_read``)."""
         cached = self.cached(cid)
         if cached is not None:
             return cached
@@ -274,7 +275,8 @@ class ChainReader:
             guess = [("main", 0, step - 1)]
         early = None
         if guess is not None:
-            early = asyncio.ensure_future(read_many(self._objects, first_reads(run_id, plan_read(guess, branch_id, step)),
+            early = asyncio.ensure_future(read_many(self._objects,
+                                                    first_reads(run_id, plan_read(guess, branch_id, step, ends)),
                                                     max(self._concurrency - 1, 1)))
         try:
             key, envelope = await self._head(cid)
@@ -287,7 +289,7 @@ class ChainReader:
                     doc = apply_delta(doc, envelope.payload, key)
                 elif envelope.blocks_sha256 is not None:
                     first = await early if early is not None and envelope.chain == guess else None
-                    doc = await self._replay_blocks(cid, key, envelope, first)
+                    doc = await self._replay_blocks(cid, key, envelope, first, ends)
                 else:
                     doc = await self._replay(cid, key, envelope)
             else:
@@ -384,12 +386,14 @@ class ChainReader:
 
     async def _replay_blocks(
         self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None = None,
+        ends: Mapping[str, int] | None = None,
     ) -> dict[str, Any]:
         """A v3 delta: its chain's finished blocks (from packs) and the steps after them, read
-        at once (``first``: that round, read already), checked against the head's digest, replayed."""
+        at once (``first``: that round, read already, planned with the same ``ends``), checked
+        against the head's digest, replayed."""
         run_id, branch, step = parse_checkpoint_id(cid)
         assert head.chain is not None
-        pieces = plan_read(head.chain, branch, step)
+        pieces = plan_read(head.chain, branch, step, ends)
         steps = [step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level]
         if first is None:
             first = await read_many(self._objects, first_reads(run_id, pieces), self._concurrency)

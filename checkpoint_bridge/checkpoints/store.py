@@ -30,7 +30,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import ValidationError
 
@@ -451,7 +451,7 @@ class CheckpointStore:
             cp.status = "invalidated"
         return cp
 
-    async def document(self, checkpoint_id_: str) -> dict[str, Any]:
+    async def document(self, checkpoint_id_: str, *, branch_ends: Mapping[str, int] | None = None) -> dict[str, Any]:
         """The checkpoint's full document as plain JSON, migrated but not validated and
         without rollback markers applied: shared with the store's cache, never mutate it.
 
@@ -460,9 +460,13 @@ class CheckpointStore:
         of references per step, where ``load`` would copy and validate every whole
         conversation again (quadratic in the run's length). Validate what you use
         (``migrations.validate_document``) and take the status from ``list_checkpoints``.
+
+        ``branch_ends``: each branch's newest stored step, from a listing the caller made
+        (``stored_steps``): an older checkpoint then reads the packs that hold its blocks now,
+        in one round (document/packs.py, ``plan_read``).
         """
         parse_checkpoint_id(checkpoint_id_)
-        return await self._chain.document(checkpoint_id_)
+        return await self._chain.document(checkpoint_id_, branch_ends)
 
     async def load_latest(self, run_id: str, branch_id: str = "main") -> AgentCheckpoint | None:
         """The highest step of the branch that is not invalidated, or None."""

@@ -28,6 +28,7 @@ from store_backends import Backend
 from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.packs import PACK_FORMAT_V2, Piece, blocks_in, decode_pack_v2, encode_pack_v2
 from checkpoint_bridge.checkpoints.store import CheckpointStore
+from checkpoint_bridge.document.migrations import validate_document
 from workflows.errors import StoreUnavailableError
 
 MAIN = "runs/run-1/branches/main"
@@ -377,3 +378,32 @@ async def test_a_store_that_refuses_deletes_keeps_the_older_packs_and_loses_noth
     assert PACK_0_47 in raw and PACK_0_63 in raw  # the older pack stays beside the newer
     for step in (30, 50, 69):
         assert await backend.twin(store).load(f"run-1:main:{step}") == run[step]
+
+
+async def test_an_older_checkpoint_whose_branch_end_is_known_reads_the_packs_that_exist(
+    store: CheckpointStore, backend: Backend,
+) -> None:
+    """A fork lists the run before it loads its fork point: with each branch's newest step
+    known, an older checkpoint asks for the packs that hold its blocks now, in one round,
+    not the packs it had when written (replaced since), a listing, and a second round."""
+    run = await _saved(store, 300)
+    fork = await _branch(store, run[200], "b", 290)  # b starts at 201, inside main's blocks
+    for cid, ends, expected in (
+        ("run-1:main:150", {"main": 299}, run[150]),
+        ("run-1:b:260", {"main": 299, "b": 290}, fork[260 - 201]),
+    ):
+        counting = CountingObjects(backend.reopen(store.objects))
+        backend.opened.append(counting.inner)
+        reader = CheckpointStore(counting, concurrency=256)  # type: ignore[arg-type]
+        doc = await reader.document(cid, branch_ends=ends)
+        assert validate_document(dict(doc), cid) == expected
+        known = (counting.gets, counting.lists)
+        counting.reset()
+        assert await CheckpointStore(counting, concurrency=256).load(cid) == expected  # type: ignore[arg-type]
+        # Without the ends: the replaced packs' GETs find nothing, and a listing finds the new ones.
+        assert counting.lists >= 1 and known[1] == 0 and known[0] < counting.gets, (cid, known, counting.gets)
+    # main:150: the head, main's pack 0-255 (it holds blocks 0-147), steps 148 and 149.
+    counting = CountingObjects(backend.reopen(store.objects))
+    backend.opened.append(counting.inner)
+    await CheckpointStore(counting).document("run-1:main:150", branch_ends={"main": 299})  # type: ignore[arg-type]
+    assert (counting.gets, counting.lists) == (1 + 1 + 2, 0)

@@ -73,6 +73,26 @@ def test_the_latest_step_reads_the_packs_its_own_writer_left(lo: int) -> None:
         assert all(p.bounds() in packs for p in pieces if p.branch_id == "b" and p.first < p.last), step
 
 
+@pytest.mark.parametrize("lo", [0, 41])
+def test_an_older_step_whose_branch_end_is_known_reads_only_packs_that_exist(lo: int) -> None:
+    """A fork lists the run first: knowing how far the branch got, an older checkpoint's chain
+    asks for the packs left at that end (each piece's pack exists, every block once), none of
+    those it had when it was written, which newer packs replaced."""
+    for end in range(lo + 1, lo + 1100, 37):
+        packs = _stored(lo, end)
+        for head in range(lo + 1, end + 1, 23):
+            chain = [("main", 0, 10), ("b", lo, head - 1)] if lo else [("b", 0, head - 1)]
+            pieces = plan_read(chain, "b", head, {"b": end, "main": 500})
+            own = [p for p in pieces if p.branch_id == "b"]
+            assert all(p.bounds() in packs for p in own if p.first < p.last), (end, head)
+            # The pieces hold the chain's steps on the branch, each once, in order.
+            assert [s for p in own for s in range(p.first, p.last + 1)] == list(range(lo, head)), (end, head)
+            # Without the end, the same chain would ask for packs that are gone (when the branch went on).
+            if end - head > 300 and head - lo >= 64:
+                assert any(p.bounds() not in packs for p in plan_read(chain, "b", head)
+                           if p.branch_id == "b" and p.first < p.last), (end, head)
+
+
 def test_plan_range_is_what_the_latest_step_before_a_block_end_reads() -> None:
     for step in range(1, 300):
         if not ends_block(step):
