@@ -51,6 +51,7 @@ from checkpoint_bridge.temporal.runs import (
 )
 from checkpoint_bridge.document.migrations import validate_document
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
+from checkpoint_bridge.checkpoints.chain import gc_paused
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.canonical import canonical_json
 from workflows.contracts import (
@@ -198,7 +199,11 @@ async def checkpoint_at(store: CheckpointStore, point: CheckpointSummary,
     (resolve_step applied the markers). `stored`: the run's listing (`store.stored_steps`), when
     the caller made it: how far each branch got tells which packs hold the chain's blocks now."""
     ends = {branch: max(steps) for branch, (steps, _cutoff) in stored.items() if steps} if stored else None
-    cp = validate_document(await store.document(point.checkpoint_id, branch_ends=ends), point.checkpoint_id)
+    doc = await store.document(point.checkpoint_id, branch_ends=ends)
+    # Validating a long conversation allocates a node per value: without the pause, the collector
+    # walks them again and again (60 ms of a 9 MB document's 70, as `store.load` found).
+    with gc_paused():
+        cp = validate_document(doc, point.checkpoint_id)
     if point.status == "invalidated":
         cp.status = "invalidated"
     return usable(cp)
