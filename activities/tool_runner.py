@@ -236,8 +236,13 @@ class ToolActivities:
             names.SIDE_EFFECTS: registered.spec.side_effects,
         }, redact=self._redact.redact_text) as span:
             # The step records the call carries are written beside the tool, as a model call's are.
-            result, carried = await written_beside(
-                self._run_tool(registered, request), self._write_carried(request) if request.checkpoints else None)
+            # Heartbeat over both, from the first store request on: a slow record lookup, or a
+            # carried write that waits out a slow store after the tool has ended, must not look
+            # like a dead worker to Temporal, which would time the attempt out and run the
+            # finished tool again.
+            async with heartbeating(request.tool_name):
+                result, carried = await written_beside(
+                    self._run_tool(registered, request), self._write_carried(request) if request.checkpoints else None)
             if carried is not None:
                 result.checkpoints = carried
             if result.error is not None:
@@ -280,19 +285,17 @@ class ToolActivities:
             idempotency_key=request.idempotency_key if registered.spec.side_effects else None,
             attempt=activity.info().attempt,
         )
-        # Heartbeat from the first store request on: a slow record lookup or
-        # write must not look like a dead worker to Temporal.
-        async with heartbeating(request.tool_name):
-            if request.dry_run:
-                return await self._dry_run(registered, request, kwargs, ctx, outcome)
-            kind, value = await self._once(ctx, lambda: registered.fn(**kwargs),
-                                           raised=f"tool {request.tool_name!r}", raised_type="ToolRaised")
-            if kind == "refused":
-                return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {value}"),
-                               error_kind="tool_error")
-            if (self._outputs is not None and not registered.spec.side_effects and not request.inline_output
-                    and worth_a_reference(value)):
-                return outcome(**await self._by_reference(request.tool_name, value))
+        # (run_tool heartbeats around all of this.)
+        if request.dry_run:
+            return await self._dry_run(registered, request, kwargs, ctx, outcome)
+        kind, value = await self._once(ctx, lambda: registered.fn(**kwargs),
+                                       raised=f"tool {request.tool_name!r}", raised_type="ToolRaised")
+        if kind == "refused":
+            return outcome(error=self._redact.redact_text(f"{request.tool_name} failed: {value}"),
+                           error_kind="tool_error")
+        if (self._outputs is not None and not registered.spec.side_effects and not request.inline_output
+                and worth_a_reference(value)):
+            return outcome(**await self._by_reference(request.tool_name, value))
         return outcome(output=value, replayed_from_record=kind == "recorded")
 
     async def _by_reference(self, tool_name: str, value: Any) -> dict[str, Any]:

@@ -38,3 +38,12 @@ async def drafts(ctx, rounds: int) -> str:
     found = await ctx.tool("lookup", term="alpha")
     await ctx.sleep(0.1)
     return await ctx.llm("final", user=found)
+
+
+@pipeline
+async def draft_then_slow(ctx, label: str) -> str:
+    """A model call, then `slow` (a read-only tool with a 2 s heartbeat timeout) that carries the
+    model call's step, then a last model call."""
+    draft = await ctx.llm("draft", user=f"draft for {label}")
+    done = await ctx.tool("slow", label=label, seconds=0.1)
+    return await ctx.llm("final", user=f"{draft} / {done}")

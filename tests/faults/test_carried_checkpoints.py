@@ -14,12 +14,24 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import uuid
+
+import boto3
+from aiohttp import web
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from checkpoint_bridge.projection.mirror import mirror_run
-from fault_helpers import add_script, assert_chain, assert_well_formed, pending_activities, wait_for_event, wait_until
-from helpers import outputs_of, start_agent
+from fault_helpers import (
+    S3Proxy,
+    add_script,
+    assert_chain,
+    assert_well_formed,
+    pending_activities,
+    wait_for_event,
+    wait_until,
+)
+from helpers import outputs_of, read_events, start_agent
 from workflows.ids import checkpoint_id
 from workflows.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_TOOL
 
@@ -140,3 +152,50 @@ async def test_a_pipelines_steps_ride_on_its_model_calls(client, settings, model
     async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
         await mirror_run(client, rebuilt, handle.id, outputs=outputs_of(settings))
         assert await rebuilt.raw_objects(handle.id) == stored
+
+
+class _SlowStepWrites(S3Proxy):
+    """Holds every PUT of a step object 3.5 s: longer than `slow`'s 2 s heartbeat timeout,
+    shorter than the 5 s a call waits for the records it carries."""
+
+    async def _handle(self, request):  # type: ignore[no-untyped-def]
+        body = await request.read()
+        if request.method == "PUT" and "/steps/" in request.path:
+            await asyncio.sleep(3.5)
+        status, headers, data = await self._forward(request, body)
+        return web.Response(status=status, headers=headers, body=data)
+
+
+async def test_a_tool_call_beats_while_a_slow_store_takes_the_step_it_carries(
+    client, settings, model, events_file, moto_endpoint, tmp_path,
+):
+    """A read-only tool call of a pipeline carries the model call's step and writes it beside the
+    tool. When the store is slower than the tool's heartbeat timeout, the activity keeps beating
+    after the tool has ended, until the write is done: Temporal must not time the attempt out
+    and run the finished tool again."""
+    from activities.llm import ModelEndpoint
+    from activities.pipelines import PipelineRegistry
+    from activities.tools import ToolRegistry
+    from rewind.client import pipeline_input, start_run
+    from worker import build_worker
+
+    bucket = f"carried-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    proxy = _SlowStepWrites(moto_endpoint)
+    await proxy.start()
+    try:
+        settings.s3_endpoint_url = proxy.url
+        settings.store_url = f"s3://{bucket}/runs-slow"
+        name = add_script(model, {"draft": [{"content": "a draft"}], "final": [{"content": "final"}]})
+        inp = pipeline_input(settings, "draft_then_slow", {"label": "once"}, model=name)
+        async with build_worker(client, settings, ToolRegistry.from_modules(["agent_tools"]),
+                                ModelEndpoint(base_url=model.base_url, api_key="test-key"),
+                                pipelines=PipelineRegistry.from_modules(["agent_pipelines"])):
+            handle = await start_run(client, settings, inp)
+            result = await asyncio.wait_for(handle.result(), 120)
+    finally:
+        await proxy.stop()
+    assert result.status.state == "completed" and result.status.final_answer == "final", result.status
+    slow = [e for e in read_events(events_file) if e.get("kind") == "slow_start" and e.get("label") == "once"]
+    assert len(slow) == 1, slow  # the tool ran once: its attempt was not timed out while the write went on
+    assert slow[0]["attempt"] == 1, slow
