@@ -386,11 +386,11 @@ async def test_an_older_checkpoint_whose_branch_end_is_known_reads_the_packs_tha
     """A fork lists the run before it loads its fork point: with each branch's newest step
     known, an older checkpoint asks for the packs that hold its blocks now, in one round,
     not the packs it had when written (replaced since), a listing, and a second round."""
-    run = await _saved(store, 300)
-    fork = await _branch(store, run[200], "b", 290)  # b starts at 201, inside main's blocks
+    run = await _saved(store, 140)
+    fork = await _branch(store, run[100], "b", 130)  # b starts at 101, inside main's blocks
     for cid, ends, expected in (
-        ("run-1:main:150", {"main": 299}, run[150]),
-        ("run-1:b:260", {"main": 299, "b": 290}, fork[260 - 201]),
+        ("run-1:main:40", {"main": 139}, run[40]),
+        ("run-1:b:125", {"main": 139, "b": 130}, fork[125 - 101]),
     ):
         counting = CountingObjects(backend.reopen(store.objects))
         backend.opened.append(counting.inner)
@@ -402,8 +402,9 @@ async def test_an_older_checkpoint_whose_branch_end_is_known_reads_the_packs_tha
         assert await CheckpointStore(counting, concurrency=256).load(cid) == expected  # type: ignore[arg-type]
         # Without the ends: the replaced packs' GETs find nothing, and a listing finds the new ones.
         assert counting.lists >= 1 and known[1] == 0 and known[0] < counting.gets, (cid, known, counting.gets)
-    # main:150: the head, main's pack 0-255 (it holds blocks 0-147), steps 148 and 149.
+    # main:40: the head and main's pack 0-127, which holds its blocks 0-39 now (its own packs,
+    # 0-31 and 32-39, were replaced by 0-63 at step 63, and that by 0-127 at step 127).
     counting = CountingObjects(backend.reopen(store.objects))
     backend.opened.append(counting.inner)
-    await CheckpointStore(counting).document("run-1:main:150", branch_ends={"main": 299})  # type: ignore[arg-type]
-    assert (counting.gets, counting.lists) == (1 + 1 + 2, 0)
+    await CheckpointStore(counting).document("run-1:main:40", branch_ends={"main": 139})  # type: ignore[arg-type]
+    assert (counting.gets, counting.lists) == (1 + 1, 0)
