@@ -234,6 +234,21 @@ class S3Proxy:
         return web.Response(status=500)
 
 
+class SlowStepWrites(S3Proxy):
+    """Holds every PUT of a step object `delay_s` before forwarding it."""
+
+    def __init__(self, upstream: str, delay_s: float) -> None:
+        super().__init__(upstream)
+        self.delay_s = delay_s
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if request.method == "PUT" and "/steps/" in request.path:
+            await asyncio.sleep(self.delay_s)
+        status, headers, data = await self._forward(request, body)
+        return web.Response(status=status, headers=headers, body=data)
+
+
 class FlakyS3Proxy(S3Proxy):
     """An HTTP proxy in front of an S3 server that breaks checkpoint writes.
 

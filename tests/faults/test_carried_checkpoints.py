@@ -17,13 +17,12 @@ from collections import Counter
 import uuid
 
 import boto3
-from aiohttp import web
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from checkpoint_bridge.projection.mirror import mirror_run
 from fault_helpers import (
-    S3Proxy,
+    SlowStepWrites,
     add_script,
     assert_chain,
     assert_well_formed,
@@ -154,18 +153,6 @@ async def test_a_pipelines_steps_ride_on_its_model_calls(client, settings, model
         assert await rebuilt.raw_objects(handle.id) == stored
 
 
-class _SlowStepWrites(S3Proxy):
-    """Holds every PUT of a step object 3.5 s: longer than `slow`'s 2 s heartbeat timeout,
-    shorter than the 5 s a call waits for the records it carries."""
-
-    async def _handle(self, request):  # type: ignore[no-untyped-def]
-        body = await request.read()
-        if request.method == "PUT" and "/steps/" in request.path:
-            await asyncio.sleep(3.5)
-        status, headers, data = await self._forward(request, body)
-        return web.Response(status=status, headers=headers, body=data)
-
-
 async def test_a_tool_call_beats_while_a_slow_store_takes_the_step_it_carries(
     client, settings, model, events_file, moto_endpoint, tmp_path,
 ):
@@ -181,7 +168,9 @@ async def test_a_tool_call_beats_while_a_slow_store_takes_the_step_it_carries(
 
     bucket = f"carried-{uuid.uuid4().hex[:8]}"
     boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    proxy = _SlowStepWrites(moto_endpoint)
+    # Step writes held 3.5 s: longer than `slow`'s 2 s heartbeat timeout, shorter than the 5 s
+    # a call waits for the records it carries.
+    proxy = SlowStepWrites(moto_endpoint, 3.5)
     await proxy.start()
     try:
         settings.s3_endpoint_url = proxy.url

@@ -27,8 +27,7 @@ from activities.tools import ToolRegistry
 from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store
-from aiohttp import web
-from fault_helpers import S3Proxy, add_script, assert_chain, assert_same_run, assert_well_formed
+from fault_helpers import SlowStepWrites, add_script, assert_chain, assert_same_run, assert_well_formed
 from helpers import outputs_of, start_agent
 
 TOOL_STEPS = 9
@@ -201,18 +200,6 @@ async def test_three_concurrent_mirrors_rebuild_one_store(location, worker, clie
         await twin.aclose()
 
 
-class _SlowCheckpointWrites(S3Proxy):
-    """Delays the worker's checkpoint PUTs: the `rewind mirror` loops (straight to S3)
-    then get to write some steps first, so the race really happens."""
-
-    async def _handle(self, request):  # type: ignore[no-untyped-def]
-        body = await request.read()
-        if request.method == "PUT" and "/steps/" in request.path:
-            await asyncio.sleep(0.3)
-        status, headers, data = await self._forward(request, body)
-        return web.Response(status=status, headers=headers, body=data)
-
-
 @pytest.fixture
 def s3_location(tmp_path, moto_endpoint) -> Location:
     return Location("s3", tmp_path, moto_endpoint)
@@ -229,7 +216,9 @@ async def test_live_mirror_races_rewind_mirror_loops(s3_location, client, settin
     location = s3_location
 
     settings.store_url = location.url  # the worker mirrors into this location
-    proxy = _SlowCheckpointWrites(location.endpoint)
+    # The worker's checkpoint PUTs held 0.3 s: the `rewind mirror` loops (straight to S3) then
+    # get to write some steps first, so the race really happens.
+    proxy = SlowStepWrites(location.endpoint, 0.3)
     await proxy.start()
     settings.s3_endpoint_url = proxy.url
     registry = ToolRegistry.from_modules(["agent_tools"])
