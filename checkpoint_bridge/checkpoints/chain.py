@@ -345,10 +345,7 @@ class ChainReader:
         if head.chain is None or head.blocks_sha256 is None:
             return None
         self._checked_parent(cid, key, head)
-        pieces = plan_read(head.chain, branch, step)
-        first = await read_many(self._objects, first_reads(run_id, pieces), self._concurrency)
-        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
-        blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
+        pieces, first, blocks = await self._chain_blocks(cid, head)
         unlisted = [(p.branch_id, lo, hi) for p in pieces if p.level for lo, hi in blocks_in(p)
                     if blocks[(p.branch_id, lo)].from_pack and "calls" not in blocks[(p.branch_id, lo)].content]
         wanted = [step_key(run_id, b, s) for b, lo, hi in unlisted for s in range(lo, hi + 1)]
@@ -384,6 +381,21 @@ class ChainReader:
             )
         return parent
 
+    async def _chain_blocks(
+        self, cid: str, head: Envelope, first: dict[str, bytes | None] | None = None,
+        ends: Mapping[str, int] | None = None,
+    ) -> tuple[list[Piece], dict[str, bytes | None], dict[tuple[str, int], Merged]]:
+        """A v3 delta's chain as pieces, the first round's objects (``first``, if read already:
+        planned with the same ``ends``) and its finished blocks, checked against the head's digest."""
+        run_id, branch, step = parse_checkpoint_id(cid)
+        assert head.chain is not None and head.blocks_sha256 is not None
+        pieces = plan_read(head.chain, branch, step, ends)
+        if first is None:
+            first = await read_many(self._objects, first_reads(run_id, pieces), self._concurrency)
+        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
+        blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
+        return pieces, first, blocks
+
     async def _replay_blocks(
         self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None = None,
         ends: Mapping[str, int] | None = None,
@@ -391,15 +403,9 @@ class ChainReader:
         """A v3 delta: its chain's finished blocks (from packs) and the steps after them, read
         at once (``first``: that round, read already, planned with the same ``ends``), checked
         against the head's digest, replayed."""
-        run_id, branch, step = parse_checkpoint_id(cid)
-        assert head.chain is not None
-        pieces = plan_read(head.chain, branch, step, ends)
-        steps = [step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level]
-        if first is None:
-            first = await read_many(self._objects, first_reads(run_id, pieces), self._concurrency)
-        blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
-        got = {k: first[k] for k in steps}
-        blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
+        run_id = parse_checkpoint_id(cid)[0]
+        pieces, first, blocks = await self._chain_blocks(cid, head, first, ends)
+        got = {k: first[k] for k in (step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level)}
         replay = Replay()
         with gc_paused():
             for piece in pieces:
