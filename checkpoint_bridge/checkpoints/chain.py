@@ -11,10 +11,14 @@ and only the few steps after the last finished block from their objects: a
 checkpoint 500 or 2,000 steps deep is its head and 4 packs. The blocks' hashes,
 chained, must give the digest the head records. A pack's writer deletes the
 packs it holds whole, so a checkpoint older than its branch's newest packs
-finds its blocks in a newer pack: for a long chain, the top-level pack its
-first round also asks for (``first_reads``); else the pack a listing of the
-branch names (one more round). A pack that is missing or damaged is replaced
-the same way, and blocks no pack holds intact, or that do not add up, are read
+finds its blocks in a newer pack: a cold read lists its branch's packs as it
+reads the head (with, on ``main``, the objects that are there whatever the
+listing shows), then reads the packs the listing shows: two rounds, whatever
+the checkpoint's age, and nothing asked for that is not there. A caller that
+listed the run already (a fork) gives each branch's end instead (``ends``):
+one round on ``main``. A pack that is missing or damaged is replaced by
+another that holds its blocks (a second listing finds those a writer packed
+meanwhile), and blocks no pack holds intact, or that do not add up, are read
 from their step objects.
 
 Format v2 heads (chains an older Rewind began) read finished blocks of 32
@@ -61,6 +65,7 @@ from checkpoint_bridge.document.packs import (
     cover,
     holders,
     listed_packs,
+    plan,
     plan_read,
 )
 
@@ -267,17 +272,22 @@ class ChainReader:
         if cached is not None:
             return cached
         run_id, branch_id, step = parse_checkpoint_id(cid)
+        # A read that cannot start from a cached parent lists its branch's packs as it reads the
+        # head: a writer deletes the packs that newer ones hold whole, so the packs an older
+        # checkpoint had are mostly gone, and the listing says which hold its blocks now (those
+        # of the newest checkpoint too): the packs are then one round, with nothing asked for
+        # that is not there. (The caller's ``ends`` say the same.)
+        cold = step > 0 and self.cached(checkpoint_id(run_id, branch_id, step - 1)) is None
+        listing = asyncio.ensure_future(self._listed(run_id, branch_id)) if cold and not ends else None
         # Step N of "main" (a run's own line) is, but for a rare snapshot in the middle, a delta
-        # whose chain is main's steps 0..N-1: those are asked for with the head, in one round,
-        # and used if the head's chain is that. (On other branches the chain's start is unknown.)
-        guess: Chain | None = None
-        if branch_id == "main" and step > 0 and self.cached(checkpoint_id(run_id, "main", step - 1)) is None:
-            guess = [("main", 0, step - 1)]
+        # whose chain is main's steps 0..N-1: what of it is read whatever the listing shows (all
+        # of it when the caller's ``ends`` told the rest) is asked for with the head, and used if
+        # the head's chain is that. (On other branches the chain's start is unknown until the
+        # head is read.)
+        guess: Chain | None = [("main", 0, step - 1)] if branch_id == "main" and cold else None
         early = None
         if guess is not None:
-            early = asyncio.ensure_future(read_many(self._objects,
-                                                    first_reads(run_id, plan_read(guess, branch_id, step, ends)),
-                                                    max(self._concurrency - 1, 1)))
+            early = asyncio.ensure_future(self._first_round(run_id, guess, branch_id, step, ends, listing is not None))
         try:
             key, envelope = await self._head(cid)
             if envelope.kind == "snapshot":
@@ -289,17 +299,34 @@ class ChainReader:
                     doc = apply_delta(doc, envelope.payload, key)
                 elif envelope.blocks_sha256 is not None:
                     first = await early if early is not None and envelope.chain == guess else None
-                    doc = await self._replay_blocks(cid, key, envelope, first, ends)
+                    listed = await listing if listing is not None else None
+                    doc = await self._replay_blocks(cid, key, envelope, first, ends, listed)
                 else:
                     doc = await self._replay(cid, key, envelope)
             else:
                 doc, _ = await self._walk_v1(cid, key, envelope)
         finally:
-            if early is not None:
-                early.cancel()  # a wrong guess: what it has not read yet is not needed
-                await asyncio.gather(early, return_exceptions=True)
+            for pending in (early, listing):
+                if pending is not None:
+                    pending.cancel()  # a wrong guess, a cached parent: what is not read yet is not needed
+                    await asyncio.gather(pending, return_exceptions=True)
         self.remember(cid, doc)
         return doc
+
+    async def _listed(self, run_id: str, branch_id: str) -> dict[str, list[tuple[int, int]]]:
+        """The key bounds of a branch's packs, as ``plan_read``'s ``listed``."""
+        return {branch_id: listed_packs(await self._objects.list(pack_prefix(run_id, branch_id)))}
+
+    async def _first_round(
+        self, run_id: str, chain: Chain, branch_id: str, step: int, ends: Mapping[str, int] | None, listing: bool,
+    ) -> dict[str, bytes | None]:
+        """What reading ``chain`` (of step ``step`` of ``branch_id``) asks for first. With the
+        branch's packs being listed, only the objects that are there whatever the listing shows
+        (the top level's packs, which no pack replaces, and the step objects after the last
+        finished block): the rest is planned from the listing."""
+        pieces = plan_read(chain, branch_id, step, ends)
+        keys = first_round(run_id, [p for p in pieces if p.level in (0, PACK_LEVELS)]) if listing else first_reads(run_id, pieces)
+        return await read_many(self._objects, keys, max(self._concurrency - 1, 1))  # one left for the head
 
     async def head_info(self, cid: str) -> HeadInfo:
         """Counts, chain and digest of `cid` for writing its child: cached, one GET, or (for a
@@ -339,13 +366,19 @@ class ChainReader:
         A block packed by a Rewind that did not list calls is read from its step objects (one
         more round). None for a chain an older Rewind began: the caller reads its steps."""
         run_id, branch, step = parse_checkpoint_id(cid)
-        key, head = await self._head(cid)
-        if head.kind == "snapshot":
-            return _object_calls(head, step)
-        if head.chain is None or head.blocks_sha256 is None:
-            return None
-        self._checked_parent(cid, key, head)
-        pieces, first, blocks = await self._chain_blocks(cid, head)
+        listing = asyncio.ensure_future(self._listed(run_id, branch))  # as a cold load of ``cid`` lists
+        try:
+            key, head = await self._head(cid)
+            if head.kind == "snapshot":
+                return _object_calls(head, step)
+            if head.chain is None or head.blocks_sha256 is None:
+                return None
+            self._checked_parent(cid, key, head)
+            listed = await listing
+        finally:
+            listing.cancel()
+            await asyncio.gather(listing, return_exceptions=True)
+        pieces, first, blocks = await self._chain_blocks(cid, head, listed=listed)
         unlisted = [(p.branch_id, lo, hi) for p in pieces if p.level for lo, hi in blocks_in(p)
                     if blocks[(p.branch_id, lo)].from_pack and "calls" not in blocks[(p.branch_id, lo)].content]
         wanted = [step_key(run_id, b, s) for b, lo, hi in unlisted for s in range(lo, hi + 1)]
@@ -383,28 +416,33 @@ class ChainReader:
 
     async def _chain_blocks(
         self, cid: str, head: Envelope, first: dict[str, bytes | None] | None = None,
-        ends: Mapping[str, int] | None = None,
+        ends: Mapping[str, int] | None = None, listed: Mapping[str, list[tuple[int, int]]] | None = None,
     ) -> tuple[list[Piece], dict[str, bytes | None], dict[tuple[str, int], Merged]]:
         """A v3 delta's chain as pieces, the first round's objects (``first``, if read already:
-        planned with the same ``ends``) and its finished blocks, checked against the head's digest."""
+        planned with the same ``ends`` and ``listed``) and its finished blocks, checked against
+        the head's digest."""
         run_id, branch, step = parse_checkpoint_id(cid)
         assert head.chain is not None and head.blocks_sha256 is not None
-        pieces = plan_read(head.chain, branch, step, ends)
-        if first is None:
-            first = await read_many(self._objects, first_reads(run_id, pieces), self._concurrency)
+        pieces = plan_read(head.chain, branch, step, ends, listed)
+        first = dict(first or {})
+        # With a listing, a pack it did not show is not looked for further up (``first_reads``'
+        # top-level packs): it would have shown those too.
+        rest = [k for k in (first_round if listed else first_reads)(run_id, pieces) if k not in first]
+        if rest:
+            first.update(await read_many(self._objects, rest, self._concurrency))
         blocks = await self.merged_blocks(run_id, [p for p in pieces if p.level], chain_of=cid, first=first)
         blocks = await self.checked_blocks(run_id, pieces, blocks, DIGEST_START, head.blocks_sha256, where=cid)
         return pieces, first, blocks
 
     async def _replay_blocks(
         self, cid: str, key: str, head: Envelope, first: dict[str, bytes | None] | None = None,
-        ends: Mapping[str, int] | None = None,
+        ends: Mapping[str, int] | None = None, listed: Mapping[str, list[tuple[int, int]]] | None = None,
     ) -> dict[str, Any]:
         """A v3 delta: its chain's finished blocks (from packs) and the steps after them, read
-        at once (``first``: that round, read already, planned with the same ``ends``), checked
-        against the head's digest, replayed."""
+        at once (``first``: that round, read already, planned with the same ``ends`` and
+        ``listed``), checked against the head's digest, replayed."""
         run_id = parse_checkpoint_id(cid)[0]
-        pieces, first, blocks = await self._chain_blocks(cid, head, first, ends)
+        pieces, first, blocks = await self._chain_blocks(cid, head, first, ends, listed)
         got = {k: first[k] for k in (step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level)}
         replay = Replay()
         with gc_paused():

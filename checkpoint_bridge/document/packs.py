@@ -24,14 +24,15 @@ it holds whole (``superseded_at``: the level's pack of fewer blocks, and the
 packs of the levels below inside it), so a branch keeps one pack per level
 below the top plus the top level's, and the store holds every block about once
 (compressed) whatever the run's length; a store that refuses deletes keeps the
-older packs, which costs storage and nothing else. A chain that ends at the
-branch's latest step reads the packs its last writer left (``plan_read``); one
-that ends earlier (an older checkpoint, a fork's parent branch that went on)
-finds the newer packs that hold its blocks in a listing of the branch's packs
-(``cover``), or, when the caller listed the run already and so knows how far the
-branch got (a fork), from the packs left at that end (``plan_read``'s ``ends``),
-and reads only the blocks it needs
-from them (decompressing a large pack no further than its last needed block).
+older packs, which costs storage and nothing else. A reader takes a chain's
+blocks from the packs a listing of the branch's packs shows (``cover``; a cold
+load lists its own branch beside its head: an older checkpoint's own packs
+were mostly replaced since), or, when the caller listed the run already and so
+knows how far each branch got (a fork), from the packs left at that end
+(``plan_read``'s ``ends``); without either, from the packs the chain's last
+writer left (``plan_read``), looking for the others in a listing. It reads only
+the blocks it needs from them (decompressing a large pack no further than its
+last needed block).
 
     runs/<run>/branches/<branch>/packs/<first:08d>-<last:08d>.json.gz
         gzip( <header JSON>\\n <block content> <block content> ... )
@@ -275,20 +276,25 @@ def plan(chain: list[tuple[str, int, int]]) -> list[Piece]:
 
 
 def plan_read(chain: list[tuple[str, int, int]], branch_id: str, step: int,
-              ends: Mapping[str, int] | None = None) -> list[Piece]:
+              ends: Mapping[str, int] | None = None,
+              listed: Mapping[str, list[tuple[int, int]]] | None = None) -> list[Piece]:
     """``plan(chain)`` for reading step ``step`` of ``branch_id``, whose chain it is: when the step
     finishes a block, its writer packed that block and deleted the packs the new ones hold
     (``superseded_at``), so the chain's blocks on the step's own branch are taken from those.
 
     ``ends``: the newest stored step of branches of the chain, where a listing of the run told
     them (a fork lists it to find its step): a branch's blocks are then taken from the packs its
-    writer left at the last block end it reached, so an older checkpoint reads the packs that
-    exist, in one round, where it would ask for the packs it had when it was written (replaced
-    since) and look for the newer ones in a listing. A pack that is not there after all (a
-    writer that has not packed yet, or packed further since) is looked for as always."""
-    if ends:
-        known = {**ends, branch_id: max(ends.get(branch_id, step), step)}
-        return [piece for b, lo, hi in chain for piece in _left_by(b, lo, hi, known.get(b))]
+    writer left at the last block end it reached. ``listed``: the packs (their key bounds) that
+    a listing of branches' packs showed (a cold load lists its own branch's as it reads the
+    head): a branch's blocks are then taken from those. Either way an older checkpoint reads
+    the packs that exist, in one round, where it would ask for the packs it had when it was
+    written (replaced since) and look for the newer ones in a listing. A pack that is not there
+    after all (a writer that has not packed yet, or packed further since) is looked for as
+    always."""
+    if ends or listed:
+        known = {**(ends or {}), branch_id: max((ends or {}).get(branch_id, step), step)}
+        return [piece for b, lo, hi in chain
+                for piece in _held(b, lo, hi, listed[b] if listed and b in listed else _left_at(b, lo, hi, known.get(b)))]
     pieces = plan(chain)
     if not chain or chain[-1][0] != branch_id or not ends_block(step):
         return pieces
@@ -302,16 +308,22 @@ def plan_read(chain: list[tuple[str, int, int]], branch_id: str, step: int,
     return [p for p in pieces if p.branch_id != branch_id] + covered + [p for p in pieces if p.branch_id == branch_id and not p.level]
 
 
-def _left_by(branch_id: str, lo: int, hi: int, end: int | None) -> list[Piece]:
-    """``plan_range(branch_id, lo, hi)``, its finished blocks from the packs the branch's writer
-    left at ``end`` (its newest stored step, if known; ``lo``: where the branch's part of a
-    chain starts)."""
+def _left_at(branch_id: str, lo: int, hi: int, end: int | None) -> list[tuple[int, int]] | None:
+    """The key bounds of the packs a branch's writer left at ``end`` (its newest stored step, if
+    known; ``lo``: where the branch's part of a chain starts, ``hi``: where that part ends)."""
+    if end is None or end < hi:
+        return None
+    return [p.bounds() for p in _live(branch_id, lo, end - (end + 1) % BLOCK_STEPS)]
+
+
+def _held(branch_id: str, lo: int, hi: int, packs: list[tuple[int, int]] | None) -> list[Piece]:
+    """``plan_range(branch_id, lo, hi)``, its finished blocks from ``packs`` (key bounds of packs
+    known to exist) when they hold them all."""
     pieces = plan_range(branch_id, lo, hi)
     own = [p for p in pieces if p.level]
-    if end is None or end < hi or not own:
+    if packs is None or not own:
         return pieces
-    packed_to = end - (end + 1) % BLOCK_STEPS
-    covered, uncovered = cover(branch_id, own[0].first, own[-1].last, [p.bounds() for p in _live(branch_id, lo, packed_to)])
+    covered, uncovered = cover(branch_id, own[0].first, own[-1].last, packs)
     return pieces if uncovered else covered + [p for p in pieces if not p.level]
 
 

@@ -65,28 +65,25 @@ async def test_any_step_loads_in_one_or_two_rounds_and_the_next_one_in_one_get(s
         await store.save(cp)
     counting = CountingObjects(backend.reopen(store.objects))
     backend.opened.append(counting.inner)
-    # The head and its whole chain (steps 0..109) asked for at once: on "main", whose chain is
-    # its steps from 0, one round. Finished blocks come from packs (0-63, 64-95, 96-107), steps
-    # 108, 109 alone, and the top-level pack 0-1023, which would hold them all once the run
-    # went past step 1,023. The run went on to step 119 only: pack 64-111 holds blocks 64-107
-    # now (its writer deleted 64-95 and 96-107), which a listing of the branch names: one more
-    # round, then one more GET.
+    # The head, steps 108, 109 (after the chain's last finished block) and a listing of the
+    # branch's packs at once; then the packs it shows that hold blocks 0-107. The run went on to
+    # step 119: pack 64-111 holds blocks 64-107 now (its writer deleted 64-95 and 96-107, the
+    # packs step 110's chain had when it was written), so two packs: 0-63 and 64-111.
     wide = CheckpointStore(counting, concurrency=256)  # type: ignore[arg-type]
-    counting.reset(hold=7, head=True)
+    counting.reset(hold=3, head=True)
     assert await wide.load("run-1:main:110") == run[110]
-    assert counting.gets == 8 and counting.most_in_flight == 7, (counting.gets, counting.most_in_flight)
+    assert counting.gets == 3 + 2 and counting.most_in_flight == 3, (counting.gets, counting.most_in_flight)
     assert [p for p in counting.listed if "/packs/" in p] == ["runs/run-1/branches/main/packs/"]
-    # The branch's latest step reads what its last writer left (packs 0-63, 64-111, 112-119
-    # and steps 116-118), in one round.
-    counting.reset(hold=7, head=True)
-    assert await CheckpointStore(counting, concurrency=256).load("run-1:main:119") == run[119]  # type: ignore[arg-type]
-    assert counting.gets == 7 and counting.most_in_flight == 7, (counting.gets, counting.most_in_flight)
-    assert not [p for p in counting.listed if "/packs/" in p]
-    # At most `concurrency` requests at a time (32 by default).
-    reader = CheckpointStore(counting, concurrency=4)  # type: ignore[arg-type]
+    # The branch's latest step: the head and steps 116-118, then what its last writer left
+    # (packs 0-63, 64-111, 112-119).
     counting.reset(hold=4, head=True)
+    assert await CheckpointStore(counting, concurrency=256).load("run-1:main:119") == run[119]  # type: ignore[arg-type]
+    assert counting.gets == 4 + 3 and counting.most_in_flight == 4, (counting.gets, counting.most_in_flight)
+    # At most `concurrency` requests at a time (32 by default).
+    reader = CheckpointStore(counting, concurrency=2)  # type: ignore[arg-type]
+    counting.reset(hold=2, head=True)
     assert await reader.load("run-1:main:110") == run[110]
-    assert counting.gets == 8 and counting.most_in_flight == 4
+    assert counting.gets == 5 and counting.most_in_flight == 2
     for step in range(111, 120):
         counting.reset()
         assert await reader.load(f"run-1:main:{step}") == run[step]
@@ -116,10 +113,10 @@ async def test_forks_and_forks_of_forks_are_deltas_across_branches(store: Checkp
     backend.opened.append(counting.inner)
     counting.reset(hold=9)
     assert await CheckpointStore(counting, concurrency=64).load(fork2[-1].checkpoint_id) == fork2[-1]  # type: ignore[arg-type]
-    # The head, then at once: main's pack 0-7 and steps 8..10; b 11 (a block of one step: 11
-    # ends the block 8-11), steps 12, 13; c's pack 14-15 (key 0-15, level 2) and step 16. Main
-    # went on to step 29, so pack 0-15 holds its blocks 0-7 now (its writer deleted 0-7): a
-    # listing of main names it, and one more GET reads it.
+    # The head (and a listing of c's packs), then at once: main's pack 0-7 and steps 8..10; b 11
+    # (a block of one step: 11 ends the block 8-11), steps 12, 13; c's pack 14-15 (key 0-15,
+    # level 2) and step 16. Main went on to step 29, so pack 0-15 holds its blocks 0-7 now (its
+    # writer deleted 0-7): a listing of main names it, and one more GET reads it.
     assert counting.gets == 11 and counting.most_in_flight == 9, (counting.gets, counting.most_in_flight)
-    assert [p for p in counting.listed if "/packs/" in p] == ["runs/run-1/branches/main/packs/"]
+    assert [p for p in counting.listed if "/packs/" in p] == ["runs/run-1/branches/c/packs/", "runs/run-1/branches/main/packs/"]
     assert await backend.twin(store).load(fork[-1].checkpoint_id) == fork[-1]

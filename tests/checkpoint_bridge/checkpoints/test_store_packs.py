@@ -94,12 +94,14 @@ async def test_each_finished_block_is_in_one_pack_the_newest_that_holds_it(store
     assert [s.step_index for s in await store.list_checkpoints("run-1")] == list(range(70))
 
 
-async def test_a_deep_checkpoint_loads_in_one_round_of_few_requests(store: CheckpointStore, backend: Backend) -> None:
+async def test_a_deep_checkpoint_loads_in_two_rounds_of_few_requests(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 100)
-    cp, counting = await _load_counting(backend, store, "run-1:main:99", hold=6)
+    cp, counting = await _load_counting(backend, store, "run-1:main:99", hold=4)
     assert cp == run[99]
-    # All at once: the head, packs 0-63 and 64-95 (two blocks of 16), steps 96, 97, 98.
-    assert counting.gets == 1 + 5 and counting.most_in_flight == 6
+    # At once: the head, steps 96, 97, 98 and a listing of the branch's packs; then the packs it
+    # shows that hold blocks 0-95: 0-63 and 64-95 (two blocks of 16).
+    assert counting.gets == 1 + 3 + 2 and counting.most_in_flight == 4
+    assert [p for p in counting.listed if "/packs/" in p] == [f"{MAIN}/packs/"]
 
 
 async def test_a_missing_pack_is_read_from_its_steps_when_no_other_pack_holds_it(store: CheckpointStore, backend: Backend) -> None:
@@ -107,20 +109,20 @@ async def test_a_missing_pack_is_read_from_its_steps_when_no_other_pack_holds_it
     await store.objects.delete_prefix(PACK_0_63)
     cp, counting = await _load_counting(backend, store, "run-1:main:99")
     assert cp == run[99]
-    # The head, packs 0-63 (gone), 64-95, 96-99 (the head's own block) and steps 96-98;
-    # then, the listing naming no other pack of blocks 0-63, their 64 steps.
-    assert counting.gets == 1 + 5 + 64
+    # The head and steps 96-98; packs 0-63 (which the listing beside them did not show: one
+    # that a writer has not packed yet is still looked for) and 64-95; then, a second listing
+    # naming no other pack of blocks 0-63, their 64 steps.
+    assert counting.gets == 1 + 3 + 2 + 64
 
 
 async def test_a_missing_pack_of_one_block_is_read_from_its_steps(store: CheckpointStore, backend: Backend) -> None:
     run = await _saved(store, 70)
     cp, counting = await _load_counting(backend, store, "run-1:main:69")
-    # The head; packs 0-63, 64-67; step 68; and the top-level pack 0-1023, which holds a long
-    # chain's blocks once its branch goes past step 1,023 (not yet: it finds nothing).
-    assert cp == run[69] and counting.gets == 1 + 2 + 1 + 1
+    # The head and step 68; then the packs the listing beside them showed: 0-63, 64-67.
+    assert cp == run[69] and counting.gets == 1 + 1 + 2
     await store.objects.delete_prefix(f"{MAIN}/packs/00000064-00000067.json.gz")
     cp, counting = await _load_counting(backend, store, "run-1:main:69")
-    assert cp == run[69] and counting.gets == 1 + 2 + 1 + 1 + 4  # ... and then steps 64..67
+    assert cp == run[69] and counting.gets == 1 + 1 + 2 + 4  # ... 64-67 not there, and then steps 64..67
 
 
 def _flip_a_byte(data: bytes) -> bytes:
@@ -195,10 +197,11 @@ async def test_a_fork_that_starts_mid_block_packs_its_own_part(store: Checkpoint
     assert (first["first"], first["parent_id"]) == (41, "run-1:main:40")
     cp, counting = await _load_counting(backend, store, "run-1:b:66")
     assert cp == fork[-1]
-    # The head; main's packs 0-31, 32-39 and step 40 (the chain leaves main inside block
-    # 40-43); b's pack 41-63, the top-level pack that would hold it later, and steps 64, 65.
-    # Main went on to step 69: its pack 0-63 holds blocks 0-39 now, which main's listing names.
-    assert counting.gets == 1 + 2 + 1 + 2 + 2 + 1
+    # The head (b's packs listed beside it); main's packs 0-31, 32-39 and step 40 (the chain
+    # leaves main inside block 40-43); b's pack 41-63 (key 0-63, the listing showed it) and
+    # steps 64, 65. Main went on to step 69: its pack 0-63 holds blocks 0-39 now, which main's
+    # listing names.
+    assert counting.gets == 1 + 2 + 1 + 1 + 2 + 1
 
 
 async def test_a_fork_from_the_last_step_of_a_block_has_a_block_of_one_step(store: CheckpointStore, backend: Backend) -> None:
@@ -299,16 +302,17 @@ async def _one_pack_per_block(store: CheckpointStore, backend: Backend, steps: i
             await store.objects.put_if_absent(piece.key("run-1"), encode_pack_v2("run-1", piece, contents))
 
 
-async def test_a_chain_packed_one_block_per_pack_loads_with_one_more_round(store: CheckpointStore, backend: Backend) -> None:
+async def test_a_chain_packed_one_block_per_pack_loads_from_the_packs_its_listing_shows(store: CheckpointStore, backend: Backend) -> None:
     """Chains that an earlier Rewind packed one block per pack (the same format) still load:
-    a level's pack of 2 or 3 blocks is then missing, and its blocks' own packs are read."""
+    a level's pack of 2 or 3 blocks is missing, and the listing shows its blocks' own packs."""
     run = make_run(128, result_size=256)
     for cp in run[:100]:
         await store.save(cp)
     await _one_pack_per_block(store, backend, 100)
     cp, counting = await _load_counting(backend, store, "run-1:main:99")
-    # The head, packs 0-63 and 64-95 (missing), steps 96-98; then packs 64-79 and 80-95.
-    assert cp == run[99] and counting.gets == 1 + 5 + 2
+    # The head and steps 96-98; then packs 0-63, 64-79 and 80-95, the listing beside them
+    # showed (the one that reaches furthest for each block).
+    assert cp == run[99] and counting.gets == 1 + 3 + 3
     # A writer of this Rewind continues it: its packs read the older ones where they need them,
     # and hold what one writer of the whole run would have written.
     mine, expected = await _continued_by_another_writer(store, backend, run, 100)
@@ -400,11 +404,19 @@ async def test_an_older_checkpoint_whose_branch_end_is_known_reads_the_packs_tha
         known = (counting.gets, counting.lists)
         counting.reset()
         assert await CheckpointStore(counting, concurrency=256).load(cid) == expected  # type: ignore[arg-type]
-        # Without the ends: the replaced packs' GETs find nothing, and a listing finds the new ones.
-        assert counting.lists >= 1 and known[1] == 0 and known[0] < counting.gets, (cid, known, counting.gets)
+        # Without the ends, a load lists its own branch's packs beside the head: main:40 then reads
+        # what it reads with them; b:125's part on main asks for the packs it had when written
+        # (replaced since), and a listing of main finds the new ones.
+        assert counting.lists >= 1 and known[1] == 0, (cid, known, counting.lists)
+        assert known[0] == counting.gets if cid.startswith("run-1:main") else known[0] < counting.gets, (cid, known, counting.gets)
     # main:40: the head and main's pack 0-127, which holds its blocks 0-39 now (its own packs,
     # 0-31 and 32-39, were replaced by 0-63 at step 63, and that by 0-127 at step 127).
     counting = CountingObjects(backend.reopen(store.objects))
     backend.opened.append(counting.inner)
     await CheckpointStore(counting).document("run-1:main:40", branch_ends={"main": 139})  # type: ignore[arg-type]
     assert (counting.gets, counting.lists) == (1 + 1, 0)
+    # Without them, the same two GETs, and the listing of main's packs beside the head that
+    # named pack 0-127: nothing asked for that is not there.
+    counting.reset()
+    await CheckpointStore(counting).document("run-1:main:40")  # type: ignore[arg-type]
+    assert (counting.gets, counting.listed) == (1 + 1, [f"{MAIN}/packs/"])
