@@ -12,6 +12,7 @@ activity, which waits out a store that is down.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from datetime import datetime, timedelta, timezone
@@ -51,10 +52,17 @@ async def written_beside(work: Awaitable[T], write: Awaitable[CarriedWrite] | No
     records again, a no-op)."""
     carried = asyncio.ensure_future(write) if write is not None else None
     try:
+        if carried is not None:
+            # The write first, up to its first wait for the store: awaited directly, the work
+            # would run its own CPU-bound start first (a long conversation's request is built,
+            # encoded and sent before its first wait), and the checkpoint would wait behind it.
+            await asyncio.sleep(0)
         result = await work
     except asyncio.CancelledError:
         if carried is not None:
             carried.cancel()
+        if inspect.iscoroutine(work):
+            work.close()  # cancelled before it began: nothing of it ran
         raise
     except BaseException:
         if carried is not None:
