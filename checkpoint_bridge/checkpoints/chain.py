@@ -65,7 +65,6 @@ from checkpoint_bridge.document.packs import (
     cover,
     holders,
     listed_packs,
-    plan,
     plan_read,
 )
 
@@ -418,8 +417,8 @@ class ChainReader:
         self, cid: str, head: Envelope, first: dict[str, bytes | None] | None = None,
         ends: Mapping[str, int] | None = None, listed: Mapping[str, list[tuple[int, int]]] | None = None,
     ) -> tuple[list[Piece], dict[str, bytes | None], dict[tuple[str, int], Merged]]:
-        """A v3 delta's chain as pieces, the first round's objects (``first``, if read already:
-        planned with the same ``ends`` and ``listed``) and its finished blocks, checked against
+        """A v3 delta's chain as pieces, its first round's objects (``first``: what of it was read
+        with the head already; the rest is read here) and its finished blocks, checked against
         the head's digest."""
         run_id, branch, step = parse_checkpoint_id(cid)
         assert head.chain is not None and head.blocks_sha256 is not None
@@ -439,8 +438,8 @@ class ChainReader:
         ends: Mapping[str, int] | None = None, listed: Mapping[str, list[tuple[int, int]]] | None = None,
     ) -> dict[str, Any]:
         """A v3 delta: its chain's finished blocks (from packs) and the steps after them, read
-        at once (``first``: that round, read already, planned with the same ``ends`` and
-        ``listed``), checked against the head's digest, replayed."""
+        at once (``first``: what of that round was read with the head), checked against the
+        head's digest, replayed."""
         run_id = parse_checkpoint_id(cid)[0]
         pieces, first, blocks = await self._chain_blocks(cid, head, first, ends, listed)
         got = {k: first[k] for k in (step_key(run_id, p.branch_id, p.first) for p in pieces if not p.level)}
