@@ -65,6 +65,7 @@ from checkpoint_bridge.document.packs import (
     cover,
     holders,
     listed_packs,
+    plan,
     plan_read,
 )
 
@@ -323,8 +324,10 @@ class ChainReader:
         branch's packs being listed, only the objects that are there whatever the listing shows
         (the top level's packs, which no pack replaces, and the step objects after the last
         finished block): the rest is planned from the listing."""
-        pieces = plan_read(chain, branch_id, step, ends)
-        keys = first_round(run_id, [p for p in pieces if p.level in (0, PACK_LEVELS)]) if listing else first_reads(run_id, pieces)
+        if listing:  # the plain plan's: a block end's own packs (``plan_read``) may be gone already
+            keys = first_round(run_id, [p for p in plan(chain) if p.level in (0, PACK_LEVELS)])
+        else:
+            keys = first_reads(run_id, plan_read(chain, branch_id, step, ends))
         return await read_many(self._objects, keys, max(self._concurrency - 1, 1))  # one left for the head
 
     async def head_info(self, cid: str) -> HeadInfo:
