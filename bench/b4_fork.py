@@ -4,7 +4,9 @@
 (the storage benchmark's runs), with a model script that continues the
 conversation: from the call to (a) the new branch's status query showing a
 step > N and (b) its first new checkpoint (step N+1) in the store, each
-watched by its own poller. Then: model requests the scripted server received
+watched by its own poller; (b) is timed by its object's file where the store is
+a folder (the benchmark's), since the poller shares the event loop of the
+in-process worker that writes it and only looks once that worker lets go. Then: model requests the scripted server received
 for turns < N after the fork (a re-executed model call would be one) and tool
 activities of the fork's history for steps <= N (target: zero for both).
 Baseline: the median time of one ordinary step of the same run. Full mode
@@ -20,6 +22,7 @@ import asyncio
 import json
 import time
 import uuid
+from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -83,6 +86,9 @@ async def _fork_once(suite, client, run: dict, model) -> dict:  # type: ignore[n
                 while n + 1 not in await watcher.existing_steps(run["run_id"], branch):
                     await asyncio.sleep(0.005)
             times["checkpoint"] = time.perf_counter() - t0
+            written = _written_at(settings.store_url, run["run_id"], result.storage_branch, n + 1)
+            if written is not None:
+                times["checkpoint_written"] = written - wall0
 
         # Two pollers, so that neither figure waits for the other's round trip.
         try:
@@ -110,6 +116,20 @@ async def _fork_once(suite, client, run: dict, model) -> dict:  # type: ignore[n
         "tool_calls_new": sum(1 for s in tool_steps if s > n),
         "branch": branch,
     }
+
+
+def _written_at(store_url: str, run_id: str, branch: str, step: int) -> float | None:
+    """When a folder store's object of `step` was written (its file's modification time, wall
+    clock); None for other stores. The poller that sees it shares the event loop of the
+    in-process worker that writes it, so it can only look once the model call that wrote it lets
+    go of the loop: the file's own time says when the checkpoint was there for a reader."""
+    if not store_url.startswith("file://"):
+        return None
+    path = Path(store_url.removeprefix("file://")).expanduser() / step_key(run_id, branch, step)
+    try:
+        return path.stat().st_mtime_ns / 1e9
+    except OSError:
+        return None
 
 
 # The new workflow's first step, as its history tells it: (label, event, activity), in order.
@@ -269,6 +289,11 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         step = median(run["step_s"][:-1])
         near = median(run["step_s"][-21:-1])  # the run's last steps, the size of the fork's
         f = {key: median([x[key] for x in forks]) for key in ("fork_call", "status", "checkpoint")}
+        written = [x["checkpoint_written"] for x in forks if "checkpoint_written" in x]
+        f["checkpoint_written"] = median(written) if len(written) == len(forks) else None
+        # The first new checkpoint: when its object was written where the store tells (a folder),
+        # else when the poller saw it.
+        f["first_checkpoint"] = f["checkpoint_written"] if f["checkpoint_written"] is not None else f["checkpoint"]
         f.update({key: sum(x[key] for x in forks) for key in (
             "model_requests_reexecuted", "model_requests_new", "tool_calls_reexecuted", "tool_calls_new")})
         first_step = {label: median([x["first_step"][label] for x in forks if label in x["first_step"]])
@@ -276,24 +301,29 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         kind = await _stored_kind(run["settings"], run["run_id"], forks[0]["branch"], n + 1)
         data[n] = {**f, "ordinary_step_s": step, "last_steps_s": near, "phases": phases, "first_step": first_step,
                    "first_checkpoint_stored_as": kind, "forks": forks, "floor": floor}
-        rows.append([n, f["fork_call"] * 1000, f["status"] * 1000, f["checkpoint"] * 1000, step * 1000,
-                     f"**{f['checkpoint'] / step:.1f}x**", near * 1000, f["model_requests_reexecuted"],
+        rows.append([n, f["fork_call"] * 1000, f["status"] * 1000, f["first_checkpoint"] * 1000,
+                     f["checkpoint"] * 1000, step * 1000, f"**{f['first_checkpoint'] / step:.1f}x**", near * 1000, f["model_requests_reexecuted"],
                      f["tool_calls_reexecuted"], f"{f['model_requests_new']} / {f['tool_calls_new']}"])
         floor_rows.append([n, floor["read"] * 1000, (floor["written"] - floor["read"]) * 1000,
                            (floor["started"] - floor["written"]) * 1000, floor["stored"] * 1000,
-                           f["checkpoint"] * 1000, step * 1000, f"**{floor['stored'] / step:.1f}x**",
-                           f"**{f['checkpoint'] / floor['stored']:.2f}x**"])
+                           f["first_checkpoint"] * 1000, step * 1000, f"**{floor['stored'] / step:.1f}x**",
+                           f"**{f['first_checkpoint'] / floor['stored']:.2f}x**"])
         for label, secs in phases.items():
             phase_rows.append([n, label, secs * 1000])
         step_rows.append([n, f["fork_call"] * 1000] + [None if first_step[label] is None else first_step[label] * 1000
-                                                       for label, _, _ in _MARKS] + [f["checkpoint"] * 1000])
+                                                       for label, _, _ in _MARKS]
+                         + [None if f["checkpoint_written"] is None else f["checkpoint_written"] * 1000,
+                            f["checkpoint"] * 1000])
     sec.data = data
-    sec.table("Fork latency (ms; ratio = to first new checkpoint / one ordinary step)",
-              ["run steps N", "fork() returns", "status step > N", "first new checkpoint (N+1)", "ordinary step",
+    sec.table("Fork latency (ms; ratio = to first new checkpoint / one ordinary step; the checkpoint's time is its "
+              "file's, written by the worker; the poller that sees it shares the in-process worker's event loop)",
+              ["run steps N", "fork() returns", "status step > N", "first new checkpoint (N+1) written",
+               "seen by a poller", "ordinary step",
                "ratio", "its last 20 steps", "model calls re-executed", "tool calls re-executed",
                "new model / tool calls"], rows)
     sec.table("The branch's first step, from its history (ms after the call to fork())",
-              ["N", "fork() returns"] + [label for label, _, _ in _MARKS] + ["checkpoint N+1 seen"], step_rows)
+              ["N", "fork() returns"] + [label for label, _, _ in _MARKS]
+              + ["checkpoint N+1 written (its file's time)", "checkpoint N+1 seen"], step_rows)
     sec.table("Phases of fork(), timed one by one on a fresh store (ms)", ["N", "phase", "ms"], phase_rows)
     sec.table("The floor of a fork, no Rewind code (ms after its start): read and parse the fork point stored as "
               "one JSON object, write its conversation as one file, start the bare workflow (b) on it, and run its "
@@ -305,9 +335,9 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     zero = all(d["model_requests_reexecuted"] == 0 and d["tool_calls_reexecuted"] == 0 for d in data.values())
     for n, d in data.items():
         sec.headline.append(["4 fork", f"fork at step {n} → first new checkpoint, / one ordinary step",
-                             f"{d['checkpoint'] * 1000:.0f} ms / {d['ordinary_step_s'] * 1000:.0f} ms",
-                             f"**{d['checkpoint'] / d['ordinary_step_s']:.1f}x**", "≤ 2x",
-                             "met" if d["checkpoint"] <= 2 * d["ordinary_step_s"] else "**not met**"])
+                             f"{d['first_checkpoint'] * 1000:.0f} ms / {d['ordinary_step_s'] * 1000:.0f} ms",
+                             f"**{d['first_checkpoint'] / d['ordinary_step_s']:.1f}x**", "≤ 2x",
+                             "met" if d["first_checkpoint"] <= 2 * d["ordinary_step_s"] else "**not met**"])
     for n, d in data.items():
         sec.headline.append(["4 fork", f"floor (no Rewind code): fork at step {n} → first step stored, / one ordinary step",
                              f"{d['floor']['stored'] * 1000:.0f} ms / {d['ordinary_step_s'] * 1000:.0f} ms",
@@ -325,11 +355,11 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
     for n, d in data.items():
         ph, fs = d["phases"], d["first_step"]
         top = max(ph, key=ph.get)
-        after = d["checkpoint"] - d["fork_call"]
+        after = d["first_checkpoint"] - d["fork_call"]
         model_call = (fs["first model call done"] - fs["first model call scheduled"]
                       if fs["first model call done"] is not None and fs["first model call scheduled"] is not None else None)
         sec.verdicts.append(
-            f"N={n}: {d['checkpoint'] * 1000:.0f} ms to the first new checkpoint = {d['fork_call'] * 1000:.0f} ms in "
+            f"N={n}: {d['first_checkpoint'] * 1000:.0f} ms to the first new checkpoint = {d['fork_call'] * 1000:.0f} ms in "
             f"fork() itself + {after * 1000:.0f} ms for the new workflow's first step and its checkpoint "
             f"(an ordinary step takes {d['ordinary_step_s'] * 1000:.0f} ms, one of the run's last 20 "
             f"{d['last_steps_s'] * 1000:.0f} ms"
@@ -342,7 +372,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             f"writing its conversation ({(fl['written'] - fl['read']) * 1000:.0f} ms), starting a workflow "
             f"({(fl['started'] - fl['written']) * 1000:.0f} ms) and running one step with a third activity where "
             f"the checkpoint is written took {fl['stored'] * 1000:.0f} ms, {fl['stored'] / d['ordinary_step_s']:.1f}x "
-            f"Rewind's ordinary step; Rewind's fork took {d['checkpoint'] / fl['stored']:.2f}x the floor. "
+            f"Rewind's ordinary step; Rewind's fork took {d['first_checkpoint'] / fl['stored']:.2f}x the floor. "
             + ("The 2x target is below what this shape costs on this machine without Rewind." if
                fl["stored"] > 2 * d["ordinary_step_s"] else
                "The floor is within the 2x target: the rest is Rewind's own work."))
