@@ -282,11 +282,14 @@ def status_from_checkpoint(cp: AgentCheckpoint, state: RunState | None = None) -
         prompt_tokens=cp.prompt_tokens, completion_tokens=cp.completion_tokens,
         total_tokens=cp.llm_tokens_used, cost_usd=cp.llm_cost_usd,
     )
+    # What the branch spent itself (a checkpoint before per-branch ledgers: taken as all its own).
+    own = cp.ledger.get("branch") if cp.ledger else None
+    branch = Ledger.model_validate(own) if isinstance(own, dict) else totals
     final = final_answer(cp)
     default_state: RunState = "failed" if cp.status == "failed" else ("completed" if final is not None else "running")
     return AgentStatus(
         run_id=cp.run_id, branch_id=cp.branch_id, state=state or default_state, step=cp.step_index,
-        model=cp.model or "", ledger=totals,
+        model=cp.model or "", ledger=totals, branch_ledger=branch,
         last_error=(cp.error_info or {}).get("reason") if cp.error_info else None, final_answer=final,
     )
 

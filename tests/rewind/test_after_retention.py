@@ -11,6 +11,7 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 
 from as_user import UserWorker, rewind, user_env
+from workflows.ids import workflow_id_for
 
 
 async def _forget(client, workflow_id: str) -> None:
@@ -59,3 +60,10 @@ async def test_a_run_past_retention_is_read_from_the_store(temporal_server, clie
         assert json.loads(out)["status"]["state"] == "completed"
         code, out, err = await rewind(cli, env, "diff", run, "main", "again", "--json")
         assert code == 0, err
+        # The branch's status from its newest checkpoint: its line's totals, and what it spent itself.
+        await _forget(client, workflow_id_for(run, "again"))
+        code, out, err = await rewind(cli, env, "status", run, "--branch", "again")
+        assert code == 0, err
+        assert "(from the newest checkpoint in the store)" in out and "  this branch  " in out, out
+        code, out, err = await rewind(cli, env, "status", run)
+        assert code == 0 and "this branch" not in out, out

@@ -150,6 +150,11 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             f"  model calls  {s.llm_calls}",
             f"  tool calls   {s.tool_calls_done} executed, {s.tool_cache_hits} served from cache",
         ]
+        if s.branch_ledger != s.ledger:  # a fork's branch: the figures above include what it inherited
+            own = s.branch_ledger
+            lines.append(f"  this branch  model calls {own.model_calls}, tool calls {own.tool_calls}, "
+                         f"tokens {own.total_tokens}, cost {usd(own.cost_usd)} since its fork point "
+                         "(the figures above count from step 0 of its line, as `rewind tree` does)")
         if s.budget_reason:
             lines.append(f"  paused       {s.budget_reason}; {continue_hint(view.run_id, s)}")
         for sub in s.subagents:

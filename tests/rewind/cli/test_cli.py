@@ -171,6 +171,19 @@ async def test_fork_diff_rollback_continue_from_the_cli(worker, settings, model,
     assert doc["branch"] == "technical" and doc["fork_point"] == "cli-branch-1:main:1"
     assert doc["status"]["state"] == "completed" and "technical" in doc["final_answer"]
 
+    # The branch's status counts its line from step 0, and says what the branch spent itself.
+    code, out, err = await rewind(settings, "status", "cli-branch-1", "--branch", "technical", "--json")
+    assert code == 0, err
+    status = json.loads(out)["status"]
+    own, total = status["branch_ledger"], status["ledger"]
+    assert 0 < own["model_calls"] < total["model_calls"] and own["total_tokens"] < total["total_tokens"]
+    code, out, err = await rewind(settings, "status", "cli-branch-1", "--branch", "technical")
+    assert code == 0, err
+    assert f"  model calls  {total['model_calls']}\n" in out
+    assert f"  this branch  model calls {own['model_calls']}, tool calls {own['tool_calls']}, " in out
+    code, out, err = await rewind(settings, "status", "cli-branch-1")
+    assert code == 0 and "this branch" not in out, out
+
     code, out, err = await rewind(settings, "diff", "cli-branch-1", "main", "technical")
     assert code == 0, err
     assert "fork point: step 1" in out and "technical" in out and "≠" in out
