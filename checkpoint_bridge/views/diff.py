@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import textwrap
 from workflows.text import usd
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -140,6 +140,12 @@ class PipelineCallPair(_Row):
     b: str | None = None
     a_step: int | None = None
     b_step: int | None = None
+    a_prompt: str | None = None
+    """A model call's system prompt on branch a (a fork's `--prompt LABEL=TEXT` changes it)."""
+    b_prompt: str | None = None
+    a_model: str | None = None
+    """The model that answered on branch a (a fork's `--model LABEL=M` changes it)."""
+    b_model: str | None = None
 
 
 class BranchDiff(_Row):
@@ -287,36 +293,55 @@ def diff_branches(run_id: str, name_a: str, lineage_a: Sequence[AgentCheckpoint]
             checkpoint_id=base.checkpoint_id, step_index=base.step_index, step_label=base.step_label),
         a=a, b=b, same_final_answer=a.final_answer == b.final_answer,
         redone=_redone(lineage_a[i + 1:], lineage_b[j + 1:]),
-        calls=_pipeline_calls(lineage_a[i + 1:], lineage_b[j + 1:]) or _graph_nodes(lineage_a[i:], lineage_b[j:]),
+        calls=_pipeline_calls(lineage_a[i:], lineage_b[j:]) or _graph_nodes(lineage_a[i:], lineage_b[j:]),
     )
 
 
-def _call_answers(after: Sequence[AgentCheckpoint]) -> dict[tuple[int, int], tuple[str, str, str, int]]:
-    """(position, attempt) -> (label, kind, answer, step) of a pipeline branch's calls: an llm
-    step's last message is its answer, a tool or agent step's last record its result."""
-    found: dict[tuple[int, int], tuple[str, str, str, int]] = {}
-    for cp in after:
+class _CallMade(NamedTuple):
+    label: str
+    kind: str
+    answer: str
+    step: int
+    prompt: str | None  # a model call's system prompt
+    model: str | None  # a model call's model
+
+
+def _call_answers(since: Sequence[AgentCheckpoint]) -> dict[tuple[int, int], _CallMade]:
+    """(position, attempt) -> the calls of a pipeline branch after the fork point (`since[0]`): an
+    llm step's last message is its answer, a tool or agent step's last record its result."""
+    found: dict[tuple[int, int], _CallMade] = {}
+    for before, cp in zip(since, since[1:]):
         call = cp.pipeline
         if not isinstance(call, dict) or "superstep" in call:
             continue
+        prompt = model = None
         if call.get("kind") == "llm":
             last = cp.messages[-1] if cp.messages else {}
             answer = _text(last.get("content")) or json.dumps(last.get("tool_calls") or [], sort_keys=True)
+            # The messages this call sent are the ones its step added (the checkpoint holds every call's).
+            system = next((m for m in cp.messages[len(before.messages):] if m.get("role") == "system"), None)
+            prompt, model = (_text(system.get("content")) if system else None), cp.model
         else:
             answer = _result(cp.tool_call_cache[-1]).result if cp.tool_call_cache else ""
-        found[(int(call.get("position", 0)), int(call.get("attempt", 0)))] = (
-            str(call.get("label", "")), str(call.get("kind", "")), answer, cp.step_index)
+        found[(int(call.get("position", 0)), int(call.get("attempt", 0)))] = _CallMade(
+            str(call.get("label", "")), str(call.get("kind", "")), answer, cp.step_index, prompt, model)
     return found
 
 
-def _pipeline_calls(after_a: Sequence[AgentCheckpoint], after_b: Sequence[AgentCheckpoint]) -> list[PipelineCallPair]:
-    a, b = _call_answers(after_a), _call_answers(after_b)
+def _pipeline_calls(since_a: Sequence[AgentCheckpoint], since_b: Sequence[AgentCheckpoint]) -> list[PipelineCallPair]:
+    """The calls both branches made after their fork point (`since_a[0]`, `since_b[0]`), aligned."""
+    a, b = _call_answers(since_a), _call_answers(since_b)
     pairs = []
     for key in sorted(set(a) | set(b)):
-        label, kind = (a.get(key) or b[key])[:2]
-        pairs.append(PipelineCallPair(position=key[0], attempt=key[1], label=label, kind=kind,
-                                      a=a[key][2] if key in a else None, b=b[key][2] if key in b else None,
-                                      a_step=a[key][3] if key in a else None, b_step=b[key][3] if key in b else None))
+        one, other = a.get(key), b.get(key)
+        first = one or other
+        assert first is not None
+        pairs.append(PipelineCallPair(
+            position=key[0], attempt=key[1], label=first.label, kind=first.kind,
+            a=one.answer if one else None, b=other.answer if other else None,
+            a_step=one.step if one else None, b_step=other.step if other else None,
+            a_prompt=one.prompt if one else None, b_prompt=other.prompt if other else None,
+            a_model=one.model if one else None, b_model=other.model if other else None))
     return pairs
 
 
@@ -480,7 +505,8 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
     row("head", (lambda s: [f"{s.head_checkpoint_id.removeprefix(d.run_id + ':')} ({s.head_status})"]),
         d.a.head_status != d.b.head_status)
     row("model", (lambda s: [s.model or "-"]), d.a.model != d.b.model)
-    pair("system prompt", d.a.system_prompt or "-", d.b.system_prompt or "-", 3)
+    if not any(c.kind != "node" for c in d.calls):  # a pipeline's prompts are its calls' own: shown with each call
+        pair("system prompt", d.a.system_prompt or "-", d.b.system_prompt or "-", 3)
     row("steps taken", (lambda s: _listed([f"{r.step_index:<3}{r.step_label}" + (
         "" if r.status == "completed" else f" [{r.status}]") for r in s.steps])))
     row("tool calls", (lambda s: _listed([_call_line(c, cell) for c in s.tool_calls])))
@@ -512,6 +538,11 @@ def diff_text(d: BranchDiff, width: int = 100) -> str:
         lines.append(_shorten(f"{what} {call.position} {name} ({call.kind}): step "
                               f"{call.a_step if call.a_step is not None else '-'} | "
                               f"{call.b_step if call.b_step is not None else '-'}", width))
+        # What a fork changed for this call by its label (`--prompt LABEL=`, `--model LABEL=`), where it did.
+        if call.a is not None and call.b is not None and call.a_model != call.b_model:
+            pair("model", call.a_model or "-", call.b_model or "-", 2)
+        if call.a is not None and call.b is not None and call.a_prompt != call.b_prompt:
+            pair("prompt", call.a_prompt or "-", call.b_prompt or "-", 3)
         pair("", call.a if call.a is not None else "(not made)", call.b if call.b is not None else "(not made)", 3)
     if d.a.final_answer is not None and d.b.final_answer is not None:
         pair("final answer", d.a.final_answer, d.b.final_answer, ANSWER_LINES)

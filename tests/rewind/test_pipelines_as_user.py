@@ -413,8 +413,18 @@ async def test_a_fork_answers_every_call_before_its_point_from_the_record(world,
     assert by_label[("synthesize", 6)]["a"] == "DRAFT: all five grow"
     assert by_label[("synthesize", 6)]["b"] == "DRAFT: a shorter one"
     assert by_label[("validate", 7)]["a"] == by_label[("validate", 7)]["b"] == '{"ok": true, "missing": []}'
+    assert by_label[("synthesize", 6)]["b_prompt"] == "Be brief." != by_label[("synthesize", 6)]["a_prompt"]
+    assert by_label[("synthesize", 6)]["a_model"] == model and by_label[("synthesize", 6)]["b_model"] == other
+    assert by_label[("validate", 7)]["a_prompt"] == by_label[("validate", 7)]["b_prompt"]
     code, text, err = await rewind(cli, cli_env, "diff", "pipe-fork", "main", "brief")
     assert code == 0 and "call 6 synthesize (llm)" in text and "DRAFT: a shorter one" in text, text
+    # What the fork changed by label shows with the call it changed, and only there.
+    call_6 = text.split("call 6 synthesize (llm)")[1].split("call 7 ")[0]
+    assert call_6.splitlines()[1].startswith("model") and other in call_6.splitlines()[1], text
+    assert any(line.startswith("prompt") and "Be brief." in line for line in call_6.splitlines()), text
+    call_7 = text.split("call 7 validate (llm)")[1].split("call 8 ")[0]
+    assert not any(line.startswith(("prompt", "model")) for line in call_7.splitlines()), text
+    assert "system prompt" not in text, text
     # Each tool call row names the step that recorded it (no model message names a pipeline's call).
     save_rows = [line for line in text.splitlines() if "save_report(" in line]
     assert save_rows and all(not line.split("save_report(")[0].rstrip().endswith("?") for line in save_rows), text
