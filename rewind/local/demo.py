@@ -21,6 +21,7 @@ import io
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 
 from examples import competitive_report as report
@@ -96,7 +97,8 @@ async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sy
                 task.cancel()
         durations = await step_durations(client, run_id)
         retries = await retried_attempts(client, run_id)
-        _report(settings, run_id, result, durations, retries, out, fanout, pipeline, langgraph, keep)
+        reports = await _reports_of(settings, run_id)
+        _report(settings, run_id, result, durations, retries, out, fanout, pipeline, langgraph, keep, reports)
         if keep:
             await _keep_running(stack.settings.temporal_address, wanted if port else None, run_id, out, pipeline)
     return result
@@ -136,8 +138,23 @@ def _langgraph_example() -> Any:
     return langgraph_research
 
 
+async def _reports_of(settings: Settings, run_id: str) -> list[Path]:
+    """The reports this run saved: the outbox names each by its call's idempotency key, which the
+    run's newest checkpoint records (the outbox may hold an earlier demo's reports)."""
+    from rewind.stores import checkpoint_store
+
+    store = checkpoint_store(settings)
+    try:
+        head = await store.load_latest(run_id)
+    finally:
+        await store.aclose()
+    keys = {r.idempotency_key for r in (head.tool_call_cache if head else []) if r.idempotency_key}
+    return sorted((p for p in outbox_dir().glob("*.md") if p.stem in keys), key=lambda p: p.stat().st_mtime)
+
+
 def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any, retries: Any, out: TextIO,
-            fanout: bool, pipeline: bool = False, langgraph: bool = False, keep: bool = False) -> None:
+            fanout: bool, pipeline: bool = False, langgraph: bool = False, keep: bool = False,
+            reports: list[Path] | None = None) -> None:
     home = settings.home
     print(f"\nfinished: {result.status.state} after {result.status.step} steps, "
           f"{result.status.total_tokens} tokens, ${result.status.cost_usd:.5f}", file=out)
@@ -147,7 +164,6 @@ def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any
     if median is not None:
         print(f"time per agent step (median): {median * 1000:.0f} ms", file=out)
     print(f"\nfinal answer:\n{result.final_answer}\n", file=out)
-    reports = sorted(outbox_dir().glob("*.md"), key=lambda p: p.stat().st_mtime)
     if reports:
         print(f"report ({reports[-1]}):\n{reports[-1].read_text()}", file=out)
     print(

@@ -314,7 +314,12 @@ async def test_two_servers_or_demos_cannot_open_one_database(tmp_path):
         code, out, err = await rewind(tmp_path, env, "demo", timeout_s=120)
         assert code == 0, err
         assert f"Temporal dev server already running on 127.0.0.1:{port}" in out, out
+        assert "report (" in out and "# Competitive" in out, out
         assert first.poll() is None  # and leaves it running
+        # The fan-out demo saves no report: it shows none, not the report the first demo left in the outbox.
+        code, out, err = await rewind(tmp_path, env, "demo", "--fanout", timeout_s=120)
+        assert code == 0, err
+        assert "finished: completed" in out and "report (" not in out, out
     finally:
         first.terminate()
         first.wait(30)
