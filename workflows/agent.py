@@ -545,6 +545,9 @@ class AgentWorkflow:
             model_view=model_view, agent=_agent_info(inp), pipeline=pipeline,
         )
         state.announce_system_prompt = None
+        if step_ledger.model_calls and self._status is not None:
+            # The newest model call's model: a pipeline's calls and a graph's chat models name their own.
+            self._status.model = record.model
         if step_ledger.model_calls:
             meter = workflow.metric_meter()  # records nothing while replaying
             metrics.count(meter, metrics.STEPS, model=record.model)

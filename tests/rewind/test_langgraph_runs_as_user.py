@@ -784,3 +784,50 @@ async def test_rewind_tools_awaited_in_nodes_are_the_runs_tool_calls(world, tmp_
     shown = await rewind_json(cli, cli_env, "show", "graph-rtools:main:2")
     [sent] = shown["tool_call_cache"][-1:]
     assert sent["tool_name"] == "notify" and sent["side_effects"] and sent["idempotency_key"], sent
+
+
+OWN_MODEL_GRAPH = '''
+from typing import TypedDict
+
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+
+llm = ChatOpenAI(model={model!r})
+
+
+class State(TypedDict, total=False):
+    topic: str
+    answer: str
+
+
+async def answer(state):
+    reply = await llm.ainvoke("Say something about " + state["topic"])
+    return {{"answer": reply.content}}
+
+
+builder = StateGraph(State)
+builder.add_node("answer", answer)
+builder.add_edge(START, "answer")
+builder.add_edge("answer", END)
+graph = builder.compile()
+'''
+
+
+async def test_a_graph_without_model_runs_on_its_chat_models_own_and_says_so(world, tmp_path):
+    # REWIND_MODEL is the model of runs whose code names none: the graph's chat model names its own,
+    # and the run's status says which one answered (it said REWIND_MODEL's).
+    own = script(world.model, {"answer": [{"content": "tea is hot"}]})
+    folder = world.folder("own")
+    (folder / "own_model.py").write_text(OWN_MODEL_GRAPH.format(model=own))
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    cli = world.folder("cli")
+    cli_env = {**world.env(cli), "REWIND_MODEL": "gpt-4o"}
+    with UserWorker(folder / "w", env, "--tool-modules", "own_model") as worker:
+        await worker.wait_ready()
+        done = await rewind_json(cli, cli_env, "start", "--graph", "own_model:graph", "--input",
+                                 '{"topic": "tea"}', "--run-id", "graph-own", "--wait")
+    assert done["status"]["state"] == "completed" and "tea is hot" in done["status"]["final_answer"], done
+    assert done["status"]["model"] == own, done["status"]
+    assert labels_asked(world.model, own) == ["answer"]
+    code, out, err = await rewind(cli, cli_env, "status", "graph-own")
+    assert code == 0 and f"(model {own})" in out, out
