@@ -78,14 +78,18 @@ def worker_environment(settings: Settings, address: str, options: DevOptions) ->
 
 def _next_commands(address: str, default_address: bool, first_script: str | None,
                    pipelines: list[str] | None = None) -> list[str]:
-    """What to try next: a run of the worker's first pipeline when its modules define any
-    (a graph's name has a colon: `--graph`), else the agent loop on a task."""
+    """What to try next: a run of the worker's first pipeline when its modules define any, else
+    of its first LangGraph graph (a graph's name has a colon: `--graph`), else the agent loop."""
     at = "" if default_address else f"TEMPORAL_ADDRESS={address} "
     model = f" --model script:{first_script}" if first_script else ""
     pipeline = next((p for p in pipelines or [] if ":" not in p), None)
+    graph = next((p for p in pipelines or [] if ":" in p), None)
     if pipeline is not None:
         start = f"{at}rewind start --pipeline {pipeline} --input '{{...}}'{model} --wait   # prints the run id (RUN)"
         change = '--prompt LABEL="..."'
+    elif graph is not None:
+        start = f"{at}rewind start --graph {graph} --input '{{...}}'{model} --wait   # its input channels; prints RUN"
+        change = "--set CHANNEL=VALUE"
     else:
         start = f'{at}rewind start --task "..."{model} --wait        # prints the run id (RUN)'
         change = '--system-prompt "..."'
