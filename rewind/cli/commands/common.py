@@ -107,7 +107,10 @@ async def wait_and_report(
                   f"run {run_id} ({branch}): cancelled; its checkpoints stay (`rewind tree {run_id}`)")
             return EXIT_NOT_DONE
         reason = str(exc.cause or exc)
-        emit({**extra, "state": "failed", "error": reason}, args.json, f"run {run_id} ({branch}) failed: {reason}")
+        if args.json:
+            emit({**extra, "state": "failed", "error": reason}, True, "")
+        else:  # on stderr, as every error the command reports: a script sees why the exit code is 1
+            print(f"run {run_id} ({branch}) failed: {reason}", file=sys.stderr)
         return EXIT_ERROR
     except asyncio.CancelledError:
         # Ctrl-C while waiting where no signal handler could be set: only the waiting stops.

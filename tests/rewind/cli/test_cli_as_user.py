@@ -298,6 +298,14 @@ async def test_workers_with_different_tool_modules_share_a_queue(world, tmp_path
         # `start --tools nosuchtool` too.
         code, out, err = await rewind(cli, env, "start", "--task", "t", "--tools", "alpha,nosuchtool")
         one_line_error(code, err, "nosuchtool")
+        # A run that fails while `--wait` waits says why on stderr, in one line, exit 1; --json on stdout.
+        code, out, err = await rewind(cli, env, "start", "--task", "t", "--model", "script:nope", "--run-id",
+                                      "nope-1", "--wait")
+        one_line_error(code, err, "run nope-1 (main) failed: ", "no script named 'nope'")
+        assert code == 1 and "failed" not in out, out
+        code, out, err = await rewind(cli, env, "start", "--task", "t", "--model", "script:nope", "--run-id",
+                                      "nope-2", "--wait", "--json")
+        assert code == 1 and json.loads(out)["state"] == "failed" and not err, out + err
 
 
 async def test_two_servers_or_demos_cannot_open_one_database(tmp_path):
