@@ -8,7 +8,8 @@ shape fine-tuning and evaluation tools read (one JSON object per line):
 
 A pipeline's branch strings its calls' conversations together (its input, each `ctx.llm`
 call's messages and answer, its result): each model call is then a conversation of its own,
-the messages its step added (its tools inferred).
+the messages its step added (its tools inferred). A LangGraph graph's branch is one
+conversation, its messages channel, as an agent's is.
 
 Each agent branch's conversation is its newest stored checkpoint's whole message list, loaded
 with ``CheckpointStore.load`` (deltas and packs materialised, tool outputs stored by
@@ -118,9 +119,10 @@ def inferred_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def _is_pipeline(store: CheckpointStore, run_id: str, branch: str, steps: set[int]) -> bool:
-    """Whether the branch's steps are a pipeline's calls (one of its steps names its call)."""
+    """Whether the branch's steps are a pipeline's calls (one of its steps names its call; a
+    graph's super-steps name their graph, and its messages channel is one conversation)."""
     ends = await store.step_ends([checkpoint_id(run_id, branch, s) for s in sorted(steps)])
-    return any(isinstance(end.fields.get("pipeline"), dict) for end in ends)
+    return any(isinstance(call := end.fields.get("pipeline"), dict) and "graph" not in call for end in ends)
 
 
 ToolsFor = Callable[[str, str], Awaitable["list[dict[str, Any]] | None"]]

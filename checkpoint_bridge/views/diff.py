@@ -90,6 +90,7 @@ class BranchSide(_Row):
     head_status: CheckpointStatus
     model: str | None
     system_prompt: str | None
+    """The branch's system prompt; None for a pipeline, whose calls name their own."""
     steps: list[StepRow]
     tool_calls: list[ToolCallRow]
     tool_calls_executed: int
@@ -239,7 +240,9 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
                          reused=r.reused is not None, subagent=(r.subagent or {}).get("state"),
                          kept=r.answered_from is not None, dry_run=r.dry_run,
                          mcp_policy=list((r.mcp or {}).get("policy") or [])) for r in records]
-    system = next((m for m in head.messages if m.get("role") == "system"), None)
+    # A pipeline has no one system prompt (each call names its own: `calls` shows them).
+    pipeline = any(isinstance(cp.pipeline, dict) and "graph" not in cp.pipeline for cp in lineage)
+    system = None if pipeline else next((m for m in head.messages if m.get("role") == "system"), None)
     last = next((m for m in reversed(head.messages) if m.get("role") == "assistant"), None)
     answer = None
     if head.status == "completed" and last is not None and not last.get("tool_calls"):

@@ -74,7 +74,7 @@ class RunQuery(BaseModel):
 class RunRow(BaseModel):
     run_id: str
     agent: str | None = None  # the declared agent (`rewind start --agent`) or the pipeline; None: a plain run
-    kind: Literal["agent", "pipeline"] | None = None  # None: not known yet (no checkpoint, no Temporal)
+    kind: Literal["agent", "pipeline", "graph"] | None = None  # None: not known yet (no checkpoint, no Temporal)
     started: datetime | None = None
     # running, waiting, paused, completed, failed, cancelled, stuck; from the store alone: completed,
     # failed or unfinished
@@ -319,17 +319,19 @@ async def _row(store: CheckpointStore, client: Any | None, c: _Candidate, end: S
 
 
 async def _agent(store: CheckpointStore, w: ListedWorkflow | None, end: StepEnd | None) -> tuple[Any, str | None]:
-    """(kind, name) of what the run runs: a declared agent's name, a pipeline's, or no name."""
+    """(kind, name) of what the run runs: a declared agent's name, a pipeline's, a LangGraph
+    graph's (MODULE:ATTR), or no name."""
     fields = end.fields if end is not None else {}
     if isinstance(fields.get("agent"), dict):
         return "agent", fields["agent"].get("name")
     if isinstance(fields.get("pipeline"), dict):
-        return "pipeline", fields["pipeline"].get("pipeline")
+        return _code_run(fields["pipeline"])
     if w is not None:
         if w.workflow_type != PIPELINE_WORKFLOW:
             return "agent", None
-        # A pipeline run's memo task is `pipeline NAME` (rewind.client.pipeline_input).
-        return "pipeline", w.task.removeprefix("pipeline ") if w.task and w.task.startswith("pipeline ") else None
+        # The memo's task is `pipeline NAME` or `graph MODULE:ATTR` (rewind.client.pipeline_input, graph_input).
+        kind, _, name = (w.task or "").partition(" ")
+        return ("graph", name or None) if kind == "graph" else ("pipeline", name or None if kind == "pipeline" else None)
     if end is None:
         return None, None
     # From the store alone: a pipeline's start, result and failure steps name no call; the call
@@ -339,8 +341,13 @@ async def _agent(store: CheckpointStore, w: ListedWorkflow | None, end: StepEnd 
         before = await _ends(store, [checkpoint_id(run_id, branch, step - 1)])
         call = next(iter(before.values())).fields.get("pipeline") if before else None
         if isinstance(call, dict):
-            return "pipeline", call.get("pipeline")
+            return _code_run(call)
     return "agent", None
+
+
+def _code_run(call: dict[str, Any]) -> tuple[Any, str | None]:
+    """(kind, name) from a step's `pipeline` field: a graph's super-step names its graph."""
+    return ("graph", call.get("graph")) if "graph" in call else ("pipeline", call.get("pipeline"))
 
 
 # Runs whose every step is read at once for --tool-errors (each read in parallel itself).

@@ -831,3 +831,12 @@ async def test_a_graph_without_model_runs_on_its_chat_models_own_and_says_so(wor
     assert labels_asked(world.model, own) == ["answer"]
     code, out, err = await rewind(cli, cli_env, "status", "graph-own")
     assert code == 0 and f"(model {own})" in out, out
+    # `rewind runs` names the graph, and selects by it; export writes its messages channel as a conversation.
+    listed = await rewind_json(cli, cli_env, "runs", "--agent", "own_model:graph")
+    assert [(r["run_id"], r["kind"], r["agent"]) for r in listed["runs"]] == [("graph-own", "graph", "own_model:graph")]
+    code, out, err = await rewind(cli, cli_env, "export", "--runs", "--agent", "own_model:graph", "--format", "jsonl")
+    assert code == 0, err
+    (conversation,) = [json.loads(line) for line in out.splitlines()]
+    assert conversation["messages"][-1]["role"] == "assistant", conversation
+    assert json.loads(conversation["messages"][-1]["content"]) == {"topic": "tea", "answer": "tea is hot"}
+    assert conversation["metadata"]["kind"] == "graph" and conversation["metadata"]["agent"] == "own_model:graph"

@@ -416,6 +416,7 @@ async def test_a_fork_answers_every_call_before_its_point_from_the_record(world,
     assert by_label[("synthesize", 6)]["b_prompt"] == "Be brief." != by_label[("synthesize", 6)]["a_prompt"]
     assert by_label[("synthesize", 6)]["a_model"] == model and by_label[("synthesize", 6)]["b_model"] == other
     assert by_label[("validate", 7)]["a_prompt"] == by_label[("validate", 7)]["b_prompt"]
+    assert diffed["a"]["system_prompt"] is None and diffed["b"]["system_prompt"] is None
     code, text, err = await rewind(cli, cli_env, "diff", "pipe-fork", "main", "brief")
     assert code == 0 and "call 6 synthesize (llm)" in text and "DRAFT: a shorter one" in text, text
     # What the fork changed by label shows with the call it changed, and only there.
