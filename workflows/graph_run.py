@@ -182,6 +182,8 @@ class GraphRunner:
         self._node_seconds: dict[str, float] = {}
         self._messages: list[dict[str, Any]] = []  # the messages channel as last recorded
         self.final_state: dict[str, Any] = {}
+        # Whether the run's answer is the last message of its messages channel (not its state as JSON).
+        self.answer_in_messages = False
 
     # -- running -------------------------------------------------------------------------
     async def run(self, graph_input: dict[str, Any]) -> Any:
@@ -217,6 +219,7 @@ class GraphRunner:
         self.final_state = graph_state(values)
         messages = chat_messages(values.get("messages"))
         if messages and messages[-1].get("role") == "assistant" and isinstance(messages[-1].get("content"), str):
+            self.answer_in_messages = True  # the super-step that wrote it recorded it already
             return messages[-1]["content"]
         return json.dumps(self.final_state, sort_keys=True)
 

@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.wire import (
         CHECKPOINT_CONFLICT,
         DESCRIBE_PIPELINE,
+        GRAPH_ANSWER_ONCE_PATCH,
         PIPELINE_CARRIED_CHECKPOINTS_PATCH,
         PIPELINE_WORKFLOW,
     )
@@ -215,7 +216,12 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             await self._fail(pipeline_failure(plan.name, spec.module, exc, spec.kind))
         status = self._status
         assert status is not None
-        self._add_messages({"role": "assistant", "content": answer})
+        # A graph's answer that is its messages channel's last message is in the run's messages
+        # already: its result step holds the final state without repeating it.
+        answered = (self._graph is not None and self._graph.answer_in_messages
+                    and workflow.patched(GRAPH_ANSWER_ONCE_PATCH))
+        if not answered:
+            self._add_messages({"role": "assistant", "content": answer})
         self._state.step += 1
         self._record_step("result", variables=final_state, model=self._default_model)
         status.final_answer = answer

@@ -91,6 +91,9 @@ CARRIED_CHECKPOINTS_PATCH = "checkpoints-ride-model-calls"
 # A pipeline's step records ride on its next model call too (CARRIED_CHECKPOINTS_PATCH); they
 # go to the mirror activity before the code waits for anything else (a tool, a child run, a timer).
 PIPELINE_CARRIED_CHECKPOINTS_PATCH = "pipeline-checkpoints-ride-model-calls"
+# A graph run whose answer is its messages channel's last message does not add it again in its
+# result step (its checkpoint, and a RewindSaver reading it, showed that message twice).
+GRAPH_ANSWER_ONCE_PATCH = "graph-answer-once"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -114,5 +117,5 @@ __all__ = [
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
-    "CARRIED_CHECKPOINTS_PATCH", "tool_task_queue",
+    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "tool_task_queue",
 ]

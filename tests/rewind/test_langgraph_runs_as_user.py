@@ -710,6 +710,9 @@ async def test_a_toolnode_graph_runs_its_tools_as_the_workers_tools_once(world, 
     assert [r["tool_name"] for r in shown["tool_call_cache"]] == ["lookup_price", "lookup_price"]
     roles = [m["role"] for m in shown["messages"]]
     assert roles == ["user", "assistant", "tool", "tool"], roles  # the ToolNode's messages, in the channel
+    # The result step holds the final state: the answer once, as the channel ends with it.
+    result = await rewind_json(cli, cli_env, "show", "graph-react:main:6")
+    assert [m.get("content") for m in result["messages"]].count("Ordered tea for 12.50 EUR.") == 1, result["messages"]
 
 
 WITH_REWIND_TOOLS = '''
