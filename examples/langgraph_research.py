@@ -31,8 +31,9 @@ __all__ = ["agent", "build_research_agent_graph", "SCRIPT_NAME", "script", "TASK
 
 # In a Rewind run ChatOpenAI's own client is never used: Rewind's model path makes the call, with
 # the worker's OPENAI_API_KEY and OPENAI_BASE_URL (or the offline model). ChatOpenAI wants a key to
-# be built all the same; the module is imported inside the workflow sandbox, which does not let
-# workflow code read os.environ, so the key here is a placeholder.
+# be built all the same, and the module is imported where there may be none (a worker on the
+# offline model; the workflow sandbox, which does not let workflow code read os.environ), so the
+# key here is a placeholder.
 llm = ChatOpenAI(model="gpt-4o-mini", api_key="unused-rewind-makes-the-calls")
 
 
