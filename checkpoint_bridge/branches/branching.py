@@ -709,6 +709,10 @@ async def _redo_call(client: Client, launcher: Launcher, store: CheckpointStore,
     `from_branch` whose code runs again with every recorded call answered from the record but
     this one; what depends on its new answer runs live, the rest keeps its answers."""
     call = cp.pipeline or {}
+    if "graph" in call:
+        raise UsageError(f"step {cp.step_index} is a super-step of graph {call['graph']}: redo runs a pipeline's "
+                         f"call again; to run the graph again from before it, fork from step {cp.step_index - 1} "
+                         f"(`rewind fork {cp.run_id} --step {cp.step_index - 1} --branch NAME`)")
     record = cp.tool_call_cache[-1] if call.get("kind") != "llm" and cp.tool_call_cache else None
     if record is not None and record.side_effects and not record.subagent:
         raise UsageError(f"step {cp.step_index} is {record.tool_name}, a side effect; redo runs model calls, sub-agents "
@@ -731,7 +735,12 @@ async def _redo_call(client: Client, launcher: Launcher, store: CheckpointStore,
         if record is not None and record.subagent and (model or system_prompt) else None
     base = base.model_copy(update={"pipeline": base.pipeline.model_copy(update={
         "redo_steps": [*base.pipeline.redo_steps, cp.step_index], "models": {**base.pipeline.models, **models}})})
-    return await start_from(client, launcher, head, base, name, name, subagent_overrides=agent,
+    def adjust(seed: LoopState) -> None:
+        # A read-only tool's call runs again: not answered from the run's cache of its own result.
+        if record is not None and record.cache_key:
+            seed.tool_cache.pop(record.cache_key, None)
+
+    return await start_from(client, launcher, head, base, name, name, subagent_overrides=agent, adjust=adjust,
                              effects=lineage_effects_of(head, source) + await subagent_effects(store, head),
                              side_effects=side_effects)
 

@@ -11,7 +11,7 @@ import json
 import uuid
 from pathlib import Path
 
-from as_user import UserWorker, empty_dir, rewind, rewind_json, until, user_env
+from as_user import UserWorker, empty_dir, one_line_error, rewind, rewind_json, until, user_env
 from rewind.temporal.dev_server import free_port
 
 RESEARCH_GRAPH = '''
@@ -272,6 +272,9 @@ async def test_a_fork_at_the_validator_with_a_set_channel_and_another_model_reru
     nodes = {(c["label"], c["kind"]): c for c in diffed["calls"]}
     assert nodes[("formatter", "node")]["a"] == nodes[("formatter", "node")]["b"], nodes
     assert nodes[("validator", "node")]["a"] is None and "validation_passed" in nodes[("validator", "node")]["b"]
+    # `redo` runs a pipeline's call again; a graph's super-step is refused, naming the fork that does it.
+    code, out, err = await rewind(cli, cli_env, "redo", "graph-fork", "--step", str(validator))
+    one_line_error(code, err, f"fork from step {validator - 1}", "is a super-step of graph research_graph:agent")
 
 
 async def test_stats_by_node_over_three_runs_add_up_to_their_checkpoints_ledgers(world, tmp_path):

@@ -433,6 +433,15 @@ async def test_a_fork_answers_every_call_before_its_point_from_the_record(world,
     # An experiment over the pipeline's labels: each variant a fork from the same point (dry-run effects).
     with UserWorker(folder / "w2", env, "--tool-modules", "research") as worker:
         await worker.wait_ready()
+        # `rewind redo` of a read-only search runs that search again (not from the run's cache), and
+        # nothing else: every other call keeps its recorded answer.
+        company = (await rewind_json(cli, cli_env, "show", f"pipe-fork:main:{point}"))["tool_call_cache"][-1]["tool_input"]["company"]
+        searched = [line for line in lines(log) if line.startswith("start ")]
+        redone = await rewind_json(cli, cli_env, "redo", "pipe-fork", "--step", str(point), "--branch", "again",
+                                   "--wait")
+        assert redone["status"]["state"] == "completed", redone
+        assert [line for line in lines(log) if line.startswith("start ")] == [*searched, f"start {company}"], lines(log)
+        assert lines(log).count("save") == 2
         status = await rewind_json(cli, cli_env, "experiment", "pipe-fork", "--step", str(point), "--id", "pe",
                                    "--variant", f"short:prompt.synthesize=Be brief.,model.synthesize={other}",
                                    "--variant", "same:", "--wait")
@@ -441,7 +450,8 @@ async def test_a_fork_answers_every_call_before_its_point_from_the_record(world,
     table = await rewind_json(cli, cli_env, "experiment", "show", "pe")
     finals = {f["variant"]: f["final_answer"] for f in table["branches"]}
     assert finals == {"short": "DRAFT: a shorter one", "same": "DRAFT: all five grow"}, (finals, answers)
-    assert lines(log).count("save") == 2 and len(lines(log)) == before + 1  # dry runs; nothing re-run
+    # The fork's save and the redone search; the experiment's effects were dry runs and it re-ran nothing.
+    assert lines(log).count("save") == 2 and len(lines(log)) == before + 3
 
 
 def _readme_blocks(section: str, language: str) -> list[str]:
