@@ -125,6 +125,9 @@ async def _find(client: Client, store: CheckpointStore, run_id: str, branch: str
     branch = await current_name(store, run_id, branch)
     workflows = await branch_workflows(client, run_id, branch)
     if not workflows:
+        if not (await store.stored_steps(run_id)).get(branch, (set(), None))[0]:
+            raise RunNotFoundError(f"no run {run_id!r} with a branch {branch!r}: neither Temporal nor the checkpoint "
+                                   f"store has it (`rewind runs` lists the runs)")
         raise RunNotFoundError(f"Temporal has no workflow of branch {branch!r} of run {run_id!r} (never started, or "
                                f"past the namespace's retention); fork it from a step instead (`rewind tree {run_id}`)")
     storage, handle = workflows[-1]

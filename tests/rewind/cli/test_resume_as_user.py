@@ -153,6 +153,8 @@ async def _scenario(world, server: DevServer) -> None:
         one_line_error(code, err, "not both")
         code, _, err = await rewind(cli, env, "resume")
         one_line_error(code, err, "a RUN, or --failed / --tool-errors")
+        code, _, err = await rewind(cli, env, "resume", "no-such-run")
+        one_line_error(code, err, "no run 'no-such-run' with a branch 'main'", "`rewind runs`")
 
         # The fix: the module edited, the worker restarted; the provider answers again.
         await worker.stop_async()
