@@ -38,6 +38,7 @@ from checkpoint_bridge.checkpoints.lineage import display_name, split_revision, 
 from checkpoint_bridge.document.schema import stored_state
 from workflows.errors import CheckpointNotFoundError, UsageError
 from workflows.ids import checkpoint_id, parse_subagent_branch
+from workflows.pipeline_ids import explain_code_change
 from workflows.text import usd
 from workflows.tool_calls import is_failed_after_retries
 from workflows.wire import PIPELINE_WORKFLOW
@@ -314,7 +315,9 @@ async def _row(store: CheckpointStore, client: Any | None, c: _Candidate, end: S
             from checkpoint_bridge.temporal.listing import close_reason
 
             reason = await close_reason(client, w)
-        row.reason = reason or row.reason
+        # Temporal's nondeterminism error of a pipeline whose code changed under it: the line
+        # `rewind status` gives (which call changed, and where a fork continues on the new code).
+        row.reason = (explain_code_change(reason, c.run_id) if reason else None) or reason or row.reason
     return row
 
 

@@ -356,6 +356,9 @@ async def test_code_changed_under_a_run_stops_it_at_the_first_call_that_differs(
             assert f"`rewind fork {run_id} --step 1 --branch NAME` continues from the last step before it" in said
             code, out, err = await rewind(cli, cli_env, "status", run_id)
             assert "the pipeline's code changed under the run: call 1" in out, out
+            listed = await rewind_json(cli, cli_env, "runs", "--state", "failed")
+            (row,) = [r for r in listed["runs"] if r["run_id"] == run_id]
+            assert row["reason"].startswith("the pipeline's code changed under the run: call 1"), row
             assert labels_asked(world.model, model) == ["outline"]  # the changed call was not answered
             # The documented way onto the new code: a fork from before the change; notify is not sent again.
             with UserWorker(folder / "w3", env, "--tool-modules", "changing") as third:
