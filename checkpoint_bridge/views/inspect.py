@@ -104,7 +104,7 @@ def tree_text(summaries: list[CheckpointSummary], subagents: dict[str, dict[str,
             what = (f"sub-agent {info['agent']} (call {info['tool_call_id']} of {info['called_by']}): {info['state']}"
                     + (f" - {info['reason']}" if info.get("reason") else ""))
         else:
-            what = f"branch {name}" + (f" (revision {revision}, after a rollback)" if revision else "")
+            what = f"branch {name}" + (f" (revision {revision}, after a rollback or a resume)" if revision else "")
             what += (f", forked from {origin}" if origin and not revision else "") + (
                 f", continues from {origin}" if origin and revision else "")
         lines.append(f"  {indent}-- {what}")
