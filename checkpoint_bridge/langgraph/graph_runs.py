@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from checkpoint_bridge.checkpoints.lineage import lineage_in
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.stores import ObjectStore
 from workflows.errors import CheckpointNotFoundError, RunNotFoundError
@@ -28,7 +29,8 @@ def thread_checkpoint_id(step: int) -> str:
 
 
 async def graph_run_tuples(objects: ObjectStore, run_id: str) -> list[Any]:
-    """The graph run `run_id`'s main-branch steps as LangGraph CheckpointTuples, oldest first ([]
+    """The graph run `run_id`'s main-branch steps (its newest revision's line) as LangGraph
+    CheckpointTuples, oldest first ([]
     when no graph run of that id is in the store)."""
     from langchain_core.messages import convert_to_messages
     from langgraph.checkpoint.base import CheckpointTuple
@@ -36,10 +38,10 @@ async def graph_run_tuples(objects: ObjectStore, run_id: str) -> list[Any]:
     store = CheckpointStore(objects)
     try:
         summaries = await store.list_checkpoints(run_id)
+        # The main branch as it stands: after a rollback (or a resume), its newest revision's line.
+        line = lineage_in(summaries, "main", store.url) if summaries else []
     except (CheckpointNotFoundError, RunNotFoundError, ValueError):
         return []
-    line = sorted((s for s in summaries if s.branch_id == "main" and s.status != "invalidated"),
-                  key=lambda s: s.step_index)
     documents = [await store.load(s.checkpoint_id) for s in line]
     if not any(isinstance(d.pipeline, dict) and "superstep" in d.pipeline for d in documents):
         return []

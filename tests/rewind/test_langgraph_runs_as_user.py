@@ -198,6 +198,15 @@ async def test_a_killed_worker_inside_a_node_costs_no_completed_node_or_tool_cal
     retrieved = history[-3]  # the retriever's super-step
     assert retrieved.values["sources_consulted"] == ["acme", "globex", "initech"], retrieved.values
     assert [type(m).__name__ for m in history[0].values["messages"]][:2] == ["HumanMessage", "AIMessage"]
+    # Rolled back to the synthesizer's step, the thread is the branch as it stands: the new revision's line.
+    with UserWorker(folder / "w3", env, "--tool-modules", "research_graph") as third:
+        await third.wait_ready()
+        code, out, err = await rewind(cli, cli_env, "rollback", "graph-crash", "--step", "3", "--wait")
+        assert code == 0, out + err
+    history = await _state_history(folder, tmp_path / "store", "research_graph", "agent", "graph-crash")
+    assert [s.metadata["rewind_label"] for s in reversed(history)] == labels
+    ids = [s.metadata["rewind_checkpoint"] for s in reversed(history)]
+    assert ids[:4] == [f"graph-crash:main:{k}" for k in range(4)] and ids[4].startswith("graph-crash:main.r1:"), ids
 
 
 async def _state_history(folder: Path, store: Path, module_name: str, attribute: str, thread: str) -> list:
