@@ -439,10 +439,17 @@ class CheckpointStore:
     async def load(self, checkpoint_id_: str) -> AgentCheckpoint:
         """The full checkpoint, with ``status="invalidated"`` if a marker covers it."""
         run_id, branch_id, step = parse_checkpoint_id(checkpoint_id_)
-        # The chain and the branch's rollback markers (a short listing of their own) at once.
-        doc, markers = await asyncio.gather(
-            self._chain.document(checkpoint_id_), self._keys(invalidation_prefix(run_id, branch_id)),
-        )
+        # The chain and the branch's rollback markers (a short listing of their own) at once; a
+        # chain that cannot be read stops the listing (left running, the loop would close it later,
+        # half done, as it ends: an S3 client's request then fails as it is torn down).
+        listing = asyncio.ensure_future(self._keys(invalidation_prefix(run_id, branch_id)))
+        try:
+            doc = await self._chain.document(checkpoint_id_)
+        except BaseException:
+            listing.cancel()
+            await asyncio.gather(listing, return_exceptions=True)
+            raise
+        markers = await listing
         # A fresh copy: callers may mutate what they get without touching the cache.
         with gc_paused():
             cp = validate_document(_fresh(doc), checkpoint_id_)
