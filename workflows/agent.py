@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.canonical import canonical_json
     from workflows.describe import describe_here, describe_routed
-    from workflows.ids import checkpoint_id
+    from workflows.ids import checkpoint_id, parse_checkpoint_id
     from workflows.text import usd
     from workflows.tool_calls import failure_text, step_label
     from workflows.run_index import RunIndex
@@ -713,8 +713,10 @@ class AgentWorkflow:
     async def _fail(self, reason: str) -> None:
         assert self._status is not None and self._input is not None
         state = self._state
-        if state.parent_checkpoint == checkpoint_id(self._input.run_id, self._input.branch_id, state.step):
-            state.step += 1  # the failure is the next step's, not the recorded one's
+        if state.parent_checkpoint is not None and parse_checkpoint_id(state.parent_checkpoint)[2] == state.step:
+            # The failure is the next step's, not the recorded one's: also on a branch that fails before
+            # its first step, whose recorded step is its fork point, of another branch.
+            state.step += 1
         state.last_error = reason
         self._record_step("failed", failed={"reason": reason})
         self._status.state = "failed"

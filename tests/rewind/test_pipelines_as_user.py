@@ -265,6 +265,12 @@ async def test_a_pipeline_that_reads_the_clock_or_a_file_itself_fails_with_the_f
         error = run["error"]
         assert "pipeline stamped called time.time in stamped (clocked.py:9)" in error, error
         assert "use ctx.now()" in error
+        # Resumed, it fails again: its new revision's failure is a step after the start it continues from.
+        code, out, err = await rewind(cli, cli_env, "resume", "pipe-clock", "--wait")
+        assert code == 1 and "called time.time" in err, out + err
+        tree = await rewind_json(cli, cli_env, "tree", "pipe-clock")
+        revision = [b for b in tree["branches"] if b != "main"]
+        assert [(r["step_index"], r["step_label"]) for r in tree["branches"][revision[0]]] == [(1, "failed")], tree
         run = await finished(cli, cli_env, "start", "--pipeline", "reads_a_file", "--input",
                              json.dumps({"path": str(folder / "clocked.py")}), "--run-id", "pipe-file")
         assert run["state"] == "failed", run
