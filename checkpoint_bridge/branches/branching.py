@@ -50,7 +50,7 @@ from checkpoint_bridge.temporal.runs import (
     start_agent,
 )
 from checkpoint_bridge.document.migrations import validate_document
-from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
+from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary, code_kind
 from checkpoint_bridge.checkpoints.chain import gc_paused
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from workflows.canonical import canonical_json
@@ -709,8 +709,8 @@ async def _redo_call(client: Client, launcher: Launcher, store: CheckpointStore,
     `from_branch` whose code runs again with every recorded call answered from the record but
     this one; what depends on its new answer runs live, the rest keeps its answers."""
     call = cp.pipeline or {}
-    if "graph" in call:
-        raise UsageError(f"step {cp.step_index} is a super-step of graph {call['graph']}: redo runs a pipeline's "
+    if code_kind(call) == "graph":
+        raise UsageError(f"step {cp.step_index} is a super-step of graph {call.get('graph')}: redo runs a pipeline's "
                          f"call again; to run the graph again from before it, fork from step {cp.step_index - 1} "
                          f"(`rewind fork {cp.run_id} --step {cp.step_index - 1} --branch NAME`)")
     record = cp.tool_call_cache[-1] if call.get("kind") != "llm" and cp.tool_call_cache else None

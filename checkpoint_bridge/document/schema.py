@@ -40,6 +40,8 @@ __all__ = [
     "AgentCheckpoint",
     "CheckpointSummary",
     "final_answer",
+    "code_run",
+    "code_kind",
     "stored_state",
     "StepParts",
     "dump_checkpoint",
@@ -175,7 +177,9 @@ class AgentCheckpoint(BaseModel):
     code it is: ``pipeline`` (its name), ``position`` (the order in which the code made its
     calls, from 0), ``label``, ``kind`` (llm, tool, agent, pipeline), ``digest`` (sha256 of what the call
     asked), ``attempt`` (a structured output's repair, 0 for the call itself) and, for a
-    repaired answer, ``invalid`` (why the answer failed its schema)."""
+    repaired answer, ``invalid`` (why the answer failed its schema). A LangGraph graph run's
+    super-step says ``graph`` (MODULE:ATTR), ``superstep``, ``nodes`` and its ``calls`` instead
+    (``code_run`` tells which)."""
 
     _utc = field_validator("created_at")(_to_utc)
 
@@ -271,6 +275,20 @@ def _plain(cp: AgentCheckpoint) -> dict[str, Any]:
     # Python mode keeps sets as sets so canonical_json can sort them; JSON
     # mode would emit them in hash order and break byte-for-byte determinism.
     return cp.model_dump(mode="python")
+
+
+def code_run(call: Any) -> tuple[Literal["pipeline", "graph"], str | None] | None:
+    """What a step's ``pipeline`` field says runs the run: ("graph", MODULE:ATTR) for a graph
+    run's super-step, ("pipeline", NAME) for a pipeline's call, None for no such field."""
+    if not isinstance(call, dict):
+        return None
+    return ("graph", call.get("graph")) if "superstep" in call else ("pipeline", call.get("pipeline"))
+
+
+def code_kind(call: Any) -> Literal["pipeline", "graph"] | None:
+    """``code_run``'s kind alone: "pipeline", "graph", or None."""
+    found = code_run(call)
+    return found[0] if found is not None else None
 
 
 def dump_checkpoint(cp: AgentCheckpoint) -> bytes:

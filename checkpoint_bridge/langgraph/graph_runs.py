@@ -18,6 +18,7 @@ from typing import Any
 
 from checkpoint_bridge.checkpoints.lineage import lineage_in
 from checkpoint_bridge.checkpoints.store import CheckpointStore
+from checkpoint_bridge.document.schema import code_kind
 from checkpoint_bridge.stores import ObjectStore
 from workflows.errors import CheckpointNotFoundError, RunNotFoundError
 
@@ -43,7 +44,7 @@ async def graph_run_tuples(objects: ObjectStore, run_id: str) -> list[Any]:
     except (CheckpointNotFoundError, RunNotFoundError, ValueError):
         return []
     documents = [await store.load(s.checkpoint_id) for s in line]
-    if not any(isinstance(d.pipeline, dict) and "superstep" in d.pipeline for d in documents):
+    if not any(code_kind(d.pipeline) == "graph" for d in documents):
         return []
     with_messages = any(d.messages for d in documents)
     out: list[Any] = []

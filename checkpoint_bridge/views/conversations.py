@@ -32,6 +32,7 @@ import json
 from typing import Any, Awaitable, Callable
 
 from checkpoint_bridge.checkpoints.store import CheckpointStore
+from checkpoint_bridge.document.schema import code_kind
 from workflows.ids import checkpoint_id, parse_subagent_branch
 
 _KEEP = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
@@ -122,7 +123,7 @@ async def _is_pipeline(store: CheckpointStore, run_id: str, branch: str, steps: 
     """Whether the branch's steps are a pipeline's calls (one of its steps names its call; a
     graph's super-steps name their graph, and its messages channel is one conversation)."""
     ends = await store.step_ends([checkpoint_id(run_id, branch, s) for s in sorted(steps)])
-    return any(isinstance(call := end.fields.get("pipeline"), dict) and "graph" not in call for end in ends)
+    return any(code_kind(end.fields.get("pipeline")) == "pipeline" for end in ends)
 
 
 ToolsFor = Callable[[str, str], Awaitable["list[dict[str, Any]] | None"]]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointStatus
+from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointStatus, code_kind
 from checkpoint_bridge.views.approval_text import decision_text
 from workflows.errors import LineageError
 
@@ -241,7 +241,7 @@ def _side(name: str, lineage: Sequence[AgentCheckpoint], start: int, base: Agent
                          kept=r.answered_from is not None, dry_run=r.dry_run,
                          mcp_policy=list((r.mcp or {}).get("policy") or [])) for r in records]
     # A pipeline has no one system prompt (each call names its own: `calls` shows them).
-    pipeline = any(isinstance(cp.pipeline, dict) and "graph" not in cp.pipeline for cp in lineage)
+    pipeline = any(code_kind(cp.pipeline) == "pipeline" for cp in lineage)
     system = None if pipeline else next((m for m in head.messages if m.get("role") == "system"), None)
     last = next((m for m in reversed(head.messages) if m.get("role") == "assistant"), None)
     answer = None
@@ -315,7 +315,7 @@ def _call_answers(since: Sequence[AgentCheckpoint]) -> dict[tuple[int, int], _Ca
     found: dict[tuple[int, int], _CallMade] = {}
     for before, cp in zip(since, since[1:]):
         call = cp.pipeline
-        if not isinstance(call, dict) or "superstep" in call:
+        if code_kind(call) != "pipeline":
             continue
         prompt = model = None
         if call.get("kind") == "llm":

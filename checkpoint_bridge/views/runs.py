@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal
 from pydantic import BaseModel
 
 from checkpoint_bridge.checkpoints.lineage import display_name, split_revision, top_branch
-from checkpoint_bridge.document.schema import stored_state
+from checkpoint_bridge.document.schema import code_run, stored_state
 from workflows.errors import CheckpointNotFoundError, UsageError
 from workflows.ids import checkpoint_id, parse_subagent_branch
 from workflows.pipeline_ids import explain_code_change
@@ -327,8 +327,8 @@ async def _agent(store: CheckpointStore, w: ListedWorkflow | None, end: StepEnd 
     fields = end.fields if end is not None else {}
     if isinstance(fields.get("agent"), dict):
         return "agent", fields["agent"].get("name")
-    if isinstance(fields.get("pipeline"), dict):
-        return _code_run(fields["pipeline"])
+    if (runs := code_run(fields.get("pipeline"))) is not None:
+        return runs
     if w is not None:
         if w.workflow_type != PIPELINE_WORKFLOW:
             return "agent", None
@@ -342,15 +342,10 @@ async def _agent(store: CheckpointStore, w: ListedWorkflow | None, end: StepEnd 
     run_id, branch, step = fields["run_id"], fields["branch_id"], int(fields.get("step_index") or 0)
     if fields.get("step_label") in ("result", "failed") and step >= 2:
         before = await _ends(store, [checkpoint_id(run_id, branch, step - 1)])
-        call = next(iter(before.values())).fields.get("pipeline") if before else None
-        if isinstance(call, dict):
-            return _code_run(call)
+        runs = code_run(next(iter(before.values())).fields.get("pipeline")) if before else None
+        if runs is not None:
+            return runs
     return "agent", None
-
-
-def _code_run(call: dict[str, Any]) -> tuple[Any, str | None]:
-    """(kind, name) from a step's `pipeline` field: a graph's super-step names its graph."""
-    return ("graph", call.get("graph")) if "graph" in call else ("pipeline", call.get("pipeline"))
 
 
 # Runs whose every step is read at once for --tool-errors (each read in parallel itself).

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from checkpoint_bridge.checkpoints.lineage import display_name, top_branch
 from checkpoint_bridge.checkpoints.store import CheckpointStore, StepFacts
+from checkpoint_bridge.document.schema import code_run
 from workflows.contracts import Ledger
 from workflows.experiment_contracts import parse_branch_name
 from workflows.ids import checkpoint_id, parse_subagent_branch
@@ -97,10 +98,8 @@ def created_at(fields: dict[str, Any]) -> datetime | None:
 
 
 def _agent(fields: dict[str, Any]) -> tuple[str, str | None]:
-    if isinstance(fields.get("pipeline"), dict):
-        if "superstep" in fields["pipeline"]:
-            return "graph", fields["pipeline"].get("graph")
-        return "pipeline", fields["pipeline"].get("pipeline")
+    if (runs := code_run(fields.get("pipeline"))) is not None:
+        return runs
     if isinstance(fields.get("agent"), dict):
         return "agent", fields["agent"].get("name")
     return "agent", None
