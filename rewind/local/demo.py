@@ -143,11 +143,8 @@ async def _reports_of(settings: Settings, run_id: str) -> list[Path]:
     run's newest checkpoint records (the outbox may hold an earlier demo's reports)."""
     from rewind.stores import checkpoint_store
 
-    store = checkpoint_store(settings)
-    try:
+    async with checkpoint_store(settings) as store:
         head = await store.load_latest(run_id)
-    finally:
-        await store.aclose()
     keys = {r.idempotency_key for r in (head.tool_call_cache if head else []) if r.idempotency_key}
     return sorted((p for p in outbox_dir().glob("*.md") if p.stem in keys), key=lambda p: p.stat().st_mtime)
 
