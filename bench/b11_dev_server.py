@@ -14,7 +14,7 @@ it next to the server's defaults and each setting alone.
 
 from __future__ import annotations
 
-from activities.tools import ToolRegistry
+from activities.tools.registry import ToolRegistry
 from bench.b1_overhead import _bare, _langgraph, _rewind
 from bench.baselines import langgraph_available
 from bench.common import TOOLS_MODULE, Section, log, median, ms, percentile

@@ -20,13 +20,13 @@ import sys
 import time
 import uuid
 
-from activities.llm import ModelEndpoint
-from activities.mcp.config import McpServerConfig
-from activities.mcp.tools import McpHub
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.mcp.config import McpServerConfig
+from activities.tools.mcp.tools import McpHub
+from activities.tools.registry import ToolRegistry
 from bench.common import REPO, TOOLS_MODULE, Section, activity_profile, history_events, log, median, ms, start_agent
 from rewind.temporal.timing import step_marks
-from workflows.wire import RUN_TOOL
+from workflows.vocabulary.wire import RUN_TOOL
 
 VARIANTS = {
     "tool_read": ("blob", lambda i: {"index": i, "size": 256}),

@@ -23,8 +23,8 @@ import time
 import uuid
 
 from temporalio.api.enums.v1 import EventType
-from activities.pipelines import PipelineRegistry
-from activities.tools import ToolRegistry
+from activities.code.pipelines import PipelineRegistry
+from activities.tools.registry import ToolRegistry
 from bench.b1_overhead import _bare, _dbos, _rewind
 from bench.b4_fork import first_step, fork_floor
 from bench.baselines import langgraph_available, langgraph_functional_pipeline

@@ -38,11 +38,11 @@ def _plugin_available() -> str | None:
 
 
 async def _rewind(client, settings, model, nodes: int) -> float:  # type: ignore[no-untyped-def]
-    from activities.graphs import find_langchain
-    from activities.pipelines import PipelineRegistry
-    from activities.tools import ToolRegistry
+    from activities.code.graphs import find_langchain
+    from activities.code.pipelines import PipelineRegistry
+    from activities.tools.registry import ToolRegistry
     from rewind.client import graph_input, start_run
-    from activities.llm import ModelEndpoint
+    from activities.model.llm import ModelEndpoint
     from worker import build_worker
 
     name = f"graph-{uuid.uuid4().hex[:8]}"

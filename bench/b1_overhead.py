@@ -23,7 +23,7 @@ import uuid
 
 from temporalio.worker import Worker
 
-from activities.tools import ToolRegistry
+from activities.tools.registry import ToolRegistry
 from bench.actions import billable_actions
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.baselines import asyncio_loop, langgraph_available, langgraph_loop
@@ -43,7 +43,7 @@ from bench.common import (
     start_agent,
 )
 from rewind.temporal.timing import step_marks
-from workflows.contracts import DEFAULT_SYSTEM_PROMPT
+from workflows.vocabulary.contracts import DEFAULT_SYSTEM_PROMPT
 
 TOOL_BYTES = 256
 TARGET = 1.20

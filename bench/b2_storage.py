@@ -24,7 +24,7 @@ import uuid
 
 from temporalio.worker import Worker
 
-from activities.tools import ToolRegistry
+from activities.tools.registry import ToolRegistry
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.baselines import langgraph_available, langgraph_loop
 from bench.common import (
@@ -48,7 +48,7 @@ from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.schema import checkpoint_to_dict
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.temporal.timing import step_marks
-from workflows.contracts import DEFAULT_SYSTEM_PROMPT
+from workflows.vocabulary.contracts import DEFAULT_SYSTEM_PROMPT
 
 BLOB = 2048
 TARGET_X = 3.0
@@ -300,7 +300,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
         + ". The floor sends each tool output twice (its activity's result and the next model call's input); "
         "Rewind sends a large read-only output once, to the payload store, and history names it by digest, "
         "and a step's checkpoint rides on the next model call naming that call's messages instead of "
-        "repeating them (workflows/said_once.py). What is left is mostly Temporal's own events "
+        "repeating them (workflows/vocabulary/said_once.py). What is left is mostly Temporal's own events "
         "(workflow tasks, activity starts: see the tables above).")
     if last["langgraph"]:
         sec.headline.append(["2 storage", f"checkpoint store vs LangGraph SqliteSaver ({last['steps']} steps)",

@@ -202,7 +202,7 @@ async def run(suite) -> Section:  # type: ignore[no-untyped-def]
             text += (f"In {len(quick)} of {len(rs)} trial(s) that task went to the standby at once "
                      f"({median([r['after_retry_s'] for r in quick]):.2f} s after the retry started): the retry, "
                      "started because its previous attempt timed out, had the server forget the run's sticky queue "
-                     "(activities/takeover.py). ")
+                     "(activities/liveness/takeover.py). ")
         sec.verdicts.append(text)
     worst = max(r["progress_s"] for rs in results.values() for r in rs)
     sec.notes.append(

@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from bench.b2_storage import long_run
-from activities.tools import ToolRegistry
+from activities.tools.registry import ToolRegistry
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.common import TOOLS_MODULE, Section, history_events, log, median, rewind_worker, turn_of
 from checkpoint_bridge.branches.branching import checkpoint_at, seed_from, source_of
@@ -39,10 +39,10 @@ from checkpoint_bridge.document.envelope import decode
 from checkpoint_bridge.document.layout import step_key
 from checkpoint_bridge.stores import open_object_store
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
-from activities.transcript import TranscriptStore
+from activities.model.transcript import TranscriptStore
 from rewind.client import workflow_id_for
-from workflows.contracts import AgentStatus, ToolRequest
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.contracts import AgentStatus, ToolRequest
+from workflows.vocabulary.ids import checkpoint_id
 
 
 def _continuing_script(model, run: dict, prefix: str) -> str:  # type: ignore[no-untyped-def]

@@ -47,12 +47,12 @@ from bench.common import (
 )
 from temporalio.client import Client
 
-from activities.tools import ToolRegistry
+from activities.tools.registry import ToolRegistry
 from bench.actions import add_up, billable_actions
 from bench.profile import Profiler, profile_note
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.temporal.timing import step_marks
-from workflows.contracts import DEFAULT_SYSTEM_PROMPT
+from workflows.vocabulary.contracts import DEFAULT_SYSTEM_PROMPT
 
 LATENCY_MS = 200.0
 TOOL_BYTES = 1024

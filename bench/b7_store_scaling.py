@@ -37,9 +37,9 @@ from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, SqliteObjec
 from checkpoint_bridge.projection.projector import record_parts
 from checkpoint_bridge.document.schema import dump_checkpoint
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.canonical import cache_key
-from workflows.contracts import Ledger, StepRecord, ToolCallLog
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.canonical import cache_key
+from workflows.vocabulary.contracts import Ledger, StepRecord, ToolCallLog
+from workflows.vocabulary.ids import checkpoint_id
 
 SAVE_TARGET = 1.2
 STORAGE_TARGET = 1.3
@@ -158,7 +158,7 @@ import asyncio, json, sys, time
 from checkpoint_bridge.projection.projector import record_parts
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.stores import open_object_store
-from workflows.contracts import StepRecord
+from workflows.vocabulary.contracts import StepRecord
 url, endpoint, run_id, records_file = sys.argv[1:5]
 async def main():
     objects = open_object_store(url, endpoint_url=endpoint or None, region_name="us-east-1")

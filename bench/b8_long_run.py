@@ -61,8 +61,8 @@ from bench.step_pieces import PIECES, step_pieces
 from rewind.temporal.dev_server import free_port
 from rewind.worker.scripted_model import ScriptedModelServer
 from rewind.write_latency import write_latency
-from workflows.contracts import LlmTuning
-from workflows.wire import CALL_LLM, RUN_TOOL
+from workflows.vocabulary.contracts import LlmTuning
+from workflows.vocabulary.wire import CALL_LLM, RUN_TOOL
 
 TARGET = 1.2
 WINDOW = 20
@@ -192,8 +192,8 @@ async def _rewind(suite, client, server, model: SizedModelServer, label: str, st
 async def _floor(suite, server, model: SizedModelServer, steps: int, continue_as_new: bool) -> dict:  # type: ignore[no-untyped-def]
     """The same run on the bare workflow's worker: the request's own growth, without Rewind
     (continued as new on Rewind's rule, or never)."""
-    from activities.tools import ToolRegistry
-    from workflows.contracts import DEFAULT_SYSTEM_PROMPT
+    from activities.tools.registry import ToolRegistry
+    from workflows.vocabulary.contracts import DEFAULT_SYSTEM_PROMPT
 
     client = await Client.connect(server.address)
     queue = f"bench-long-floor-{uuid.uuid4().hex[:6]}"

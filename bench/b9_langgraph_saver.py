@@ -22,7 +22,7 @@ import time
 import uuid
 from typing import Any
 
-from activities.tools import ToolRegistry
+from activities.tools.registry import ToolRegistry
 from bench.baselines import langgraph_available, langgraph_run
 from bench.common import TOOLS_MODULE, Section, blob_script, folder_bytes, log, median
 

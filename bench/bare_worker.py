@@ -17,7 +17,7 @@ import sys
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.tools import ToolRegistry
+from activities.tools.registry import ToolRegistry
 from bench.bare_workflow import BareActivities, BareAgentWorkflow
 from bench.common import TOOLS_MODULE
 

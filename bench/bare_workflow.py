@@ -75,7 +75,7 @@ class BareAgentWorkflow:
             info = workflow.info()
             if held and inp.get("continue_as_new") and (
                     info.is_continue_as_new_suggested() or info.get_current_history_size() > HISTORY_LIMIT_BYTES):
-                # Where Rewind's loop does, on the same rule (workflows/agent.py): a long history
+                # Where Rewind's loop does, on the same rule (workflows/loop/agent.py): a long history
                 # slows every workflow task down on the dev server.
                 workflow.continue_as_new({**inp, "resume": {"step": step, "held_len": held_len, "unsent": messages}})
         if noop is not None:
@@ -107,7 +107,7 @@ class BareActivities:
         kwargs: dict[str, Any] = {"model": request["model"], "messages": messages}
         if request["tools"]:
             kwargs["tools"] = request["tools"]
-        # Posted as plain JSON, as Rewind's model call does (activities/llm.py): the client's
+        # Posted as plain JSON, as Rewind's model call does (activities/model/llm.py): the client's
         # `create` would first walk every message through its TypedDict transform.
         data = await self._client.post("/chat/completions", body=kwargs, cast_to=object)
         message = data["choices"][0]["message"]

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from activities.tools import ToolRegistry
-from workflows.contracts import DEFAULT_SYSTEM_PROMPT
+from activities.tools.registry import ToolRegistry
+from workflows.vocabulary.contracts import DEFAULT_SYSTEM_PROMPT
 
 
 def _first_messages(task: str) -> list[dict[str, Any]]:

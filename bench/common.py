@@ -29,15 +29,15 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from checkpoint_bridge.temporal.runs import pollers
 from rewind.client import connect, start_run
 from rewind.settings.config import Settings
 from rewind.temporal.dev_server import DevServer, free_port, port_open
 from rewind.worker.scripted_model import ScriptedModelServer
 from rewind.local.testing import WorkerProcess as _SharedWorkerProcess, descendants
-from workflows.contracts import AgentInput
+from workflows.vocabulary.contracts import AgentInput
 
 REPO = Path(__file__).resolve().parent.parent
 MAX_REQUEST_BYTES = 64 * 2**20

@@ -43,7 +43,7 @@ def main(base_url: str, model: str, db: Path, max_steps: int, runs: int) -> dict
     import openai
     from dbos import DBOS, DBOSConfig
 
-    from activities.tools import ToolRegistry
+    from activities.tools.registry import ToolRegistry
 
     registry = ToolRegistry.from_modules([TOOLS_MODULE])
     client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0)

@@ -3,7 +3,7 @@ MCP server's `record` does (bench/mcp_blob_server.py); `blob` comes from bench.t
 
 from __future__ import annotations
 
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool(side_effects=True)

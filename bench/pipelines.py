@@ -3,7 +3,7 @@ of one model call and one `blob` tool call, the same work per pair as one step o
 
 from __future__ import annotations
 
-from activities.pipelines import pipeline
+from activities.code.pipelines import pipeline
 from bench.tools import blob
 
 __all__ = ["blob", "blob_pairs", "LABEL"]

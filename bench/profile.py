@@ -4,7 +4,7 @@ py-spy (a PyPI package) samples the Python stacks of a running process from
 outside it (`--nonblocking`: the process is never paused). The summary
 groups samples two ways: by the package whose code was on the CPU (the
 innermost frame; "self" time), and by the Rewind module a sample was inside
-(any frame; "inclusive" time, so `activities/llm.py` includes the openai
+(any frame; "inclusive" time, so `activities/model/llm.py` includes the openai
 client code it called). Only the thread holding the GIL is sampled
 (`--gil`): Python CPU, not threads waiting in `select` or on a lock. Optional: without py-spy, or where the kernel
 refuses to let one process read another's memory (ptrace), the benchmark
@@ -36,7 +36,7 @@ def _py_spy() -> str | None:
 
 
 def _package(file: str) -> str:
-    """The package a frame's file belongs to: 'temporalio', 'activities/llm.py', 'asyncio', '<stdlib>'..."""
+    """The package a frame's file belongs to: 'temporalio', 'activities/model/llm.py', 'asyncio', '<stdlib>'..."""
     path = file.replace("\\", "/")
     if "site-packages/" in path:
         return path.split("site-packages/", 1)[1].split("/")[0]

@@ -53,7 +53,7 @@ def _timed(command: list[str], env: dict[str, str], cwd: Path, rounds: int) -> t
 async def _make_runs(env: dict[str, str], n: int) -> None:
     from rewind.client import connect, start_run
     from rewind.settings.config import Settings
-    from workflows.contracts import AgentInput
+    from workflows.vocabulary.contracts import AgentInput
 
     settings = Settings.from_env(env)
     client = await connect(settings)

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from activities.context_budget import message_budget
-from activities.context_window import compress_messages
+from activities.model.context_budget import message_budget
+from activities.model.context_window import compress_messages
 from checkpoint_bridge.stores import FileObjectStore
 from checkpoint_bridge.document.schema import AgentCheckpoint, StepParts, checkpoint_to_dict
 from checkpoint_bridge.checkpoints.store import CheckpointStore

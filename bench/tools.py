@@ -17,7 +17,7 @@ import os
 import random
 import time
 
-from activities.tools import tool, tool_context
+from activities.tools.registry import tool, tool_context
 
 
 _SYLLABLES = [c + v for c in "bcdfghklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou", "er")]
@@ -72,7 +72,7 @@ async def nap(label: str, seconds: float, retry_seconds: float = 0.2) -> str:
 
 
 # A sub-agent for the sub-agents benchmark: one `nap` as its work, then its answer.
-from activities.tools import subagent  # noqa: E402
+from activities.tools.registry import subagent  # noqa: E402
 
 helper = subagent(name="helper", description="Do one piece of work and report.", system_prompt="You do one task.",
                   tools=["nap"], max_steps=4)

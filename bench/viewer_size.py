@@ -31,9 +31,9 @@ from checkpoint_bridge.stores import FileObjectStore
 from checkpoint_bridge.projection.projector import record_parts
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.views.viewer import build_view, render_page
-from workflows.canonical import cache_key
-from workflows.contracts import Ledger, StepRecord, ToolCallLog
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.canonical import cache_key
+from workflows.vocabulary.contracts import Ledger, StepRecord, ToolCallLog
+from workflows.vocabulary.ids import checkpoint_id
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 RUN = "viewer-scale"

@@ -27,7 +27,7 @@ from examples.research_agent import DEFAULT_TASK
 from rewind import checkpoint_store, fork, new_run_id, start_run
 from rewind.settings.config import Settings
 from rewind.local.stack import embedded_stack
-from workflows.contracts import AgentInput
+from workflows.vocabulary.contracts import AgentInput
 
 TECH_PROMPT = (
     "You are a research agent. Emphasize technical analysis - architecture, engineering practice, "
@@ -55,7 +55,7 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    from workflows.errors import RewindError
+    from workflows.vocabulary.errors import RewindError
 
     try:
         code = asyncio.run(main())

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 PACKAGE = "@modelcontextprotocol/server-filesystem"
 SCRIPT_NAME = "mcp-files"

@@ -39,25 +39,25 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     # writing tools
-    "tool": "activities.tools",
-    "subagent": "activities.tools",
-    "tool_context": "activities.tools",
-    "ToolError": "workflows.errors",
-    "RelativePath": "activities.arg_types",
+    "tool": "activities.tools.registry",
+    "subagent": "activities.tools.registry",
+    "tool_context": "activities.tools.registry",
+    "ToolError": "workflows.vocabulary.errors",
+    "RelativePath": "activities.tools.arg_types",
     # pipelines: your own orchestration code, each ctx call a checkpointed step
-    "pipeline": "activities.pipelines",
-    "PipelineContext": "workflows.pipeline",
-    "PipelineError": "workflows.errors",
-    "ModelCallFailed": "workflows.errors",
-    "OutputInvalid": "workflows.errors",
-    "ToolCallFailed": "workflows.errors",
+    "pipeline": "activities.code.pipelines",
+    "PipelineContext": "workflows.pipeline.workflow",
+    "PipelineError": "workflows.vocabulary.errors",
+    "ModelCallFailed": "workflows.vocabulary.errors",
+    "OutputInvalid": "workflows.vocabulary.errors",
+    "ToolCallFailed": "workflows.vocabulary.errors",
     "pipeline_input": "rewind.client",
     "graph_input": "rewind.client",
-    "NotAnOption": "activities.arg_types",
+    "NotAnOption": "activities.tools.arg_types",
     # configuration and runs
     "Settings": "rewind.settings.config",
     "TemporalConnection": "rewind.settings.temporal",
-    "TemporalConnectionError": "workflows.errors",
+    "TemporalConnectionError": "workflows.vocabulary.errors",
     "connect": "rewind.client",
     "start_run": "rewind.client",
     "agent_input": "rewind.client",
@@ -65,15 +65,15 @@ _EXPORTS = {
     "wait_for_outcome": "rewind.client",
     "run_view": "rewind.client",
     "RunView": "rewind.client",
-    "AgentInput": "workflows.contracts",
-    "RunLimits": "workflows.contracts",
-    "AgentResult": "workflows.contracts",
+    "AgentInput": "workflows.vocabulary.contracts",
+    "RunLimits": "workflows.vocabulary.contracts",
+    "AgentResult": "workflows.vocabulary.contracts",
     # approvals
     "approve": "rewind.client",
     "reject": "rewind.client",
     "pending_approvals": "rewind.client",
-    "PendingApproval": "workflows.contracts",
-    "ApprovalRecord": "workflows.contracts",
+    "PendingApproval": "workflows.vocabulary.contracts",
+    "ApprovalRecord": "workflows.vocabulary.contracts",
     # checkpoints and branches
     "checkpoint_store": "rewind.stores",
     "tree": "checkpoint_bridge.views.inspect",
@@ -91,8 +91,8 @@ _EXPORTS = {
     "continue_experiment": "rewind.experiments",
     "score_experiment": "rewind.experiments",
     "experiment_table": "checkpoint_bridge.views.experiment_table",
-    "ExperimentInput": "workflows.experiment_contracts",
-    "Variant": "workflows.experiment_contracts",
+    "ExperimentInput": "workflows.vocabulary.experiments",
+    "Variant": "workflows.vocabulary.experiments",
     "StoreStats": "checkpoint_bridge.views.stats",
     # operating many runs: every run, filtered, newest first (`rewind runs`)
     "list_runs": "checkpoint_bridge.views.runs",
@@ -116,7 +116,7 @@ _EXPORTS = {
     "ErasureReport": "rewind.erasure",
     "AgentCheckpoint": "checkpoint_bridge.document.schema",
     # the error tree's root
-    "RewindError": "workflows.errors",
+    "RewindError": "workflows.vocabulary.errors",
 }
 
 __all__ = sorted(_EXPORTS)

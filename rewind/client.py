@@ -30,25 +30,25 @@ from checkpoint_bridge.temporal.runs import (
     start_agent,
 )
 from rewind.settings.config import Settings
-from workflows.pipeline_ids import changed_call, explain_code_change
-from workflows.summaries import summary_step
-from workflows.errors import RunNotFoundError
-from workflows.ids import validate_id, workflow_id_for
-from workflows.status import AgentResult, AgentStatus, Ledger, RunLimits, RunState
-from workflows.wire import STATUS_QUERY
+from workflows.pipeline.ids import changed_call, explain_code_change
+from workflows.vocabulary.summaries import summary_step
+from workflows.vocabulary.errors import RunNotFoundError
+from workflows.vocabulary.ids import validate_id, workflow_id_for
+from workflows.vocabulary.status import AgentResult, AgentStatus, Ledger, RunLimits, RunState
+from workflows.vocabulary.wire import STATUS_QUERY
 
 if TYPE_CHECKING:
     # Imported where they are used: `rewind status` and `pending`, which answer most
     # often, need neither the SDK's Client (rewind/temporal/connect.py, `Connection`), nor
     # the branching and compensation code, nor the checkpoint store unless they read it,
-    # nor the workflow contracts but a run's status (workflows/status.py).
+    # nor the workflow contracts but a run's status (workflows/vocabulary/status.py).
     from temporalio.client import Client, WorkflowHandle
 
     from checkpoint_bridge.branches.branching import ForkResult, Launcher, RollbackResult
     from checkpoint_bridge.branches.compensation import SideEffect
     from checkpoint_bridge.document.schema import AgentCheckpoint
     from checkpoint_bridge.checkpoints.store import CheckpointStore
-    from workflows.contracts import AgentInput, ApprovalRecord
+    from workflows.vocabulary.contracts import AgentInput, ApprovalRecord
 
 
 async def connect(settings: Settings | None = None, runtime: Any = None, *, service: str = "rewind-cli") -> Client:
@@ -76,7 +76,7 @@ async def start_run(
 @asynccontextmanager
 async def launcher(settings: Settings) -> AsyncIterator[Launcher]:
     """What fork and rollback need from the settings (closes the payload store after)."""
-    from activities.transcript import TranscriptStore
+    from activities.model.transcript import TranscriptStore
     from checkpoint_bridge.branches.branching import Launcher
     from rewind.stores import payload_store
 
@@ -138,7 +138,7 @@ async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str
     """`rewind approve`: let a waiting call run (with `arguments` instead, if given), or resume
     a graph's interrupt() with `value` (default: true). `by` defaults to the OS user. Raises
     DecisionRefusedError if the run cannot take it."""
-    from workflows.contracts import ApprovalDecision
+    from workflows.vocabulary.contracts import ApprovalDecision
 
     decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="approve", by=_decider(by), reason=reason,
                                 arguments=arguments, value=value, decided_at=datetime.now(timezone.utc))
@@ -148,7 +148,7 @@ async def approve(client: Client, run_id: str, tool_call_id: str, *, branch: str
 async def reject(client: Client, run_id: str, tool_call_id: str, *, reason: str, branch: str = "main",
                  by: str | None = None) -> ApprovalRecord:
     """`rewind reject`: the call does not run; the model gets the reason as its result."""
-    from workflows.contracts import ApprovalDecision
+    from workflows.vocabulary.contracts import ApprovalDecision
 
     decision = ApprovalDecision(tool_call_id=tool_call_id, verdict="reject", by=_decider(by), reason=reason,
                                 decided_at=datetime.now(timezone.utc))
@@ -169,7 +169,7 @@ async def agent_input(
     prompt, tools, model and max_steps, as a worker that loaded its declaration says, except
     what is given here. Start it with `start_run`."""
     from checkpoint_bridge.temporal.runs import declared_agent
-    from workflows.contracts import AgentInput
+    from workflows.vocabulary.contracts import AgentInput
 
     spec = await declared_agent(client, settings.task_queue, agent)
     chosen = limits or RunLimits(max_steps=spec.max_steps)
@@ -187,8 +187,8 @@ def pipeline_input(settings: Settings, pipeline: str, arguments: dict[str, Any] 
     """The input of a run of `@pipeline` `pipeline` with `arguments` (its parameters as JSON;
     the worker that runs it validates them, docs/pipelines.md). Start it with `start_run`.
     `model`: for the pipeline's model calls that name none and whose pipeline names none."""
-    from workflows.contracts import AgentInput, PipelineRun
-    from workflows.defaults import PIPELINE_MAX_STEPS
+    from workflows.vocabulary.contracts import AgentInput, PipelineRun
+    from workflows.vocabulary.defaults import PIPELINE_MAX_STEPS
 
     arguments = dict(arguments or {})
     return AgentInput(

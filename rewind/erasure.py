@@ -39,8 +39,8 @@ from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.idempotency import record_key
-from activities.transcript import segment_bytes, segment_key
+from activities.tools.idempotency import record_key
+from activities.model.transcript import segment_bytes, segment_key
 from checkpoint_bridge.branches.compensation import compensation_key
 from checkpoint_bridge.checkpoints.erasure import (
     PartialDeletion,
@@ -65,7 +65,7 @@ from rewind.temporal.history_refs import (
     read_executions,
 )
 from rewind.temporal.payloads import workflow_payload_prefix
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointError,
     ErasureIncompleteError,
     RewindError,
@@ -73,8 +73,8 @@ from workflows.errors import (
     RunNotFoundError,
     UsageError,
 )
-from workflows.ids import validate_id, workflow_id_for
-from workflows.wire import LOCAL_PAYLOAD_DRIVER
+from workflows.vocabulary.ids import validate_id, workflow_id_for
+from workflows.vocabulary.wire import LOCAL_PAYLOAD_DRIVER
 
 __all__ = [
     "RunErasure", "ErasureReport", "Plan", "parse_duration", "plan_delete", "plan_gc", "erase", "delete_run", "gc",

@@ -18,8 +18,8 @@ from checkpoint_bridge.temporal.runs import check_tools
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from rewind.settings.config import Settings
 from rewind.variables import variable_value
-from workflows.errors import InvalidIdError, RewindError, RunExistsError, UsageError
-from workflows.experiment_contracts import (
+from workflows.vocabulary.errors import InvalidIdError, RewindError, RunExistsError, UsageError
+from workflows.vocabulary.experiments import (
     ExperimentInput,
     ExperimentStatus,
     ScoreInput,
@@ -28,8 +28,8 @@ from workflows.experiment_contracts import (
     experiment_workflow_id,
     score_workflow_id,
 )
-from workflows.ids import checkpoint_id, echo, validate_id
-from workflows.wire import EXPERIMENT_STATUS_QUERY, EXPERIMENT_WORKFLOW, RAISE_EXPERIMENT_BUDGET_SIGNAL, SCORE_WORKFLOW
+from workflows.vocabulary.ids import checkpoint_id, echo, validate_id
+from workflows.vocabulary.wire import EXPERIMENT_STATUS_QUERY, EXPERIMENT_WORKFLOW, RAISE_EXPERIMENT_BUDGET_SIGNAL, SCORE_WORKFLOW
 
 _KEYS = ("model", "system_prompt", "tools", "temperature", "seed")
 

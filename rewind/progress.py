@@ -14,7 +14,7 @@ from typing import Any, Callable, TextIO
 from temporalio.client import Client
 
 from rewind.client import RunView, run_view
-from workflows.pipeline_ids import parse_activity_id
+from workflows.pipeline.ids import parse_activity_id
 
 POLL_S = 0.25
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel
 
-from workflows.errors import AlreadyResumedError, NotResumableError, RewindError, UsageError
+from workflows.vocabulary.errors import AlreadyResumedError, NotResumableError, RewindError, UsageError
 
 if TYPE_CHECKING:
     from temporalio.client import Client

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoint_bridge.stores import ObjectStore, open_object_store, verify_store
 from rewind.settings.config import Settings, StoreCompression
-from workflows.errors import CheckpointError, ConfigError, StoreUnavailableError, StoreUnreachableError
+from workflows.vocabulary.errors import CheckpointError, ConfigError, StoreUnavailableError, StoreUnreachableError
 
 if TYPE_CHECKING:
     from checkpoint_bridge.checkpoints.store import CheckpointStore

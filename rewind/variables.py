@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from workflows.errors import UsageError
-from workflows.ids import echo
+from workflows.vocabulary.errors import UsageError
+from workflows.vocabulary.ids import echo
 
 # Text that starts like a JSON object, array or string was meant as JSON: a typo in it
 # (`{"a":`) stored silently as the literal text would surface only when the agent misbehaves.

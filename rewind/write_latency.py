@@ -20,8 +20,8 @@ import urllib.request
 
 from pydantic import BaseModel
 
-from workflows.errors import ConfigError
-from workflows.metrics import CHECKPOINT_WRITE_MS, MIRROR_LAG_MS
+from workflows.vocabulary.errors import ConfigError
+from workflows.vocabulary.metrics import CHECKPOINT_WRITE_MS, MIRROR_LAG_MS
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)")
 _LE = re.compile(r'le="([^"]+)"')

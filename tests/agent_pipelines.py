@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.pipelines import pipeline
+from activities.code.pipelines import pipeline
 
 
 @pipeline

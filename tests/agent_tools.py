@@ -14,8 +14,8 @@ import signal
 import time
 from pathlib import Path
 
-from activities.arg_types import NotAnOption, RelativePath
-from activities.tools import ToolError, tool, tool_context
+from activities.tools.arg_types import NotAnOption, RelativePath
+from activities.tools.registry import ToolError, tool, tool_context
 
 
 def _event(kind: str, **fields: object) -> None:
@@ -181,7 +181,7 @@ async def charge_card(cents: int) -> str:
     return f"charged {cents} (attempt {ctx.attempt})"
 
 
-# -- approvals and effects of the lineage (tests/workflows/test_approvals.py) ------
+# -- approvals and effects of the lineage (tests/workflows/loop/test_approvals.py) ------
 
 def _invoice(kind: str, customer: str, amount_cents: int) -> str:
     ctx = tool_context()
@@ -236,10 +236,10 @@ def answer_length(checkpoint) -> int:  # type: ignore[no-untyped-def]
     return len(checkpoint.messages[-1].get("content") or "")
 
 
-# -- sub-agents (tests/workflows/test_subagents.py) ------------------------------------
+# -- sub-agents (tests/workflows/loop/test_subagents.py) ------------------------------------
 from pydantic import BaseModel, Field  # noqa: E402
 
-from activities.tools import subagent  # noqa: E402
+from activities.tools.registry import subagent  # noqa: E402
 
 
 class LookupArguments(BaseModel):

@@ -18,8 +18,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 from temporalio.client import Client
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from rewind.client import connect
 from rewind.settings.config import Settings
 from rewind.temporal.dev_server import DevServer

@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from rewind.client import start_run
 from rewind.settings.config import Settings
-from workflows.contracts import AgentInput, AgentResult
+from workflows.vocabulary.contracts import AgentInput, AgentResult
 
 
 async def start_agent(client: Client, settings: Settings, task: str, **fields: Any) -> WorkflowHandle[Any, AgentResult]:

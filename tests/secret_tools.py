@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from activities.tools import ToolError, tool
+from activities.tools.registry import ToolError, tool
 
 
 @tool

@@ -310,7 +310,7 @@ def test_dockerfile_copies_everything_pip_install_needs():
     # Every tracked file of the packaged paths (package data included) reaches the build.
     tracked = subprocess.run(["git", "ls-files", *sorted(packaged)], cwd=REPO, capture_output=True, text=True, check=True)
     files = tracked.stdout.split()
-    assert any(f.startswith("activities/encodings/") and f.endswith(".tiktoken.gz") for f in files)
+    assert any(f.startswith("activities/model/encodings/") and f.endswith(".tiktoken.gz") for f in files)
     for package, globs in PYPROJECT["tool"]["setuptools"].get("package-data", {}).items():
         for glob in globs:
             assert list((REPO / package).glob(glob)), (package, glob)

@@ -8,7 +8,7 @@ function-level ones too, tests/import_graph.py), so nothing has to run.
     checkpoint_bridge/   documents, stores, projection, branches
     workflows/           vocabulary and the loop                      (bottom)
 
-Inside checkpoint_bridge/ and rewind/ the same holds between their rooms
+Inside each package the same holds between its rooms
 (ROOMS below, each package's docstring says it in words): a room imports
 only rooms on lower floors, never one on its own floor.
 """
@@ -25,6 +25,20 @@ LAYERS = {"workflows": 0, "checkpoint_bridge": 1, "activities": 2, "rewind": 3, 
 # sub-package); a room not named here is a module of the package's top level, on
 # TOP_LEVEL's floor.
 ROOMS = {
+    "workflows": {
+        "": 0,                               # the package's docstring: its floors
+        "vocabulary": 0,                     # contracts, wire names, errors, ids, canonical JSON, status
+        "loop": 1,                           # AgentWorkflow and a step's pieces
+        "graph": 2, "experiment": 2,         # a LangGraph graph's run | experiments and scores
+        "pipeline": 3,                       # PipelineWorkflow: the user's code (and a graph's) as a run
+    },
+    "activities": {
+        "": 0,                               # the package's docstring: its floors
+        "liveness": 0,                       # heartbeats, the hand-over of a dead worker's run
+        "record": 1,                         # checkpoint writes, the mirror, redaction, spans
+        "model": 2, "tools": 2,              # the model call | @tool, the registry, tool activities, MCP
+        "code": 3,                           # @pipeline, graphs and LangChain tools, experiments
+    },
     "checkpoint_bridge": {
         "document": 0, "stores": 0,          # the document model | the object stores
         "checkpoints": 1,                    # the checkpoint store: chains, packs, lineage, outputs, erasure

@@ -17,10 +17,10 @@ from checkpoint_bridge.temporal.runs import branch_workflows
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from rewind.client import approve, fork, reject, rollback, start_run
 from rewind.settings.config import Settings
-from workflows.contracts import AgentStatus
-from workflows.errors import DecisionRefusedError, RunExistsError
-from workflows.ids import workflow_id_for
-from workflows.wire import STATUS_QUERY
+from workflows.vocabulary.contracts import AgentStatus
+from workflows.vocabulary.errors import DecisionRefusedError, RunExistsError
+from workflows.vocabulary.ids import workflow_id_for
+from workflows.vocabulary.wire import STATUS_QUERY
 
 from bench.soaking.shapes import FORK_STEP, FORK_WHEN, ROLLBACK_STEP, ROLLBACK_WHEN, Shape
 

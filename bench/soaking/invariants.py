@@ -27,7 +27,7 @@ from temporalio.client import Client
 from checkpoint_bridge.branches.branching import ledger_of
 from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.ids import checkpoint_id
 
 from bench.soaking.faults import Fault
 

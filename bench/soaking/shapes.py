@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.contracts import AgentInput, LlmTuning, PipelineRun, RunLimits
+from workflows.vocabulary.contracts import AgentInput, LlmTuning, PipelineRun, RunLimits
 
 LLM_TIMEOUT_S = 5.0  # a model "hang" fault answers after longer than this
 

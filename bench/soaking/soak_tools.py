@@ -22,8 +22,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from activities.pipelines import pipeline
-from activities.tools import subagent, tool, tool_context
+from activities.code.pipelines import pipeline
+from activities.tools.registry import subagent, tool, tool_context
 
 import soak_ledger  # this folder, on the workers' PYTHONPATH
 

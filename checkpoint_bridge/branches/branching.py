@@ -53,8 +53,8 @@ from checkpoint_bridge.document.migrations import validate_document
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary, code_kind
 from checkpoint_bridge.checkpoints.chain import gc_paused
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.canonical import canonical_json
-from workflows.contracts import (
+from workflows.vocabulary.canonical import canonical_json
+from workflows.vocabulary.contracts import (
     DEFAULT_MODEL,
     AgentInput,
     AgentResult,
@@ -69,10 +69,10 @@ from workflows.contracts import (
     RunLimits,
     ToolSpec,
 )
-from workflows.errors import CheckpointNotUsableError, RunExistsError, StepNotFoundError, UsageError
-from workflows.ids import parse_subagent_branch, validate_id, workflow_id_for
-from workflows.tool_calls import NOT_EXECUTED, with_system_prompt
-from workflows.wire import DESCRIBE_TOOLS, RUN_TOOL
+from workflows.vocabulary.errors import CheckpointNotUsableError, RunExistsError, StepNotFoundError, UsageError
+from workflows.vocabulary.ids import parse_subagent_branch, validate_id, workflow_id_for
+from workflows.vocabulary.tool_calls import NOT_EXECUTED, with_system_prompt
+from workflows.vocabulary.wire import DESCRIBE_TOOLS, RUN_TOOL
 
 # How long a rollback waits for the run it cancels to end before it terminates
 # it: longer than the run's own wait for the checkpoints it recorded, so they
@@ -81,7 +81,7 @@ STOP_TIMEOUT_S = STOPPED_MIRROR_DRAIN_S + 10.0
 
 
 class TranscriptWriter(Protocol):
-    """Where a seeded conversation is written (activities.transcript.TranscriptStore)."""
+    """Where a seeded conversation is written (activities.model.transcript.TranscriptStore)."""
 
     async def append(self, head: str | None, head_len: int, messages: list[dict[str, Any]]) -> str: ...
 
@@ -173,7 +173,7 @@ async def seed_from(
 ) -> LoopState:
     """The state a branch from `cp` starts with. `conversation`: the loop's branch continues the
     checkpoint's conversation (written to the transcript store); a pipeline's runs its code
-    again against its record instead (workflows/pipeline.py), so it needs none."""
+    again against its record instead (workflows/pipeline/workflow.py), so it needs none."""
     messages = [dict(m) for m in cp.messages] if conversation else []
     if system_prompt is not None:
         messages = with_system_prompt(messages, system_prompt)
@@ -337,7 +337,7 @@ async def fork(
     from the record: `prompts` / `models` ({label: ...}; a plain `model` is every call's)
     change the calls made after it, and `variables` are set in its ctx.state at the fork point.
 
-    `side_effects` ("run", "reuse" or "dry-run", workflows.contracts.SideEffectMode): what the
+    `side_effects` ("run", "reuse" or "dry-run", workflows.vocabulary.contracts.SideEffectMode): what the
     branch's side-effecting calls do; "run" unless told, whatever the source branch did.
 
     `limit_overrides` / `llm_overrides` change single fields of the source's limits
@@ -506,8 +506,8 @@ async def _effects_of(client: Client, workflow_id: str, after: int, *, called_at
                       owner: str | None = None, depth: int = 0) -> list[SideEffect]:
     from temporalio.api.enums.v1 import EventType
 
-    from workflows.contracts import AgentInput as ChildInput
-    from workflows.contracts import ToolOutcome, ToolRequest
+    from workflows.vocabulary.contracts import AgentInput as ChildInput
+    from workflows.vocabulary.contracts import ToolOutcome, ToolRequest
 
     found: list[SideEffect] = []
     scheduled: dict[int, ToolRequest] = {}

@@ -10,8 +10,8 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from workflows.contracts import CompensationOutcome, CompensationRequest
-from workflows.wire import COMPENSATION_WORKFLOW
+from workflows.vocabulary.contracts import CompensationOutcome, CompensationRequest
+from workflows.vocabulary.wire import COMPENSATION_WORKFLOW
 
 
 @dataclass

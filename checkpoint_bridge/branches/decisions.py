@@ -18,16 +18,16 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from checkpoint_bridge.temporal.runs import branch_workflows, open_runs, pollers, query_wait_s
-from workflows.errors import DecisionRefusedError, RunNotFoundError
-from workflows.ids import validate_id
-from workflows.wire import DECIDE_UPDATE, STATUS_QUERY
+from workflows.vocabulary.errors import DecisionRefusedError, RunNotFoundError
+from workflows.vocabulary.ids import validate_id
+from workflows.vocabulary.wire import DECIDE_UPDATE, STATUS_QUERY
 
 if TYPE_CHECKING:
     # Imported where they are used: `rewind pending` with no open run needs neither the
     # SDK's Client nor the workflow contracts.
     from temporalio.client import Client
 
-    from workflows.contracts import ApprovalDecision, ApprovalRecord, PendingApproval
+    from workflows.vocabulary.contracts import ApprovalDecision, ApprovalRecord, PendingApproval
 
 # A decision waits at most this long for a worker to take it.
 DECISION_TIMEOUT_S = 30.0
@@ -39,7 +39,7 @@ async def decide(client: Client, run_id: str, decision: ApprovalDecision, *, bra
     A call that waits inside one of the branch's sub-agents is decided there (`branch` names the caller)."""
     from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 
-    from workflows.contracts import ApprovalRecord
+    from workflows.vocabulary.contracts import ApprovalRecord
 
     validate_id("run", run_id)
     validate_id("branch", branch)
@@ -90,7 +90,7 @@ def _refuse_if_ended(desc: Any, run_id: str, branch: str) -> None:
 
 async def _waiting_in(client: Client, run_id: str, branch: str, call: str, depth: int = 0) -> str | None:
     """The branch where `call` waits: `branch` itself or one of its running sub-agents' (nested); None: neither."""
-    from workflows.contracts import AgentStatus
+    from workflows.vocabulary.contracts import AgentStatus
 
     workflows = await branch_workflows(client, run_id, branch)
     if not workflows or depth > 8:
@@ -120,7 +120,7 @@ async def pending_approvals(client: Client, *, query_timeout_s: float = 5.0, con
     runs = await open_runs(client)
     if not runs:
         return Pending([], [])
-    from workflows.contracts import AgentStatus
+    from workflows.vocabulary.contracts import AgentStatus
 
     handles = [(client.get_workflow_handle(workflow_id, run_id=run_id), queue) for workflow_id, run_id, queue in runs]
     queues = {queue for _, _, queue in runs}

@@ -21,7 +21,7 @@ newest step (not only up to the start point), and its side effects are those of 
 whole line, reused (`--side-effects reuse`) instead of caused again.
 
 The new revision's workflow carries in its memo which revision it resumed
-(`resumed_from`, workflows/wire.py), so a bulk resume run twice does not resume a
+(`resumed_from`, workflows/vocabulary/wire.py), so a bulk resume run twice does not resume a
 run twice (`skip_resumed`).
 
 A pipeline's run is resumed the same way, from the same point, without a redo plan: its
@@ -56,11 +56,11 @@ from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary, ToolCallRecord
 from checkpoint_bridge.projection.projector import log_of
 from checkpoint_bridge.temporal.runs import branch_workflows
-from workflows.contracts import Ledger, LoopState, RedoPlan
-from workflows.errors import AlreadyResumedError, NotResumableError, RunNotFoundError, UsageError
-from workflows.ids import parse_subagent_branch, validate_id
-from workflows.tool_calls import is_failed_after_retries
-from workflows.wire import MEMO_RESUMED
+from workflows.vocabulary.contracts import Ledger, LoopState, RedoPlan
+from workflows.vocabulary.errors import AlreadyResumedError, NotResumableError, RunNotFoundError, UsageError
+from workflows.vocabulary.ids import parse_subagent_branch, validate_id
+from workflows.vocabulary.tool_calls import is_failed_after_retries
+from workflows.vocabulary.wire import MEMO_RESUMED
 
 _ENDED = {
     WorkflowExecutionStatus.FAILED: "failed",

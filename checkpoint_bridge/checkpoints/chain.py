@@ -42,8 +42,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
-from workflows.ids import checkpoint_id, parse_checkpoint_id
+from workflows.vocabulary.errors import CheckpointNotFoundError, CorruptCheckpointError
+from workflows.vocabulary.ids import checkpoint_id, parse_checkpoint_id
 
 from checkpoint_bridge.document.blocks import BlockCall, Replay, block_calls, content_bytes, merge_block, parse_block
 from checkpoint_bridge.document.envelope import Chain, Envelope, apply_delta, chain_after, decode

@@ -21,8 +21,8 @@ import zlib
 from datetime import datetime
 from typing import Iterable
 
-from workflows.errors import CheckpointError, CorruptCheckpointError
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.errors import CheckpointError, CorruptCheckpointError
+from workflows.vocabulary.ids import checkpoint_id
 
 from checkpoint_bridge.checkpoints.chain import decode_as, read_many
 from checkpoint_bridge.document.envelope import object_json
@@ -36,7 +36,7 @@ __all__ = [
     "idempotency_keys_in", "last_checkpoint_at",
 ]
 
-# The two forms of idempotency key: `idem-` (workflows/tool_calls.idempotency_key) and
+# The two forms of idempotency key: `idem-` (workflows/vocabulary/tool_calls.idempotency_key) and
 # `comp-` (checkpoint_bridge/compensation.compensation_key), 40 hex digits each.
 IDEMPOTENCY_KEY = re.compile(rb"(?<![A-Za-z0-9])(?:idem|comp)-[0-9a-f]{40}(?![0-9a-f])")
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from workflows.errors import InvalidIdError, RunNotFoundError, StepNotFoundError
-from workflows.ids import parse_subagent_branch, validate_id
+from workflows.vocabulary.errors import InvalidIdError, RunNotFoundError, StepNotFoundError
+from workflows.vocabulary.ids import parse_subagent_branch, validate_id
 
 if TYPE_CHECKING:  # the revision names alone (checkpoint_bridge/temporal/runs.py) need no checkpoint models
     from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary

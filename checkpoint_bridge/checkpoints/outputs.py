@@ -23,10 +23,10 @@ import asyncio
 import json
 from typing import Any
 
-from workflows.canonical import canonical_json
-from workflows.contracts import StepRecord
-from workflows.errors import TranscriptError
-from workflows.tool_calls import OUTPUT_REF, output_text
+from workflows.vocabulary.canonical import canonical_json
+from workflows.vocabulary.contracts import StepRecord
+from workflows.vocabulary.errors import TranscriptError
+from workflows.vocabulary.tool_calls import OUTPUT_REF, output_text
 
 from checkpoint_bridge.stores.addressed import get_addressed, put_addressed
 from checkpoint_bridge.checkpoints.lru import LRU

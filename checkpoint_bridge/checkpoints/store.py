@@ -34,9 +34,9 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from workflows.canonical import canonical_json
-from workflows.errors import CheckpointError, CheckpointExistsError, CheckpointNotFoundError, CorruptCheckpointError
-from workflows.ids import checkpoint_id, parse_checkpoint_id
+from workflows.vocabulary.canonical import canonical_json
+from workflows.vocabulary.errors import CheckpointError, CheckpointExistsError, CheckpointNotFoundError, CorruptCheckpointError
+from workflows.vocabulary.ids import checkpoint_id, parse_checkpoint_id
 
 from checkpoint_bridge.checkpoints.chain import ChainReader, HeadInfo, decode_as, first_round, gc_paused, read_many
 from checkpoint_bridge.document.blocks import BlockCall, content_bytes, merge_block
@@ -211,7 +211,7 @@ class CheckpointStore:
             doc = {**parts.scalars, "messages": parts.new_messages, "tool_call_cache": parts.new_tool_records,
                    "agent_variables": parts.agent_variables}
             if parts.system_prompt is not None:
-                from workflows.tool_calls import with_system_prompt
+                from workflows.vocabulary.tool_calls import with_system_prompt
 
                 doc["messages"] = with_system_prompt(doc["messages"], parts.system_prompt)
             encoded = await self._encoded(run_id, branch_id, step, key, "snapshot", doc, None)

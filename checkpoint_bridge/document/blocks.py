@@ -37,9 +37,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.canonical import canonical_json
-from workflows.errors import CorruptCheckpointError
-from workflows.tool_calls import with_system_prompt
+from workflows.vocabulary.canonical import canonical_json
+from workflows.vocabulary.errors import CorruptCheckpointError
+from workflows.vocabulary.tool_calls import with_system_prompt
 
 from checkpoint_bridge.document.envelope import Envelope, apply_delta, corrupt, output_source
 from checkpoint_bridge.document.migrations import migrate, parse_json_object

@@ -58,10 +58,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from workflows.canonical import cache_key, canonical_json
-from workflows.errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
-from workflows.ids import parse_checkpoint_id
-from workflows.tool_calls import with_system_prompt
+from workflows.vocabulary.canonical import cache_key, canonical_json
+from workflows.vocabulary.errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
+from workflows.vocabulary.ids import parse_checkpoint_id
+from workflows.vocabulary.tool_calls import with_system_prompt
 
 from checkpoint_bridge.document.migrations import migrate, parse_json_object
 from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
@@ -438,7 +438,7 @@ def seal(payload: Compacted, blocks_sha256: str | None = None, block_sha256: str
     except UnicodeEncodeError as exc:
         raise CheckpointError(
             f"checkpoint {payload.checkpoint_id} holds text that is not valid Unicode ({exc}); "
-            "scrub lone surrogates (workflows.text.scrub_surrogates) before storing"
+            "scrub lone surrogates (workflows.vocabulary.text.scrub_surrogates) before storing"
         ) from exc
     return compress(envelope, compression)
 

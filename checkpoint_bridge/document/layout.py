@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from workflows.errors import InvalidIdError
-from workflows.ids import validate_id, validate_step
+from workflows.vocabulary.errors import InvalidIdError
+from workflows.vocabulary.ids import validate_id, validate_step
 
 __all__ = [
     "run_prefix",

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from workflows.errors import CorruptCheckpointError, FutureSchemaError
+from workflows.vocabulary.errors import CorruptCheckpointError, FutureSchemaError
 
 from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION, AgentCheckpoint
 

@@ -28,10 +28,10 @@ from pydantic import (
     model_validator,
 )
 
-from workflows.canonical import cache_key, canonical_json
-from workflows.errors import CheckpointError
-from workflows.ids import checkpoint_id as make_checkpoint_id
-from workflows.ids import parse_checkpoint_id, validate_id
+from workflows.vocabulary.canonical import cache_key, canonical_json
+from workflows.vocabulary.errors import CheckpointError
+from workflows.vocabulary.ids import checkpoint_id as make_checkpoint_id
+from workflows.vocabulary.ids import parse_checkpoint_id, validate_id
 
 __all__ = [
     "CURRENT_SCHEMA_VERSION",

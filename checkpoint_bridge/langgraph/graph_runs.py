@@ -1,6 +1,6 @@
 """A Rewind graph run's steps as a LangGraph thread, for `RewindSaver` to read.
 
-A graph run (`rewind start --graph`, workflows/graph_run.py) keeps its state
+A graph run (`rewind start --graph`, workflows/graph/runner.py) keeps its state
 as AgentCheckpoints: a super-step per step, its `messages` channel in the
 document's messages and its other channels in `agent_variables`. LangGraph
 reads a thread through its checkpointer; `RewindSaver` on the same store
@@ -20,7 +20,7 @@ from checkpoint_bridge.checkpoints.lineage import lineage_in
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.document.schema import code_kind
 from checkpoint_bridge.stores import ObjectStore
-from workflows.errors import CheckpointNotFoundError, RunNotFoundError
+from workflows.vocabulary.errors import CheckpointNotFoundError, RunNotFoundError
 
 ID_WIDTH = 8
 

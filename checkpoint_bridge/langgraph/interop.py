@@ -30,9 +30,9 @@ from typing import Any
 
 from checkpoint_bridge.document.schema import AgentCheckpoint, ToolCallRecord
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import LangGraphThreadError, RunExistsError, UsageError
-from workflows.ids import checkpoint_id, validate_id
-from workflows.text import scrub_surrogates
+from workflows.vocabulary.errors import LangGraphThreadError, RunExistsError, UsageError
+from workflows.vocabulary.ids import checkpoint_id, validate_id
+from workflows.vocabulary.text import scrub_surrogates
 
 NEEDS_LANGGRAPH = "LangGraph interop needs the langgraph extra: pip install 'rewind-agents[langgraph]'"
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from workflows.errors import InvalidIdError, UsageError
+from workflows.vocabulary.errors import InvalidIdError, UsageError
 
 from checkpoint_bridge.stores.contract import check_key
 

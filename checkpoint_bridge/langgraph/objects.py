@@ -52,8 +52,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.canonical import canonical_json
-from workflows.errors import CorruptCheckpointError, FutureSchemaError
+from workflows.vocabulary.canonical import canonical_json
+from workflows.vocabulary.errors import CorruptCheckpointError, FutureSchemaError
 
 __all__ = [
     "CHECKPOINT_FORMAT", "VALUE_FORMAT", "WRITES_FORMAT", "Typed", "StoredObject", "encode_object",

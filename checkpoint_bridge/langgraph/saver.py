@@ -65,7 +65,7 @@ except ImportError as exc:  # the core never needs LangGraph: only this module d
         "`pip install 'rewind-agents[langgraph]'`"
     ) from exc
 
-from workflows.errors import ConfigError, CorruptCheckpointError, UnstorableStateError, UsageError
+from workflows.vocabulary.errors import ConfigError, CorruptCheckpointError, UnstorableStateError, UsageError
 
 from checkpoint_bridge.checkpoints.chain import read_many
 from checkpoint_bridge.langgraph.graph_runs import graph_run_tuples

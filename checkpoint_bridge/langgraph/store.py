@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from workflows.errors import CheckpointError, CheckpointExistsError, CheckpointNotFoundError, CorruptCheckpointError
+from workflows.vocabulary.errors import CheckpointError, CheckpointExistsError, CheckpointNotFoundError, CorruptCheckpointError
 
 from checkpoint_bridge.checkpoints.chain import read_many
 from checkpoint_bridge.langgraph.layout import Layout, RecordKey

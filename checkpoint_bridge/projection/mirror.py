@@ -1,6 +1,6 @@
 """`rewind mirror RUN`: rebuild a run's checkpoints from its Temporal history.
 
-The live mirror is the `mirror_step` activity (activities/mirror.py) that
+The live mirror is the `mirror_step` activity (activities/record/mirror.py) that
 every step ends with; this rebuilds every checkpoint of a branch workflow
 from the same step records in its history, written the same way
 (`CheckpointStore.save_step`), so it writes identical bytes and finds nothing
@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.projection.projector import chain_events, record_parts, step_records
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import RunNotFoundError, TranscriptError
+from workflows.vocabulary.errors import RunNotFoundError, TranscriptError
 
 
 class MirrorReport(BaseModel):
@@ -87,7 +87,7 @@ async def run_branches(client: Client, store: CheckpointStore, run_id: str) -> l
     (or never had) a branch's checkpoints still gets it rebuilt. `main` first."""
     from temporalio.service import RPCError as _RPCError
 
-    from workflows.wire import AGENT_WORKFLOW, PIPELINE_WORKFLOW
+    from workflows.vocabulary.wire import AGENT_WORKFLOW, PIPELINE_WORKFLOW
 
     found = set(await store.branches(run_id)) | {"main"}
     prefix = f"{run_id}--"
@@ -109,7 +109,7 @@ async def mirror_branches(
     """`mirror_run` for each branch, each after the branch it was forked from: a branch's
     first step continues a checkpoint of another branch, which must be stored first, so a
     branch whose rebuild fails is tried again after the others until no round gets further."""
-    from workflows.ids import workflow_id_for
+    from workflows.vocabulary.ids import workflow_id_for
 
     reports: dict[str, MirrorReport] = {}
     if "main" in branches:  # the root of every other branch: its errors are the run's

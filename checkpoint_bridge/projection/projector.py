@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from checkpoint_bridge.document.schema import AgentCheckpoint, StepParts, ToolCallRecord, checkpoint_to_dict
-from workflows.contracts import (
+from workflows.vocabulary.contracts import (
     SUBAGENT_LEDGER_FIELDS,
     ApprovalRecord,
     EffectRef,
@@ -33,10 +33,10 @@ from workflows.contracts import (
     ToolCallLog,
     ToolRequest,
 )
-from workflows.errors import ProjectionError
-from workflows.ids import checkpoint_id
-from workflows.tool_calls import with_system_prompt
-from workflows.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_TOOL
+from workflows.vocabulary.errors import ProjectionError
+from workflows.vocabulary.ids import checkpoint_id
+from workflows.vocabulary.tool_calls import with_system_prompt
+from workflows.vocabulary.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_TOOL
 
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from workflows.errors import CheckpointNotFoundError, RewindError, TranscriptError
+from workflows.vocabulary.errors import CheckpointNotFoundError, RewindError, TranscriptError
 
 from checkpoint_bridge.stores.contract import ObjectStore
 

@@ -31,7 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.httpsession import create_urllib3_context, get_cert_path
 from botocore.loaders import Loader, create_loader
 
-from workflows.errors import ConfigError, InvalidIdError
+from workflows.vocabulary.errors import ConfigError, InvalidIdError
 
 from checkpoint_bridge.stores.contract import check_key
 

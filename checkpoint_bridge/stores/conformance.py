@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     InvalidIdError,

@@ -58,7 +58,7 @@ import re
 import uuid
 from typing import Protocol, runtime_checkable
 
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointError,
     CheckpointExistsError,
     InvalidIdError,

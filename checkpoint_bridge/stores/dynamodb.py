@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError, NoCredentialsError
 
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointError,
     CheckpointExistsError,
     CheckpointNotFoundError,

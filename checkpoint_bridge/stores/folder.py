@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     InvalidIdError,

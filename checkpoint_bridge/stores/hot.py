@@ -21,7 +21,7 @@ The store as a whole keeps the object-store contract (contract.py):
   store for good: found in CI, a worker's step written just before Redis died).
   Redis flushed or restarted without persistence: what
   had not reached the durable store is gone from the store, and the live mirror
-  rebuilds it from Temporal history (activities/mirror.py) as ``rewind mirror``
+  rebuilds it from Temporal history (activities/record/mirror.py) as ``rewind mirror``
   would; a changed epoch key tells the flusher this happened, and it says so.
 
 Only the checkpoint store gets a hot tier: the payload store holds the records
@@ -38,8 +38,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from workflows import metrics
-from workflows.errors import CheckpointExistsError, CheckpointNotFoundError, InvalidIdError, StoreUnavailableError
+from workflows.vocabulary import metrics
+from workflows.vocabulary.errors import CheckpointExistsError, CheckpointNotFoundError, InvalidIdError, StoreUnavailableError
 
 from checkpoint_bridge.stores.contract import ObjectStore, check_key
 from checkpoint_bridge.stores.redis import EXISTING, RedisConnection, lex_range

@@ -29,7 +29,7 @@ import zlib
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     ConfigError,

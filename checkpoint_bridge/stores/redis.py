@@ -23,7 +23,7 @@ import asyncio
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     ConfigError,

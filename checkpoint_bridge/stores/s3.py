@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError, NoCredentialsError
 
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointError,
     CheckpointExistsError,
     CheckpointNotFoundError,

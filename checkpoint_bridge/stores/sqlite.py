@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     InvalidIdError,

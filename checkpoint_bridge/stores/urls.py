@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl
 
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 from checkpoint_bridge.stores.contract import ObjectStore
 

@@ -5,7 +5,7 @@ sub-agent's child), with the run and branch it carries and how it stands.
 Plain ListWorkflowExecutions calls, the request `client.list_workflows(query)` makes,
 so a command that only lists (`rewind runs`, `rewind pending`) needs the service
 client alone (rewind/temporal/connect.py, `Connection`). The run and branch come
-from the search attributes RewindRunId / RewindBranch (workflows/run_index.py), else
+from the search attributes RewindRunId / RewindBranch (workflows/loop/run_index.py), else
 from the memo when it is plain JSON (a cluster where the attributes could not be
 registered), else from the workflow id.
 """
@@ -21,7 +21,7 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import HistoryEventFilterType, WorkflowExecutionStatus
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest, ListWorkflowExecutionsRequest
 
-from workflows.wire import AGENT_WORKFLOW, PIPELINE_WORKFLOW, SA_BRANCH, SA_RUN_ID, SA_STATE
+from workflows.vocabulary.wire import AGENT_WORKFLOW, PIPELINE_WORKFLOW, SA_BRANCH, SA_RUN_ID, SA_STATE
 
 if TYPE_CHECKING:
     from temporalio.client import Client

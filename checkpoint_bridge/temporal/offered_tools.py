@@ -5,7 +5,7 @@ go to the model with each `call_llm` activity, inline the first time a run sends
 (`LlmRequest.tools`) and after that by the digest under which the model-call activity
 stored them in the payload store (`tools_ref`). This reads the last `call_llm` a branch's
 workflow scheduled (its newest run's history: a continued run offers its tools again) and
-says which: the list itself, or the digest to read (activities/transcript.py reads it).
+says which: the list itself, or the digest to read (activities/model/transcript.py reads it).
 None when Temporal no longer has the history (past its retention) or the branch made no
 model call.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflows.contracts import LlmRequest
-from workflows.ids import workflow_id_for
-from workflows.wire import CALL_LLM
+from workflows.vocabulary.contracts import LlmRequest
+from workflows.vocabulary.ids import workflow_id_for
+from workflows.vocabulary.wire import CALL_LLM
 
 
 async def offered_tools(client: Any, run_id: str, branch_id: str) -> tuple[list[dict[str, Any]], str | None] | None:

@@ -38,14 +38,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from checkpoint_bridge.checkpoints.lineage import is_revision_name, revision_branch, split_revision
 from checkpoint_bridge.temporal.listing import RUN_WORKFLOWS_QUERY, list_workflows
-from workflows.errors import RunExistsError, UsageError
-from workflows.ids import echo, validate_id, workflow_id_for
-from workflows.wire import AGENT_WORKFLOW, DESCRIBE_TOOLS_WORKFLOW, PIPELINE_WORKFLOW, tool_task_queue
+from workflows.vocabulary.errors import RunExistsError, UsageError
+from workflows.vocabulary.ids import echo, validate_id, workflow_id_for
+from workflows.vocabulary.wire import AGENT_WORKFLOW, DESCRIBE_TOOLS_WORKFLOW, PIPELINE_WORKFLOW, tool_task_queue
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
-    from workflows.contracts import AgentInput, AgentResult, AgentSpec, DescribeToolsResponse
+    from workflows.vocabulary.contracts import AgentInput, AgentResult, AgentSpec, DescribeToolsResponse
 
 
 async def describe(client: Client, workflow_id: str) -> DescribeWorkflowExecutionResponse | None:
@@ -89,7 +89,7 @@ async def branch_executions(client: Client, run_id: str, name: str) -> list[tupl
 async def branch_workflows(client: Client, run_id: str, name: str) -> list[tuple[str, WorkflowHandle[Any, AgentResult]]]:
     """(storage branch, handle) of every workflow that has carried branch `name`, oldest
     first (see `branch_executions`)."""
-    from workflows.contracts import AgentResult
+    from workflows.vocabulary.contracts import AgentResult
 
     return [(storage, client.get_workflow_handle(workflow_id_for(run_id, storage), result_type=AgentResult))
             for storage, _ in await branch_executions(client, run_id, name)]
@@ -318,7 +318,7 @@ async def describe_tools(client: Client, task_queue: str, names: list[str], *, w
     through a short DescribeToolsWorkflow: a worker holding each describes it."""
     import uuid
 
-    from workflows.contracts import DescribeToolsRequest, DescribeToolsResponse
+    from workflows.vocabulary.contracts import DescribeToolsRequest, DescribeToolsResponse
 
     if not await pollers(client, task_queue, workflows=True):
         raise UsageError(f"no worker polls task queue {task_queue!r}, so nobody can say what "
@@ -358,7 +358,7 @@ async def start_agent(
 ) -> WorkflowHandle[Any, AgentResult]:
     """Start one AgentWorkflow (a run, or a branch of one) after checking its input."""
     from checkpoint_bridge.temporal.visibility import ensure_search_attributes, start_options
-    from workflows.contracts import AgentResult
+    from workflows.vocabulary.contracts import AgentResult
 
     check_input(agent_input)
     if verify_tools:

@@ -24,10 +24,10 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.contracts import AgentInput
-from workflows.run_index import BRANCH_KEY, MODEL_KEY, RUN_ID_KEY, STATE_KEY
-from workflows.summaries import run_summary
-from workflows.wire import MEMO_RESUMED, SEARCH_ATTRIBUTES
+from workflows.vocabulary.contracts import AgentInput
+from workflows.loop.run_index import BRANCH_KEY, MODEL_KEY, RUN_ID_KEY, STATE_KEY
+from workflows.vocabulary.summaries import run_summary
+from workflows.vocabulary.wire import MEMO_RESUMED, SEARCH_ATTRIBUTES
 
 _MEMO_TASK_CHARS = 500
 

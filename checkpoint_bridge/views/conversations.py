@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable
 
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.document.schema import code_kind
-from workflows.ids import checkpoint_id, parse_subagent_branch
+from workflows.vocabulary.ids import checkpoint_id, parse_subagent_branch
 
 _KEEP = ("role", "content", "name", "tool_calls", "tool_call_id", "refusal")
 

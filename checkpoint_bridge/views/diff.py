@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import textwrap
-from workflows.text import usd
+from workflows.vocabulary.text import usd
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointStatus, code_kind
 from checkpoint_bridge.views.approval_text import decision_text
-from workflows.errors import LineageError
+from workflows.vocabulary.errors import LineageError
 
 if TYPE_CHECKING:
     from checkpoint_bridge.checkpoints.store import CheckpointStore

@@ -20,10 +20,10 @@ from pydantic import BaseModel, Field
 from checkpoint_bridge.checkpoints.lineage import resolve_step
 from checkpoint_bridge.document.schema import AgentCheckpoint, final_answer
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.experiment_contracts import ExperimentStatus
-from workflows.ids import checkpoint_id
-from workflows.summaries import call_text
-from workflows.text import usd
+from workflows.vocabulary.experiments import ExperimentStatus
+from workflows.vocabulary.ids import checkpoint_id
+from workflows.vocabulary.summaries import call_text
+from workflows.vocabulary.text import usd
 
 _NOT_WORD = re.compile(r"[^\w]+")
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from workflows.text import usd
+from workflows.vocabulary.text import usd
 from typing import Any
 
 from checkpoint_bridge.checkpoints.lineage import split_revision
 from checkpoint_bridge.views.approval_text import decision_text
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import RunNotFoundError
-from workflows.ids import parse_checkpoint_id, short_id, validate_id
+from workflows.vocabulary.errors import RunNotFoundError
+from workflows.vocabulary.ids import parse_checkpoint_id, short_id, validate_id
 
 
 async def tree(store: CheckpointStore, run_id: str) -> list[CheckpointSummary]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from checkpoint_bridge.views.step_rows import StepRow
-from workflows.errors import ConfigError, RewindError
+from workflows.vocabulary.errors import ConfigError, RewindError
 
 
 def _pyarrow() -> Any:

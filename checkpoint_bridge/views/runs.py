@@ -36,12 +36,12 @@ from pydantic import BaseModel
 
 from checkpoint_bridge.checkpoints.lineage import display_name, split_revision, top_branch
 from checkpoint_bridge.document.schema import code_run, stored_state
-from workflows.errors import CheckpointNotFoundError, UsageError
-from workflows.ids import checkpoint_id, parse_subagent_branch
-from workflows.pipeline_ids import explain_code_change
-from workflows.text import usd
-from workflows.tool_calls import is_failed_after_retries
-from workflows.wire import PIPELINE_WORKFLOW
+from workflows.vocabulary.errors import CheckpointNotFoundError, UsageError
+from workflows.vocabulary.ids import checkpoint_id, parse_subagent_branch
+from workflows.pipeline.ids import explain_code_change
+from workflows.vocabulary.text import usd
+from workflows.vocabulary.tool_calls import is_failed_after_retries
+from workflows.vocabulary.wire import PIPELINE_WORKFLOW
 
 if TYPE_CHECKING:
     from checkpoint_bridge.checkpoints.store import CheckpointStore, StepEnd

@@ -30,10 +30,10 @@ from checkpoint_bridge.checkpoints.store import CheckpointStore, StepFacts
 from checkpoint_bridge.document.schema import stored_state
 from checkpoint_bridge.views.stats_by import By, Group, grouped, grouped_text
 from checkpoint_bridge.views.step_rows import StepRow, created_at, rows_of
-from workflows.contracts import Ledger
-from workflows.errors import RunNotFoundError
-from workflows.ids import checkpoint_id, validate_id
-from workflows.text import usd
+from workflows.vocabulary.contracts import Ledger
+from workflows.vocabulary.errors import RunNotFoundError
+from workflows.vocabulary.ids import checkpoint_id, validate_id
+from workflows.vocabulary.text import usd
 
 MODEL_CALL = "call_llm"  # the retries key of model calls; tool calls: "run_tool <tool>"
 

@@ -25,7 +25,7 @@ from typing import Iterable, Literal
 from pydantic import BaseModel
 
 from checkpoint_bridge.views.step_rows import StepRow
-from workflows.text import usd
+from workflows.vocabulary.text import usd
 
 By = Literal["agent", "model", "tool", "day", "node"]
 BY: tuple[str, ...] = By.__args__  # type: ignore[attr-defined]

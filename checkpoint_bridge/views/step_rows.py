@@ -22,10 +22,10 @@ from pydantic import BaseModel, Field
 from checkpoint_bridge.checkpoints.lineage import display_name, top_branch
 from checkpoint_bridge.checkpoints.store import CheckpointStore, StepFacts
 from checkpoint_bridge.document.schema import code_run
-from workflows.contracts import Ledger
-from workflows.experiment_contracts import parse_branch_name
-from workflows.ids import checkpoint_id, parse_subagent_branch
-from workflows.tool_calls import is_failed_after_retries
+from workflows.vocabulary.contracts import Ledger
+from workflows.vocabulary.experiments import parse_branch_name
+from workflows.vocabulary.ids import checkpoint_id, parse_subagent_branch
+from workflows.vocabulary.tool_calls import is_failed_after_retries
 
 
 class ToolCallFacts(BaseModel):

@@ -14,7 +14,7 @@ import re
 
 from checkpoint_bridge.checkpoints.lineage import split_revision
 from checkpoint_bridge.document.schema import CheckpointSummary
-from workflows.ids import parse_checkpoint_id
+from workflows.vocabulary.ids import parse_checkpoint_id
 
 LABEL_CHARS = 40
 

@@ -38,11 +38,11 @@ from checkpoint_bridge.checkpoints.lineage import display_name, is_revision_name
 from checkpoint_bridge.document.migrations import validate_document
 from checkpoint_bridge.document.schema import AgentCheckpoint, CheckpointSummary, ToolCallRecord, format_datetime
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.canonical import canonical_json
-from workflows.errors import CheckpointError, RewindError
-from workflows.experiment_contracts import parse_branch_name
-from workflows.ids import parse_checkpoint_id
-from workflows.text import scrub_text
+from workflows.vocabulary.canonical import canonical_json
+from workflows.vocabulary.errors import CheckpointError, RewindError
+from workflows.vocabulary.experiments import parse_branch_name
+from workflows.vocabulary.ids import parse_checkpoint_id
+from workflows.vocabulary.text import scrub_text
 
 __all__ = ["VIEW_FORMAT", "build_view", "render_page", "view_page"]
 
@@ -192,7 +192,7 @@ _SCOPES = ("step", "branch", "total")
 def ledger_columns(rows: list[dict[str, Any]]) -> list[str]:
     """The ledger fields any checkpoint of the page has, in the ledger's own order: the
     same columns in the same order on every step."""
-    from workflows.contracts import Ledger
+    from workflows.vocabulary.contracts import Ledger
 
     present = {key for row in rows for values in (row.get("led") or {}).values() if isinstance(values, dict)
                for key in values}

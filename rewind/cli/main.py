@@ -37,7 +37,7 @@ from rewind.cli.commands import (
 from rewind.cli.commands.common import EXIT_ERROR, EXIT_USAGE, one_line
 from rewind.settings.config import Settings, drop_empty_library_variables, skip_pydantic_plugins
 from rewind.temporal.runtime import quiet_core_logs
-from workflows.errors import RewindError, UsageError
+from workflows.vocabulary.errors import RewindError, UsageError
 
 # The commands that run user code (tools, and the pydantic plugins they may rely on).
 RUNS_USER_CODE = frozenset({"worker", "dev", "demo"})

@@ -33,8 +33,8 @@ from rewind.temporal.dev_server import port_open
 from rewind.progress import follow
 from rewind.local.stack import embedded_stack
 from rewind.temporal.timing import median_or_none, retried_attempts, step_durations
-from workflows.contracts import AgentInput, AgentResult
-from workflows.errors import UsageError
+from workflows.vocabulary.contracts import AgentInput, AgentResult
+from workflows.vocabulary.errors import UsageError
 
 
 async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sys.stdout, *, quiet: bool = False,
@@ -188,7 +188,7 @@ def _report(settings: Settings, run_id: str, result: AgentResult, durations: Any
 
 async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentResult:
     """The MCP agent on a fresh workspace under .rewind/mcp-demo (needs node and the npm server)."""
-    from activities.mcp.config import McpServerConfig
+    from activities.tools.mcp.config import McpServerConfig
     from examples import mcp_files_agent as agent
     from checkpoint_bridge.views.tool_policy import policy_of
 
@@ -226,7 +226,7 @@ async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentR
 async def _decide(client: Any, settings: Settings, p: Any, out: TextIO, ask: bool) -> None:
     """Show a call that waits for approval and how to decide it, then decide it."""
     from rewind.client import approve, reject
-    from workflows.errors import DecisionRefusedError
+    from workflows.vocabulary.errors import DecisionRefusedError
 
     brief = {k: (v if len(str(v)) <= 60 else f"{len(str(v)):,} characters") for k, v in p.arguments.items()}
     at = f"TEMPORAL_ADDRESS={settings.temporal_address} "

@@ -40,7 +40,7 @@ from rewind.settings.config import Settings
 from rewind.temporal.dev_server import DevServer, free_port, port_open, running_server
 from rewind.worker.args import existing_file
 from rewind.worker.pool import REPLACE_PAUSE_MAX_S, REPLACE_PAUSE_S, REPLACE_RESET_S
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 DEFAULT_UI_PORT = 8233
 

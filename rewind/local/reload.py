@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 # watchfiles groups changes: it yields once no change came for STEP_MS (an editor's
 # save is several events), at the latest after DEBOUNCE_MS; one group is one restart.

@@ -16,9 +16,9 @@ from typing import Any, AsyncIterator, TextIO
 
 from temporalio.client import Client
 
-from activities.llm import ModelEndpoint
-from activities.graphs import find_langchain
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.code.graphs import find_langchain
+from activities.tools.registry import ToolRegistry
 from rewind.client import connect
 from rewind.settings.config import Settings
 from rewind.temporal.dev_server import DevServer, running_server
@@ -44,7 +44,7 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
     processes of this home may use the server while it runs (`rewind demo --keep`).
     `mcp_servers`: MCP servers whose tools the worker offers too; `scripts`: turns the
     offline model can play (`--model script:NAME`)."""
-    from activities.pipelines import PipelineRegistry
+    from activities.code.pipelines import PipelineRegistry
     from rewind.worker.main import build_worker, model_endpoint
 
     # Retried tool failures are part of the show (the demo's flaky search);
@@ -82,7 +82,7 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
         registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars,
                                              finders=[find_langchain])
         if mcp_servers:
-            from activities.mcp.tools import McpHub
+            from activities.tools.mcp.tools import McpHub
 
             hub = McpHub(mcp_servers, approve_destructive=settings.approve_destructive, log_dir=home)
             for mcp_tool in await hub.start():

@@ -24,8 +24,8 @@ from typing import Any, Callable, Literal, Mapping, cast
 
 from checkpoint_bridge.stores import parse_store_url
 from rewind.settings.temporal import TemporalConnection, load_temporal_config
-from workflows.defaults import DEFAULT_MODEL
-from workflows.errors import ConfigError
+from workflows.vocabulary.defaults import DEFAULT_MODEL
+from workflows.vocabulary.errors import ConfigError
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_SECRET_ENV = ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ANTHROPIC_API_KEY")
@@ -198,13 +198,13 @@ class Settings:
     # 2 s: no sticky misses at 100 concurrent runs on one worker (1 s had 38 of
     # 2,000 steps replayed), and the standby takes over ~3 s sooner than at 5 s.
     # Not waited for when the worker died in a call: the call's retry resets
-    # the run's stickiness (activities/takeover.py).
+    # the run's stickiness (activities/liveness/takeover.py).
     sticky_timeout_s: float = 2.0
     # Payload encryption (rewind/temporal/encryption.py): `kid:<base64 32 bytes>,...`,
     # the first encrypts; and whether plaintext payloads are refused.
     encryption_keys: str = field(default="", repr=False)
     require_encryption: bool = False
-    # Price table over the built-in one: inline JSON or a path (activities/pricing.py).
+    # Price table over the built-in one: inline JSON or a path (activities/model/pricing.py).
     prices: str = ""
     # Secrets to redact: name -> value (values of the REWIND_SECRET_ENV variables).
     secret_values: dict[str, str] = field(default_factory=dict, repr=False)
@@ -345,7 +345,7 @@ class Settings:
         )
 
     def mcp_servers(self) -> list[Any]:
-        """The MCP servers of the configured file (activities.mcp.config.McpServerConfig), or none."""
+        """The MCP servers of the configured file (activities.tools.mcp.config.McpServerConfig), or none."""
         if not self.mcp_config:
             return []
         from rewind.settings.mcp import parse_mcp_config
@@ -373,7 +373,7 @@ class Settings:
     def redactor(self, extra_secrets: Mapping[str, str] | None = None) -> Any:
         """The Redactor for these settings: the REWIND_SECRET_ENV values, `extra_secrets`
         (the worker adds the model key in use), the Temporal API key, built-in and configured patterns."""
-        from activities.redaction import Redactor, parse_patterns
+        from activities.record.redaction import Redactor, parse_patterns
 
         found = dict(self.secret_values)
         extra_secrets = {**self.temporal.secrets(), **(extra_secrets or {})}

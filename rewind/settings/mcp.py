@@ -1,5 +1,5 @@
 """The `mcpServers` configuration file (the format Claude Desktop, Cursor, VS Code and
-the OpenAI Agents SDK read), parsed into `activities.mcp.config` data.
+the OpenAI Agents SDK read), parsed into `activities.tools.mcp.config` data.
 
     {"mcpServers": {
         "fs":  {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"],
@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from activities.mcp.compensation import TemplateError, references
-from activities.mcp.config import OVERRIDE_KEYS, Compensation, McpServerConfig, ToolOverride
-from workflows.errors import ConfigError
+from activities.tools.mcp.compensation import TemplateError, references
+from activities.tools.mcp.config import OVERRIDE_KEYS, Compensation, McpServerConfig, ToolOverride
+from workflows.vocabulary.errors import ConfigError
 
 # A server's tools are offered as NAME__TOOL: the name must fit a model's tool name.
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")

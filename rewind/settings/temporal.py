@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 if TYPE_CHECKING:
     from temporalio.envconfig import ClientConfigProfile

@@ -29,7 +29,7 @@ from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 
 from rewind.settings.temporal import Pem, TemporalConnection
 from rewind.temporal.probe import probe
-from workflows.errors import ConfigError, TemporalConnectionError, TemporalUnreachableError
+from workflows.vocabulary.errors import ConfigError, TemporalConnectionError, TemporalUnreachableError
 
 if TYPE_CHECKING:
     from temporalio.client import Client

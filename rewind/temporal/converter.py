@@ -14,7 +14,7 @@ import base64
 import binascii
 
 from checkpoint_bridge.stores.urls import parse_store_url
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 
 def parse_keys(text: str) -> list[tuple[str, bytes]]:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 
 def temporal_binary() -> Path:

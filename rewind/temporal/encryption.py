@@ -27,7 +27,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
 from rewind.temporal.converter import parse_keys
-from workflows.errors import ConfigError, PayloadEncryptionError
+from workflows.vocabulary.errors import ConfigError, PayloadEncryptionError
 
 ENCODING = b"binary/encrypted"
 KEY_ID_KEY = "encryption-key-id"

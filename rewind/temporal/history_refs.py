@@ -38,9 +38,9 @@ from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContex
 from checkpoint_bridge.checkpoints.erasure import IDEMPOTENCY_KEY
 from rewind.temporal.encryption import ENCODING as ENCRYPTED
 from rewind.temporal.payloads import local_payload_key
-from workflows.errors import PayloadIntegrityError
-from workflows.tool_calls import OUTPUT_REF
-from workflows.wire import (
+from workflows.vocabulary.errors import PayloadIntegrityError
+from workflows.vocabulary.tool_calls import OUTPUT_REF
+from workflows.vocabulary.wire import (
     AGENT_WORKFLOW,
     PIPELINE_WORKFLOW,
     CALL_LLM,

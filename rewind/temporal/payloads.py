@@ -38,8 +38,8 @@ from checkpoint_bridge.stores.addressed import get_addressed, put_addressed
 from checkpoint_bridge.stores import FileObjectStore, ObjectStore, open_object_store, parse_store_url
 from rewind.temporal.converter import check_converter_settings
 from rewind.temporal.encryption import EncryptionCodec
-from workflows.errors import PayloadIntegrityError
-from workflows.wire import LOCAL_PAYLOAD_DRIVER, S3_PAYLOAD_DRIVER
+from workflows.vocabulary.errors import PayloadIntegrityError
+from workflows.vocabulary.wire import LOCAL_PAYLOAD_DRIVER, S3_PAYLOAD_DRIVER
 
 DEFAULT_THRESHOLD = 64 * 1024
 

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from workflows.wire import CALL_LLM
+from workflows.vocabulary.wire import CALL_LLM
 
 
 def step_marks(events: Iterable[Any], model_activity: str = CALL_LLM) -> list[float]:

@@ -13,8 +13,8 @@ imported (rewind/temporal/tracing_otel.py holds everything that imports it; the
 activities' spans use the API alone, a no-op without a provider).
 
 The spans: `rewind.run` > `rewind.step` > `chat <model>` and `execute_tool
-<tool>`, with Temporal's own spans in between (see workflows/tracing.py and
-activities/spans.py for who emits which, and docs/operations.md, "Traces").
+<tool>`, with Temporal's own spans in between (see workflows/loop/tracing.py and
+activities/record/spans.py for who emits which, and docs/operations.md, "Traces").
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import threading
 from typing import Any
 
 from rewind.settings.config import Settings
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 _INSTALL_HINT = "pip install 'rewind-agents[otel]'"
 _current: Any = None  # the process's Tracing (rewind.temporal.tracing_otel), once set up

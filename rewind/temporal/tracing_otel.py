@@ -12,7 +12,7 @@ tracing off never loads the SDK (and runs without the `otel` extra).
   workflow's replay-safe RunWorkflow / StartActivity spans, RunActivity around
   each attempt, and the trace context carried in Temporal headers from the
   CLI to every worker. On top, it registers the extern functions through which
-  workflow code hands over Rewind's run and step spans (workflows/tracing.py).
+  workflow code hands over Rewind's run and step spans (workflows/loop/tracing.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from workflows.errors import ConfigError
-from workflows.tracing import EXTERN_EMIT, EXTERN_ENTER, EXTERN_EXIT, SpanRecord, derived_id
+from workflows.vocabulary.errors import ConfigError
+from workflows.loop.tracing import EXTERN_EMIT, EXTERN_ENTER, EXTERN_EXIT, SpanRecord, derived_id
 
 log = logging.getLogger("rewind.temporal.tracing")
 
@@ -162,7 +162,7 @@ def otlp_exporter(protocol: str) -> SpanExporter:
 
 
 def set_global_provider(tracing: Tracing) -> None:
-    """The activities' spans use the OpenTelemetry API (activities/spans.py): the global provider."""
+    """The activities' spans use the OpenTelemetry API (activities/record/spans.py): the global provider."""
     trace.set_tracer_provider(tracing.provider)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rewind.settings.config import Settings
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 # Runs this process's worker (rewind.worker.main.run_supervised_or_single): passed in, so that
 # this module never imports the worker and the supervisor of --processes N stays light.
@@ -90,7 +90,7 @@ def worker_command(args: argparse.Namespace, run_worker: RunWorker) -> int:
     import sys
 
     from rewind.settings.config import drop_empty_library_variables
-    from workflows.errors import RewindError
+    from workflows.vocabulary.errors import RewindError
 
     drop_empty_library_variables()
     supervised = getattr(args, "supervised_by", None) is not None

@@ -3,7 +3,7 @@
     rewind worker [--tool-modules mod1,mod2] [--task-queue Q]   (same as: python worker.py ...)
 
 A worker polls its main task queue (workflows, model calls, the mirror) and
-one task queue per tool it has (`workflows.wire.tool_task_queue`), so a tool
+one task queue per tool it has (`workflows.vocabulary.wire.tool_task_queue`), so a tool
 call only ever reaches a worker that holds the tool, and workers with
 different tool modules can share one main queue.
 
@@ -34,18 +34,18 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorAutoscaling, Worker
 
-from activities.experiment import ExperimentActivities
-from activities.idempotency import IdempotencyLedger
-from activities.llm import LlmActivities, ModelEndpoint
-from activities.pipelines import PipelineActivities, PipelineRegistry
-from activities.pricing import PriceTable
-from activities.redaction import Redactor
-from activities.tool_runner import ToolActivities
-from activities.graphs import find_langchain
-from activities.tools import ToolRegistry
-from activities.transcript import TranscriptStore
-from activities.checkpoint_writer import CheckpointWriter
-from activities.mirror import MirrorActivities
+from activities.code.experiment import ExperimentActivities
+from activities.tools.idempotency import IdempotencyLedger
+from activities.model.llm import LlmActivities, ModelEndpoint
+from activities.code.pipelines import PipelineActivities, PipelineRegistry
+from activities.model.pricing import PriceTable
+from activities.record.redaction import Redactor
+from activities.tools.runner import ToolActivities
+from activities.code.graphs import find_langchain
+from activities.tools.registry import ToolRegistry
+from activities.model.transcript import TranscriptStore
+from activities.record.checkpoint_writer import CheckpointWriter
+from activities.record.mirror import MirrorActivities
 from checkpoint_bridge.branches.branching import Launcher
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore
@@ -56,13 +56,13 @@ from rewind.client import connect
 from rewind.settings.config import Settings
 from rewind.stores import check_stores, checkpoint_objects, object_store
 from rewind.temporal.runtime import core_runtime
-from workflows.agent import AgentWorkflow
-from workflows.compensation import CompensationWorkflow
-from workflows.describe import DescribeToolsWorkflow
-from workflows.experiment import ExperimentWorkflow, ScoreWorkflow
-from workflows.pipeline import PipelineWorkflow
-from workflows.errors import ConfigError
-from workflows.wire import PIPELINE_WORKFLOW, tool_task_queue
+from workflows.loop.agent import AgentWorkflow
+from workflows.loop.compensation import CompensationWorkflow
+from workflows.loop.describe import DescribeToolsWorkflow
+from workflows.experiment.workflow import ExperimentWorkflow, ScoreWorkflow
+from workflows.pipeline.workflow import PipelineWorkflow
+from workflows.vocabulary.errors import ConfigError
+from workflows.vocabulary.wire import PIPELINE_WORKFLOW, tool_task_queue
 
 log = logging.getLogger("rewind.worker")
 
@@ -166,7 +166,7 @@ def build_worker(
     # Large read-only tool outputs are stored once in the payload store and named
     # in history (checkpoint_bridge/checkpoints/outputs.py); one store, so one cache, serves all.
     outputs = OutputStore(payloads)
-    if mcp is not None:  # activities.mcp.tools.McpHub: sent marks and binary content in the payload store
+    if mcp is not None:  # activities.tools.mcp.tools.McpHub: sent marks and binary content in the payload store
         mcp.bind(payloads, outputs)
     checkpoints = CheckpointStore(objects, compression=settings.store_compression)
     # One writer for the mirror activity and the model calls that carry step records.
@@ -175,7 +175,7 @@ def build_worker(
                         checkpoints=writer)
     llm.open_client()
     # Idempotency records live with the run's live data, not in the checkpoint
-    # archive (activities/idempotency.py says why).
+    # archive (activities/tools/idempotency.py says why).
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
                            max_output_bytes=settings.max_tool_output_bytes, outputs=outputs,
                            inline_fallback_bytes=settings.payload_threshold // 2,
@@ -267,7 +267,7 @@ class HealthFile:
 
 def metrics_runtime(settings: Settings) -> Any:
     """A Temporal runtime serving Prometheus metrics on REWIND_METRICS_PORT (Temporal's and
-    Rewind's own, workflows/metrics.py), or None for connect's (no endpoint)."""
+    Rewind's own, workflows/vocabulary/metrics.py), or None for connect's (no endpoint)."""
     if settings.metrics_port is None:
         return None
     try:
@@ -304,9 +304,9 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
     await startup.when_up(lambda: check_stores(settings, probe_writes=True), give_up)
     hub = None
     if servers:
-        from activities.mcp.tools import McpHub
+        from activities.tools.mcp.tools import McpHub
 
-        # The worker starts its stdio servers and holds one session per server (activities/mcp/).
+        # The worker starts its stdio servers and holds one session per server (activities/tools/mcp/).
         hub = McpHub(servers, approve_destructive=settings.approve_destructive, log_dir=settings.home)
         for mcp_tool in await hub.start():
             registry.add(mcp_tool)

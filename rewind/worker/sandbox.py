@@ -5,7 +5,7 @@ turns the sandbox on: rewind/worker/main.py says why). A pipeline is the
 user's own code running as workflow code, so it always runs in the sandbox:
 a call that would make it nondeterministic (the clock, random numbers, a
 file, a socket) fails there with a line the pipeline's run turns into its
-error (workflows/pipeline.py). Every module the worker has loaded is passed
+error (workflows/pipeline/workflow.py). Every module the worker has loaded is passed
 through to the sandbox except the tools modules that define pipelines, which
 are imported inside it, fresh for each run, so their globals see the
 sandbox's restricted modules. What those modules import (their tools' own

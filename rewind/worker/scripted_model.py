@@ -27,7 +27,7 @@ Dialects (`dialect=` / `--dialect` / REWIND_SCRIPTED_DIALECT for the CLI):
     ollama    also Ollama's (/v1/chat/completions)
     llamacpp  also llama.cpp's llama-server's
 Each rule in `DIALECTS` cites where the real server's behaviour comes from; a
-conversation sent through `activities.wire_format.outgoing_messages` passes
+conversation sent through `activities.model.wire_format.outgoing_messages` passes
 every dialect.
 """
 
@@ -48,9 +48,9 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from workflows.contracts import DEFAULT_MODEL
-from workflows.errors import ScriptError
-from workflows.wire import LABEL_HEADER
+from workflows.vocabulary.contracts import DEFAULT_MODEL
+from workflows.vocabulary.errors import ScriptError
+from workflows.vocabulary.wire import LABEL_HEADER
 
 __all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
 

@@ -24,7 +24,7 @@ import logging
 import time
 from typing import Awaitable, Callable, TypeVar
 
-from workflows.errors import StoreUnreachableError, TemporalUnreachableError
+from workflows.vocabulary.errors import StoreUnreachableError, TemporalUnreachableError
 
 log = logging.getLogger("rewind.worker")
 

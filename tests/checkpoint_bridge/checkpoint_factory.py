@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from checkpoint_bridge.document.schema import AgentCheckpoint, ToolCallRecord
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.ids import checkpoint_id
 
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -9,8 +9,8 @@ import pytest
 
 from checkpoint_bridge.document.layout import invalidation_key, parse_key, step_key
 from checkpoint_bridge.stores.contract import check_key
-from workflows.errors import InvalidIdError
-from workflows.ids import (
+from workflows.vocabulary.errors import InvalidIdError
+from workflows.vocabulary.ids import (
     MAX_STEP_INDEX,
     checkpoint_id,
     echo,

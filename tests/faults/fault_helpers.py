@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 from helpers import read_events
 
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.ids import checkpoint_id
 
 # -- scripts and events -------------------------------------------------------
 

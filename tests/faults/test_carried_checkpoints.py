@@ -31,8 +31,8 @@ from fault_helpers import (
     wait_until,
 )
 from helpers import outputs_of, read_events, start_agent
-from workflows.ids import checkpoint_id
-from workflows.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_TOOL
+from workflows.vocabulary.ids import checkpoint_id
+from workflows.vocabulary.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_TOOL
 
 LOOKUPS = [{"tool_calls": [{"name": "lookup", "arguments": {"term": t}}]} for t in ("alpha", "beta", "gamma", "delta")]
 SCRIPT = [*LOOKUPS, {"content": "four terms looked up"}]
@@ -117,9 +117,9 @@ async def test_a_pipelines_steps_ride_on_its_model_calls(client, settings, model
     """A pipeline's step records ride on its next model call as the loop's do, or on its next
     read-only tool call; before the code waits for anything else (a timer here; an approval, a
     child run) the held ones go to the mirror activity. The store holds what history rebuilds."""
-    from activities.llm import ModelEndpoint
-    from activities.pipelines import PipelineRegistry
-    from activities.tools import ToolRegistry
+    from activities.model.llm import ModelEndpoint
+    from activities.code.pipelines import PipelineRegistry
+    from activities.tools.registry import ToolRegistry
     from rewind.client import pipeline_input, start_run
     from worker import build_worker
 
@@ -160,9 +160,9 @@ async def test_a_tool_call_beats_while_a_slow_store_takes_the_step_it_carries(
     tool. When the store is slower than the tool's heartbeat timeout, the activity keeps beating
     after the tool has ended, until the write is done: Temporal must not time the attempt out
     and run the finished tool again."""
-    from activities.llm import ModelEndpoint
-    from activities.pipelines import PipelineRegistry
-    from activities.tools import ToolRegistry
+    from activities.model.llm import ModelEndpoint
+    from activities.code.pipelines import PipelineRegistry
+    from activities.tools.registry import ToolRegistry
     from rewind.client import pipeline_input, start_run
     from worker import build_worker
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store

@@ -19,8 +19,8 @@ import uuid
 import boto3
 from temporalio.api.enums.v1 import EventType
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.stores import S3ObjectStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store

@@ -13,7 +13,7 @@ from helpers import read_events, start_agent
 from rewind import fork, rollback
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.client import branch_workflows
-from workflows.errors import CorruptCheckpointError, InvalidIdError
+from workflows.vocabulary.errors import CorruptCheckpointError, InvalidIdError
 
 HOSTILE_IDS = ["../../x", "/etc/passwd", "%2e%2e", "a/b", "a\\b", "a\x00b", "line\nbreak", "x" * 300, "", ".", ".."]
 
@@ -69,7 +69,7 @@ async def test_tampered_checkpoints_are_detected_and_refused_before_any_workflow
 async def test_smuggled_objects_stay_inert_data(settings, tmp_path):
     """Checkpoints are parsed as plain JSON: nothing is imported, constructed or executed."""
     from checkpoint_bridge.document.schema import AgentCheckpoint
-    from workflows.ids import checkpoint_id
+    from workflows.vocabulary.ids import checkpoint_id
 
     marker = tmp_path / "pwned"
     evil = {

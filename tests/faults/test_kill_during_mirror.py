@@ -22,7 +22,7 @@ from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from fault_helpers import HoldsOneWrite, add_script, assert_chain, assert_well_formed
 from helpers import outputs_of, start_agent
-from workflows.wire import MIRROR_STEP, MIRROR_STEPS
+from workflows.vocabulary.wire import MIRROR_STEP, MIRROR_STEPS
 
 SCRIPT = [
     {"tool_calls": [{"name": "lookup", "arguments": {"term": "alpha"}}]},

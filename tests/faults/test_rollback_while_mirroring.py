@@ -23,8 +23,8 @@ from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from fault_helpers import HoldsOneWrite, add_script, wait_until
 from helpers import outputs_of, start_agent
 from rewind import rollback
-from workflows.contracts import AgentStatus
-from workflows.wire import STATUS_QUERY
+from workflows.vocabulary.contracts import AgentStatus
+from workflows.vocabulary.wire import STATUS_QUERY
 
 SCRIPT = [
     {"tool_calls": [{"name": "lookup", "arguments": {"term": "alpha"}}]},

@@ -27,15 +27,15 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from rewind.client import connect
 from rewind.settings.config import Settings
 from rewind.temporal.encryption import EncryptionCodec, PayloadEncryptionError, parse_keys
 from rewind.temporal.payloads import data_converter
 from worker import build_worker
-from workflows.contracts import AgentResult
-from workflows.errors import ConfigError
+from workflows.vocabulary.contracts import AgentResult
+from workflows.vocabulary.errors import ConfigError
 
 
 def _script(model, turns) -> str:

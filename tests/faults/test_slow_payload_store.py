@@ -19,8 +19,8 @@ import boto3
 from aiohttp import web
 from temporalio.api.enums.v1 import EventType
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from fault_helpers import S3Proxy, add_script
 from helpers import start_agent
 

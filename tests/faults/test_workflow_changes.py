@@ -20,13 +20,13 @@ from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from helpers import start_agent
 from rewind.client import run_view
-from workflows.agent import AgentWorkflow
-from workflows.compensation import CompensationWorkflow
-from workflows.contracts import AgentInput, AgentResult
+from workflows.loop.agent import AgentWorkflow
+from workflows.loop.compensation import CompensationWorkflow
+from workflows.vocabulary.contracts import AgentInput, AgentResult
 
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
 

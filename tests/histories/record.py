@@ -21,18 +21,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 
-from activities.llm import ModelEndpoint  # noqa: E402
-from activities.pipelines import PipelineRegistry  # noqa: E402
-from activities.tools import ToolRegistry  # noqa: E402
+from activities.model.llm import ModelEndpoint  # noqa: E402
+from activities.code.pipelines import PipelineRegistry  # noqa: E402
+from activities.tools.registry import ToolRegistry  # noqa: E402
 from rewind import fork, redo, rollback  # noqa: E402
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store  # noqa: E402
 from rewind.client import connect, pipeline_input, start_run  # noqa: E402
 from rewind.settings.config import Settings  # noqa: E402
 from rewind.temporal.dev_server import DevServer  # noqa: E402
 from rewind.worker.scripted_model import ScriptedModelServer  # noqa: E402
-from workflows.contracts import AgentInput, AgentStatus, ApprovalDecision, RunLimits  # noqa: E402
-from workflows.experiment_contracts import ExperimentInput, ExperimentStatus, Variant, experiment_workflow_id  # noqa: E402
-from workflows.wire import EXPERIMENT_STATUS_QUERY, EXPERIMENT_WORKFLOW, RAISE_EXPERIMENT_BUDGET_SIGNAL  # noqa: E402
+from workflows.vocabulary.contracts import AgentInput, AgentStatus, ApprovalDecision, RunLimits  # noqa: E402
+from workflows.vocabulary.experiments import ExperimentInput, ExperimentStatus, Variant, experiment_workflow_id  # noqa: E402
+from workflows.vocabulary.wire import EXPERIMENT_STATUS_QUERY, EXPERIMENT_WORKFLOW, RAISE_EXPERIMENT_BUDGET_SIGNAL  # noqa: E402
 
 TASK = "Research these companies: Acme, Globex, Initech."
 
@@ -96,7 +96,7 @@ async def main(only: set[str]) -> None:
             await long.result()
             if want("long"):
                 await _save_chain(client, long.id, "long")
-            # The same run since history says each fact of a step once (workflows/said_once.py).
+            # The same run since history says each fact of a step once (workflows/vocabulary/said_once.py).
             if want("said-once"):
                 await _save_chain(client, long.id, "said-once")
 

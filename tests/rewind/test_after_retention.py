@@ -11,7 +11,7 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 
 from as_user import UserWorker, rewind, user_env
-from workflows.ids import workflow_id_for
+from workflows.vocabulary.ids import workflow_id_for
 
 
 async def _forget(client, workflow_id: str) -> None:

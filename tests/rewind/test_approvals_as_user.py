@@ -19,7 +19,7 @@ BILLING = '''
 import json, os
 from pathlib import Path
 
-from activities.tools import tool, tool_context
+from activities.tools.registry import tool, tool_context
 
 
 def _sent(kind, **fields):

@@ -31,7 +31,7 @@ from helpers import unpacked
 from rewind.local.testing import LoggedProcess
 
 TOOLS = '''
-from activities.tools import tool
+from activities.tools.registry import tool
 
 CANARY = "{canary}"
 

@@ -11,7 +11,7 @@ from temporalio.api.history.v1 import HistoryEvent
 
 from rewind.erasure import parse_duration
 from rewind.temporal.history_refs import _owner, _payloads_in, _reference
-from workflows.errors import UsageError
+from workflows.vocabulary.errors import UsageError
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -24,7 +24,7 @@ TOOLS = '''
 import json, os
 from pathlib import Path
 
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool

@@ -7,7 +7,7 @@ import pytest
 
 from checkpoint_bridge.views.experiment_table import normalise_answer
 from rewind.experiments import parse_variant
-from workflows.errors import UsageError
+from workflows.vocabulary.errors import UsageError
 
 
 def test_a_variant_names_what_a_fork_changes(tmp_path) -> None:

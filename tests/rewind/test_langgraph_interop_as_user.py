@@ -23,7 +23,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 TOOLS = '''
 import json, os
 
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool

@@ -12,7 +12,7 @@ from as_user import rewind, rewind_json, user_workers
 from prometheus_client.parser import text_string_to_metric_families
 
 TOOLS = '''
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool

@@ -14,7 +14,7 @@ import shutil
 from as_user import UserWorker, one_line_error, rewind, rewind_json
 
 PAGES = '''
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool
@@ -69,7 +69,7 @@ async def test_a_large_output_is_stored_once_and_seen_whole(world, client, tmp_p
 COUNTED_PAGES = '''
 import os
 
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool

@@ -183,8 +183,8 @@ async def test_a_bad_side_effects_value_is_one_line(world, tmp_path):
 def test_dry_run_is_declared_on_side_effecting_async_tools_only():
     import pytest
 
-    from activities.tools import tool
-    from workflows.errors import ToolRegistryError
+    from activities.tools.registry import tool
+    from workflows.vocabulary.errors import ToolRegistryError
 
     async def preview(x: str) -> str:
         return x
@@ -211,7 +211,7 @@ def test_dry_run_is_declared_on_side_effecting_async_tools_only():
 
 def test_the_cli_knows_the_workflow_modes():
     from rewind.cli.commands.arguments import SIDE_EFFECT_MODES as cli
-    from workflows.contracts import SIDE_EFFECT_MODES as contracts
+    from workflows.vocabulary.contracts import SIDE_EFFECT_MODES as contracts
 
     assert cli == contracts
     assert json.loads(json.dumps(cli)) == ["run", "reuse", "dry-run"]

@@ -10,7 +10,7 @@ import json
 from as_user import one_line_error, rewind, rewind_json, user_workers
 
 TOOLS = '''
-from activities.tools import tool, tool_context
+from activities.tools.registry import tool, tool_context
 
 
 @tool

@@ -23,7 +23,7 @@ import pytest
 from as_user import one_line_error, rewind, rewind_json, user_env, user_workers
 
 TOOLS = '''
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool
@@ -200,7 +200,7 @@ async def _long_run(root: Path, steps: int, fork_at: int, fork_steps: int) -> in
     from checkpoint_bridge.stores import FileObjectStore
     from checkpoint_bridge.projection.projector import record_parts
     from checkpoint_bridge.checkpoints.store import CheckpointStore
-    from workflows.contracts import StepRecord, ToolCallLog
+    from workflows.vocabulary.contracts import StepRecord, ToolCallLog
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

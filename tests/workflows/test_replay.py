@@ -16,11 +16,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from rewind.worker.sandbox import workflow_runner
-from workflows.agent import AgentWorkflow
-from workflows.compensation import CompensationWorkflow
-from workflows.experiment import ExperimentWorkflow, ScoreWorkflow
-from workflows.pipeline import PipelineWorkflow
-from workflows.wire import PIPELINE_WORKFLOW
+from workflows.loop.agent import AgentWorkflow
+from workflows.loop.compensation import CompensationWorkflow
+from workflows.experiment.workflow import ExperimentWorkflow, ScoreWorkflow
+from workflows.pipeline.workflow import PipelineWorkflow
+from workflows.vocabulary.wire import PIPELINE_WORKFLOW
 
 HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
 

@@ -9,8 +9,8 @@ from typing import Any, Callable
 from rewind.cli.commands.arguments import BRANCH_HELP, RUN_HELP
 from rewind.cli.commands.common import client_for, connection_for, emit, shortened
 from rewind.settings.config import Settings
-from workflows.errors import UsageError
-from workflows.ids import validate_id
+from workflows.vocabulary.errors import UsageError
+from workflows.vocabulary.ids import validate_id
 
 
 def _edited_arguments(text: str | None) -> dict[str, Any] | None:

@@ -8,8 +8,8 @@ import json
 import math
 from typing import Any, Callable
 
-from workflows.errors import UsageError
-from workflows.ids import echo
+from workflows.vocabulary.errors import UsageError
+from workflows.vocabulary.ids import echo
 
 
 def at_least(minimum: float, kind: Callable[[str], Any], what: str, *, strictly: bool = False) -> Callable[[str], Any]:
@@ -52,7 +52,7 @@ USD = at_least(0, float, "a number of USD", strictly=True)
 SECONDS = at_least(0, float, "a number of seconds", strictly=True)
 
 
-# workflows.contracts.SIDE_EFFECT_MODES, spelled out: `rewind --help` imports no pydantic model
+# workflows.vocabulary.contracts.SIDE_EFFECT_MODES, spelled out: `rewind --help` imports no pydantic model
 # (a test checks the two agree).
 SIDE_EFFECT_MODES = ("run", "reuse", "dry-run")
 

@@ -17,12 +17,12 @@ from rewind.cli.commands.common import (
     wait_and_report,
 )
 from rewind.settings.config import Settings
-from workflows.ids import validate_id
+from workflows.vocabulary.ids import validate_id
 
 
 async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.client import fork
-    from workflows.contracts import RunLimits
+    from workflows.vocabulary.contracts import RunLimits
 
     validate_id("run", args.run)
     validate_id("branch", args.from_branch)
@@ -52,7 +52,7 @@ async def cmd_fork(args: argparse.Namespace, settings: Settings) -> int:
 def by_label(values: list[str] | None, flag: str, what: str, *, plain: bool = True) -> tuple[str | None, dict[str, str]]:
     """`--model M` (one, for the whole branch) and `--model LABEL=M` / `--prompt LABEL=TEXT`
     (a pipeline's calls of that label; repeatable): (the plain value, {label: value})."""
-    from workflows.errors import UsageError
+    from workflows.vocabulary.errors import UsageError
 
     single: str | None = None
     found: dict[str, str] = {}
@@ -70,7 +70,7 @@ def by_label(values: list[str] | None, flag: str, what: str, *, plain: bool = Tr
 def _subagent_overrides(pairs: list[str] | None) -> dict[str, dict[str, str]] | None:
     """`--subagent research_company.model=m2` (repeatable) -> {"research_company": {"model": "m2"}}."""
     from rewind.experiments import parse_subagent_key
-    from workflows.errors import UsageError
+    from workflows.vocabulary.errors import UsageError
 
     found: dict[str, dict[str, str]] = {}
     for pair in pairs or []:

@@ -12,8 +12,8 @@ from rewind.cli.commands.arguments import RUN_HELP
 from rewind.cli.commands.common import client_for, emit, open_checkpoints
 from rewind.cli.commands.runs import add_filters, moment
 from rewind.settings.config import Settings
-from workflows.errors import InvalidIdError, RewindError, UsageError
-from workflows.ids import parse_checkpoint_id, validate_id
+from workflows.vocabulary.errors import InvalidIdError, RewindError, UsageError
+from workflows.vocabulary.ids import parse_checkpoint_id, validate_id
 
 
 async def cmd_tree(args: argparse.Namespace, settings: Settings) -> int:

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from rewind.settings.config import Settings
-from workflows.text import usd
+from workflows.vocabulary.text import usd
 
 if TYPE_CHECKING:
     from checkpoint_bridge.checkpoints.store import CheckpointStore

@@ -8,8 +8,8 @@ from typing import Callable
 
 from rewind.cli.commands.common import EXIT_NOT_DONE, client_for, emit, open_checkpoints
 from rewind.settings.config import Settings
-from workflows.errors import UsageError
-from workflows.ids import validate_id
+from workflows.vocabulary.errors import UsageError
+from workflows.vocabulary.ids import validate_id
 
 
 def _can_confirm(args: argparse.Namespace, what: str) -> None:

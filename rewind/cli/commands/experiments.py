@@ -8,14 +8,14 @@ from typing import Any, Callable
 from rewind.cli.commands.arguments import COUNT, SIDE_EFFECT_MODES, STEPS, USD
 from rewind.cli.commands.common import EXIT_NOT_DONE, client_for, emit, open_checkpoints
 from rewind.settings.config import Settings
-from workflows.errors import UsageError
-from workflows.ids import echo, validate_id
+from workflows.vocabulary.errors import UsageError
+from workflows.vocabulary.ids import echo, validate_id
 
 _EXPERIMENT_VERBS = ("status", "show", "continue")
 
 
 def _experiment_summary(status: Any) -> str:
-    from workflows.text import usd as dollars
+    from workflows.vocabulary.text import usd as dollars
 
     counts: dict[str, int] = {}
     for b in status.branches:
@@ -71,7 +71,7 @@ async def cmd_experiment(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _experiment_start(args: argparse.Namespace, settings: Settings) -> int:
     from rewind import experiments as ex
-    from workflows.experiment_contracts import ExperimentInput
+    from workflows.vocabulary.experiments import ExperimentInput
 
     validate_id("run", args.target)
     if args.step is None:

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 from rewind.cli.commands.common import EXIT_DONE, EXIT_NOT_DONE, emit
 from rewind.settings.config import Settings
-from workflows.errors import UsageError
-from workflows.ids import validate_id
+from workflows.vocabulary.errors import UsageError
+from workflows.vocabulary.ids import validate_id
 
 
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:

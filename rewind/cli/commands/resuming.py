@@ -10,13 +10,13 @@ from rewind.cli.commands.arguments import RUN_HELP, SIDE_EFFECT_MODES, STEPS, WA
 from rewind.cli.commands.common import EXIT_ERROR, client_for, emit, interactive, open_checkpoints, wait_and_report
 from rewind.cli.commands.runs import add_run_filters
 from rewind.settings.config import Settings
-from workflows.ids import validate_id
+from workflows.vocabulary.ids import validate_id
 
 DEFAULT_CONCURRENCY = 4
 
 
 async def cmd_resume(args: argparse.Namespace, settings: Settings) -> int:
-    from workflows.errors import UsageError
+    from workflows.vocabulary.errors import UsageError
 
     bulk = args.failed or args.tool_errors
     if bulk and args.run:
@@ -60,7 +60,7 @@ async def _one(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _many(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.resuming import ResumeSelection, report_text, resume_runs, select_runs
-    from workflows.errors import UsageError
+    from workflows.vocabulary.errors import UsageError
 
     client = await client_for(settings)
     selection = ResumeSelection(failed=args.failed, tool_errors=args.tool_errors, since=args.since, until=args.until,

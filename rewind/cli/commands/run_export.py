@@ -15,7 +15,7 @@ from typing import Any
 from rewind.cli.commands.common import emit, open_checkpoints
 from rewind.cli.commands.runs import run_query, select_runs
 from rewind.settings.config import Settings
-from workflows.errors import RewindError, UsageError
+from workflows.vocabulary.errors import RewindError, UsageError
 
 # Every run the filters select, unless --limit says fewer.
 ALL_RUNS = 1_000_000_000
@@ -92,9 +92,9 @@ async def cmd_export_runs(args: argparse.Namespace, settings: Settings) -> int:
 def _offered(client: Any, payloads: Any) -> Any:
     """tools_for(run, branch): the tools a branch's model was offered, from its history (the
     schemas inline, or by digest from the payload store), or None when they cannot be found."""
-    from activities.transcript import TranscriptStore
+    from activities.model.transcript import TranscriptStore
     from checkpoint_bridge.temporal.offered_tools import offered_tools
-    from workflows.errors import RewindError as Unreadable
+    from workflows.vocabulary.errors import RewindError as Unreadable
 
     transcripts = TranscriptStore(payloads)
 

@@ -31,18 +31,18 @@ from rewind.cli.commands.common import (
     wait_and_report,
 )
 from rewind.settings.config import Settings
-from workflows.errors import RewindError, UsageError
-from workflows.defaults import PIPELINE_MAX_STEPS
-from workflows.ids import validate_id
-from workflows.pipeline_ids import parse_activity_id
-from workflows.text import usd
+from workflows.vocabulary.errors import RewindError, UsageError
+from workflows.vocabulary.defaults import PIPELINE_MAX_STEPS
+from workflows.vocabulary.ids import validate_id
+from workflows.pipeline.ids import parse_activity_id
+from workflows.vocabulary.text import usd
 
 
 async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
     from checkpoint_bridge.temporal.runs import no_worker
     from rewind.client import agent_input as declared_input
     from rewind.client import new_run_id, start_run
-    from workflows.contracts import AgentInput, RunLimits
+    from workflows.vocabulary.contracts import AgentInput, RunLimits
 
     if args.run_id:
         validate_id("run", args.run_id)
@@ -105,7 +105,7 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.client import run_view, view_from_store
-    from workflows.errors import ConfigError, RunNotFoundError, TemporalUnreachableError
+    from workflows.vocabulary.errors import ConfigError, RunNotFoundError, TemporalUnreachableError
 
     validate_id("run", args.run)
     validate_id("branch", args.branch)
@@ -205,7 +205,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 async def hot_tier_lag(settings: Settings, run_id: str) -> dict[str, object]:
     """How far REWIND_STORE is behind the Redis hot tier of REWIND_HOT_STORE, for this run and in all."""
     from rewind.stores import checkpoint_objects
-    from workflows.errors import StoreUnavailableError
+    from workflows.vocabulary.errors import StoreUnavailableError
 
     objects = checkpoint_objects(settings)
     durable = objects.durable.url  # type: ignore[attr-defined]
@@ -230,8 +230,8 @@ def hot_tier_line(hot: dict[str, object]) -> str:
 
 async def cmd_continue(args: argparse.Namespace, settings: Settings) -> int:
     from rewind.client import branch_workflows
-    from workflows.contracts import AgentStatus
-    from workflows.wire import RAISE_LIMITS_SIGNAL, STATUS_QUERY
+    from workflows.vocabulary.contracts import AgentStatus
+    from workflows.vocabulary.wire import RAISE_LIMITS_SIGNAL, STATUS_QUERY
 
     validate_id("run", args.run)
     validate_id("branch", args.branch)

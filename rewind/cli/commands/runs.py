@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from rewind.cli.commands.arguments import STEPS, USD
 from rewind.cli.commands.common import connection_for, emit, open_checkpoints
 from rewind.settings.config import Settings
-from workflows.ids import echo
+from workflows.vocabulary.ids import echo
 
 if TYPE_CHECKING:
     from checkpoint_bridge.checkpoints.store import CheckpointStore
@@ -55,7 +55,7 @@ async def select_runs(args: argparse.Namespace, settings: Settings, store: Check
     the store, or the store alone (saying so in one line on stderr) when Temporal does not answer;
     the Temporal connection, None when it did not answer)."""
     from checkpoint_bridge.views.runs import list_runs
-    from workflows.errors import TemporalUnreachableError
+    from workflows.vocabulary.errors import TemporalUnreachableError
 
     try:
         client = await connection_for(settings)
@@ -82,7 +82,7 @@ def _store_alone(args: argparse.Namespace, settings: Settings, cause: Exception)
     """Temporal does not answer: say so in one line and list from the store, or refuse a
     state only Temporal can tell."""
     from checkpoint_bridge.views.runs import STORE_STATES
-    from workflows.errors import TemporalUnreachableError
+    from workflows.vocabulary.errors import TemporalUnreachableError
 
     if args.state not in (None, *STORE_STATES):
         raise TemporalUnreachableError(

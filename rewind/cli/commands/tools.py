@@ -8,7 +8,7 @@ from typing import Any, Callable
 from checkpoint_bridge.views.tool_policy import policy_of
 from rewind.cli.commands.common import client_for, emit
 from rewind.settings.config import Settings
-from workflows.errors import UsageError
+from workflows.vocabulary.errors import UsageError
 
 
 async def cmd_tools(args: argparse.Namespace, settings: Settings) -> int:

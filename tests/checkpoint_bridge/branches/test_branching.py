@@ -12,13 +12,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from rewind import compensate, fork, rollback
-from workflows.errors import CheckpointNotUsableError
+from workflows.vocabulary.errors import CheckpointNotUsableError
 from checkpoint_bridge.checkpoints.lineage import StepNotFoundError, lineage
 from checkpoint_bridge.projection.projector import chain_events
 from checkpoint_bridge.checkpoints.store import CheckpointStore, open_checkpoint_store
 from checkpoint_bridge.stores import open_object_store
 from rewind.client import branch_workflows
-from workflows.errors import InvalidIdError, RunExistsError, RunNotFoundError
+from workflows.vocabulary.errors import InvalidIdError, RunExistsError, RunNotFoundError
 
 TASK = "Research these companies: Acme, Globex, Initech."
 TECH = "You are a research agent. Emphasize technical analysis (architecture, engineering) over business metrics."

@@ -16,7 +16,7 @@ from store_backends import Backend
 from checkpoint_bridge.branches.branching import checkpoint_at
 from checkpoint_bridge.checkpoints.lineage import lineage, resolve_step
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import CheckpointNotUsableError, RunNotFoundError, StepNotFoundError
+from workflows.vocabulary.errors import CheckpointNotUsableError, RunNotFoundError, StepNotFoundError
 
 
 async def _run_with_fork_and_rollback(store: CheckpointStore) -> None:

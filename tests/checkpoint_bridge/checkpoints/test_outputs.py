@@ -10,9 +10,9 @@ import pytest
 from store_backends import Backend
 
 from checkpoint_bridge.checkpoints.outputs import OutputStore, output_key
-from workflows.contracts import StepRecord, ToolCallLog
-from workflows.errors import TranscriptError
-from workflows.tool_calls import OUTPUT_REF, tool_message
+from workflows.vocabulary.contracts import StepRecord, ToolCallLog
+from workflows.vocabulary.errors import TranscriptError
+from workflows.vocabulary.tool_calls import OUTPUT_REF, tool_message
 
 T = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -13,8 +13,8 @@ from store_backends import Backend
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.projection.projector import record_parts
 from checkpoint_bridge.stores import ObjectStore
-from workflows.errors import CheckpointNotFoundError, CorruptCheckpointError
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.errors import CheckpointNotFoundError, CorruptCheckpointError
+from workflows.vocabulary.ids import checkpoint_id
 
 from test_store_steps import _records
 

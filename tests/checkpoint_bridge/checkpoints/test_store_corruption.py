@@ -11,7 +11,7 @@ from store_backends import Backend
 from checkpoint_bridge.document import envelope
 from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION, AgentCheckpoint
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import CorruptCheckpointError, FutureSchemaError
+from workflows.vocabulary.errors import CorruptCheckpointError, FutureSchemaError
 
 STEP = "runs/run-1/branches/main/steps/{:08d}.json"
 

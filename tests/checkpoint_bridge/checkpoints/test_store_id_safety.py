@@ -8,7 +8,7 @@ from store_backends import Backend
 
 from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import InvalidIdError
+from workflows.vocabulary.errors import InvalidIdError
 
 BAD_IDS = [
     "../../x",

@@ -9,7 +9,7 @@ from checkpoint_factory import make_run, next_step
 from store_backends import Backend
 
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import CheckpointExistsError
+from workflows.vocabulary.errors import CheckpointExistsError
 
 WRITERS = 8
 

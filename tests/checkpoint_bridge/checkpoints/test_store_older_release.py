@@ -21,8 +21,8 @@ from store_backends import Backend
 from checkpoint_bridge.document.schema import CURRENT_SCHEMA_VERSION
 from checkpoint_bridge.projection.projector import record_parts
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.contracts import Ledger, StepRecord
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.contracts import Ledger, StepRecord
+from workflows.vocabulary.ids import checkpoint_id
 
 HERE = Path(__file__).parent / "older_release"
 

@@ -29,7 +29,7 @@ from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.packs import PACK_FORMAT_V2, Piece, blocks_in, decode_pack_v2, encode_pack_v2
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.document.migrations import validate_document
-from workflows.errors import StoreUnavailableError
+from workflows.vocabulary.errors import StoreUnavailableError
 
 MAIN = "runs/run-1/branches/main"
 PACK_0_47 = f"{MAIN}/packs/00000000-00000047.json.gz"  # level 2, cumulative: blocks 0-3 .. 44-47

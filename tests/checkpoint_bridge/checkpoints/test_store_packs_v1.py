@@ -16,7 +16,7 @@ from store_backends import Backend
 from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.packs import block_of, decode_pack, encode_pack
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.canonical import canonical_json
+from workflows.vocabulary.canonical import canonical_json
 
 MAIN = "runs/run-1/branches/main"
 PACK = f"{MAIN}/packs/00000032-00000063.json.gz"

@@ -10,7 +10,7 @@ from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.document.migrations import load_document
 from checkpoint_bridge.document.schema import dump_checkpoint
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import CheckpointNotFoundError
+from workflows.vocabulary.errors import CheckpointNotFoundError
 
 
 async def test_round_trip_returns_equal_checkpoints(store: CheckpointStore, backend: Backend) -> None:

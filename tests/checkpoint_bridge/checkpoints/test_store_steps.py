@@ -16,10 +16,10 @@ from checkpoint_bridge.document.envelope import object_json
 from checkpoint_bridge.projection.projector import apply_record, record_parts
 from checkpoint_bridge.document.schema import checkpoint_to_dict
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.canonical import canonical_json
-from workflows.contracts import Ledger, StepRecord, ToolCallLog
-from workflows.errors import CheckpointExistsError, CheckpointNotFoundError
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.canonical import canonical_json
+from workflows.vocabulary.contracts import Ledger, StepRecord, ToolCallLog
+from workflows.vocabulary.errors import CheckpointExistsError, CheckpointNotFoundError
+from workflows.vocabulary.ids import checkpoint_id
 
 from test_store_linear_storage import CountingObjects
 

@@ -10,7 +10,7 @@ from store_backends import Backend
 
 from checkpoint_bridge.stores import S3ObjectStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from workflows.errors import StoreUnavailableError
+from workflows.vocabulary.errors import StoreUnavailableError
 
 
 async def test_writing_to_an_unavailable_store_names_the_store(backend: Backend) -> None:

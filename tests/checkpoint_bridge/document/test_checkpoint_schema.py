@@ -17,8 +17,8 @@ from checkpoint_bridge.document.schema import (
     ToolCallRecord,
     dump_checkpoint,
 )
-from workflows.canonical import cache_key, canonical_json
-from workflows.errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
+from workflows.vocabulary.canonical import cache_key, canonical_json
+from workflows.vocabulary.errors import CheckpointError, CorruptCheckpointError, FutureSchemaError
 
 
 def test_canonical_json_is_order_independent_and_compact() -> None:

@@ -13,7 +13,7 @@ from checkpoint_factory import first_step
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.document import envelope
 from checkpoint_bridge.document.schema import checkpoint_to_dict
-from workflows.errors import CorruptCheckpointError
+from workflows.vocabulary.errors import CorruptCheckpointError
 
 DOC = checkpoint_to_dict(first_step())
 

@@ -21,7 +21,7 @@ from checkpoint_bridge.langgraph.objects import VALUE_FORMAT, decode_object, enc
 from checkpoint_bridge.langgraph.saver import AsyncRewindSaver, RewindSaver, list_thread
 from checkpoint_bridge.stores.contract import check_key
 from rewind.worker.scripted_model import ScriptedModelServer
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointExistsError,
     ConfigError,
     CorruptCheckpointError,

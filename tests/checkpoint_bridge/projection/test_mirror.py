@@ -12,13 +12,13 @@ import pytest
 from helpers import outputs_of, start_agent
 from moto.server import ThreadedMotoServer
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.client import run_view
 from rewind.temporal.dev_server import free_port
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.ids import checkpoint_id
 
 
 async def _relative_objects(store, run_id: str) -> dict[str, bytes]:
@@ -41,7 +41,7 @@ async def test_live_mirror_matches_mirror_from_history(worker, client, settings,
         last_request = [r for r in model.requests() if r["status"] == 200][-1]
         reply = last_request["response"]["choices"][0]["message"]
         # The checkpoint keeps the conversation verbatim; what went out is its wire form.
-        from activities.wire_format import outgoing_messages
+        from activities.model.wire_format import outgoing_messages
 
         assert final.messages[-1] == reply
         assert outgoing_messages(final.messages[:-1]) == last_request["messages"]

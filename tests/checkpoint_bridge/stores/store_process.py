@@ -15,7 +15,7 @@ import os
 import sys
 
 from checkpoint_bridge.stores import open_object_store
-from workflows.errors import CheckpointExistsError
+from workflows.vocabulary.errors import CheckpointExistsError
 
 
 async def torn(url: str) -> None:

@@ -16,7 +16,7 @@ import redis
 from checkpoint_bridge.stores import FileObjectStore, HotTierObjectStore
 from checkpoint_bridge.stores.postgres import PostgresObjectStore
 from rewind.local.servers import PostgresServer, RedisServer
-from workflows.errors import CheckpointExistsError, StoreUnavailableError
+from workflows.vocabulary.errors import CheckpointExistsError, StoreUnavailableError
 
 
 async def _until(check, what: str, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from store_backends import Backend, make_bucket
 
 from checkpoint_bridge.stores import FileObjectStore, S3ObjectStore, open_object_store, parse_store_url
 from checkpoint_bridge.checkpoints.store import DEFAULT_STORE_URL, open_checkpoint_store
-from workflows.errors import (
+from workflows.vocabulary.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     ConfigError,

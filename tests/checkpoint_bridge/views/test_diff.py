@@ -18,7 +18,7 @@ from checkpoint_bridge.views.diff import (
     fork_point,
 )
 from checkpoint_bridge.document.schema import AgentCheckpoint, ToolCallRecord
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.ids import checkpoint_id
 
 MAIN_PROMPT = "You are a careful analyst. Compare the companies using the search tool, then save a report."
 ALT_PROMPT = "You are a terse analyst. Answer in one sentence."

@@ -6,7 +6,7 @@ from checkpoint_factory import first_step, next_step
 
 from checkpoint_bridge.document.schema import CheckpointSummary
 from checkpoint_bridge.views.inspect import checkpoint_text, tree_text
-from workflows.ids import parse_checkpoint_id
+from workflows.vocabulary.ids import parse_checkpoint_id
 
 
 def test_show_prints_the_agent_variables() -> None:

@@ -10,7 +10,7 @@ import pytest
 from checkpoint_factory import first_step, next_step
 
 from checkpoint_bridge.views.stats import store_stats, stats_text
-from workflows.errors import RunNotFoundError
+from workflows.vocabulary.errors import RunNotFoundError
 
 
 def _ledger(prompt: int, completion: int, cost: float, **extra: int) -> dict:

@@ -23,7 +23,7 @@ from checkpoint_bridge.document.layout import step_key
 from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.views.viewer import build_view, render_page
-from workflows.errors import (CorruptCheckpointError, InvalidIdError, LineageError, RunNotFoundError,
+from workflows.vocabulary.errors import (CorruptCheckpointError, InvalidIdError, LineageError, RunNotFoundError,
                              StoreUnavailableError)
 
 RUN = "view-1"

@@ -138,8 +138,8 @@ async def test_checkpoints_in_s3(client, settings, model, events_file, moto_endp
     """With REWIND_STORE=s3://… a run's checkpoints land in S3 and the CLI reads them there."""
     import boto3
 
-    from activities.llm import ModelEndpoint
-    from activities.tools import ToolRegistry
+    from activities.model.llm import ModelEndpoint
+    from activities.tools.registry import ToolRegistry
     from worker import build_worker
 
     bucket = f"cli-{os.urandom(4).hex()}"

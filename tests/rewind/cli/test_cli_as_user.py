@@ -25,7 +25,7 @@ def write_module(folder: Path, name: str, body: str) -> None:
 
 ALPHA = '''
 import os
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool
@@ -55,7 +55,7 @@ async def test_worker_loads_tool_modules_from_its_folder_and_takes_a_task_queue(
 
 
 @pytest.mark.parametrize("body, where, what", [
-    ("from activities.tools import tool\n\n\ndef broken(:\n    pass\n", "broken_tools.py:4", "syntax error"),
+    ("from activities.tools.registry import tool\n\n\ndef broken(:\n    pass\n", "broken_tools.py:4", "syntax error"),
     ("import os\nraise RuntimeError('no database configured')\n", "broken_tools.py:2",
      "RuntimeError: no database configured"),
     ("import no_such_dependency_here\n", "broken_tools.py:1", "ModuleNotFoundError"),

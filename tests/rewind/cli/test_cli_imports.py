@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 import pytest
 from as_user import user_env
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry
 from checkpoint_bridge.document.schema import AgentCheckpoint
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from rewind.client import connect, run_view, start_run
@@ -31,8 +31,8 @@ from rewind.settings.config import Settings
 from rewind.temporal.dev_server import DevServer
 from rewind.temporal.connect import open_connection
 from rewind.worker.main import build_worker
-from workflows.contracts import AgentInput
-from workflows.ids import checkpoint_id
+from workflows.vocabulary.contracts import AgentInput
+from workflows.vocabulary.ids import checkpoint_id
 
 # Runs `rewind ARGS` in this process (as the console script does, but without its
 # os._exit), then prints the top-level packages loaded, one JSON list.
@@ -59,14 +59,14 @@ MODEL = {"openai", "httpx", "tiktoken"}                # the model client (the w
 
 # The models a checkpoint reader does not need: the workflow's contracts (35 pydantic
 # models) and the diff's; building them costs `tree` and `show` more than their other imports.
-NOT_FOR_READERS = {"workflows.contracts", "checkpoint_bridge.views.diff"}
+NOT_FOR_READERS = {"workflows.vocabulary.contracts", "checkpoint_bridge.views.diff"}
 # What `status` of a finished run does not need: the SDK's Client (the run's describe and its
-# close event are plain service calls), the contracts but a run's status (workflows/status.py),
+# close event are plain service calls), the contracts but a run's status (workflows/vocabulary/status.py),
 # the checkpoint store and its models (the result answers).
 SDK_CLIENT = "temporalio.client"
 # Nor the data converter: a plain JSON result is read as the converter would read it
 # (rewind/temporal/converter.py checks the converter's settings without building it).
-NOT_FOR_STATUS = {"workflows.contracts", "checkpoint_bridge.checkpoints.store", "checkpoint_bridge.document.schema",
+NOT_FOR_STATUS = {"workflows.vocabulary.contracts", "checkpoint_bridge.checkpoints.store", "checkpoint_bridge.document.schema",
                   "temporalio.converter", "rewind.temporal.payloads"}
 
 

@@ -271,7 +271,7 @@ def test_parquet_without_pyarrow_names_the_extra(monkeypatch) -> None:
     import sys
 
     from checkpoint_bridge.views.parquet import schema
-    from workflows.errors import ConfigError
+    from workflows.vocabulary.errors import ConfigError
 
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ConfigError, match=r"pip install 'rewind-agents\[export\]'"):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from rewind.local.reload import require_watchfiles, watch_targets
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 
 def test_a_module_file_its_folder_a_package_and_the_scripts(tmp_path):

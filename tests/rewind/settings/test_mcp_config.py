@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rewind.settings.config import Settings
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 
 def _file(tmp_path: Path, doc: object) -> Path:

@@ -17,7 +17,7 @@ import pytest
 
 from rewind.settings.config import Settings
 from rewind.temporal.connect import connect_options
-from workflows.errors import ConfigError
+from workflows.vocabulary.errors import ConfigError
 
 PROFILES = """
 [profile.default]

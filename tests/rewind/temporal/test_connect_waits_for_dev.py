@@ -15,7 +15,7 @@ import pytest
 from rewind.settings.config import Settings
 from rewind.temporal.connect import open_connection
 from rewind.temporal.dev_server import DevServer, free_port
-from workflows.errors import TemporalUnreachableError
+from workflows.vocabulary.errors import TemporalUnreachableError
 
 
 def _hold(home, address: str, server_pid: int) -> None:

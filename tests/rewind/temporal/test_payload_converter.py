@@ -7,7 +7,7 @@ from __future__ import annotations
 from temporalio.converter import DataConverter
 
 from rewind.temporal.payloads import data_converter, shared_pydantic_converter
-from workflows.contracts import Usage
+from workflows.vocabulary.contracts import Usage
 
 
 def test_every_data_converter_shares_one_pydantic_converter(tmp_path) -> None:

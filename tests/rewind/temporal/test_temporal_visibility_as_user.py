@@ -22,7 +22,7 @@ from temporalio.client import Client
 from rewind.temporal.dev_server import temporal_binary
 
 TOOLS = '''
-from activities.tools import tool
+from activities.tools.registry import tool
 
 
 @tool

@@ -19,16 +19,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from temporalio.worker import Replayer
 
-from activities.llm import ModelEndpoint
-from activities.tools import ToolRegistry, subagent, tool, tool_context
+from activities.model.llm import ModelEndpoint
+from activities.tools.registry import ToolRegistry, subagent, tool, tool_context
 from rewind.temporal import tracing
 from rewind.client import connect, start_run
 from rewind.settings.config import Settings
 from rewind.temporal.tracing_otel import Tracing
 from rewind.worker.main import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.compensation import CompensationWorkflow
-from workflows.contracts import AgentInput
+from workflows.loop.agent import AgentWorkflow
+from workflows.loop.compensation import CompensationWorkflow
+from workflows.vocabulary.contracts import AgentInput
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -212,7 +212,7 @@ async def test_a_pipeline_has_a_step_span_per_call_over_its_own_activities(trace
                                                                            tmp_path):
     """A pipeline's calls overlap (asyncio.gather): each is a step span of its own, named by its label,
     with its activity (and its retries) under it."""
-    from activities.pipelines import PipelineRegistry
+    from activities.code.pipelines import PipelineRegistry
     from rewind.client import pipeline_input
 
     monkeypatch.setenv("REWIND_TEST_EVENTS", str(tmp_path / "events.jsonl"))
@@ -289,7 +289,7 @@ async def test_tracing_is_off_without_an_endpoint(temporal_server, settings):
 
 
 def test_a_protocol_rewind_cannot_export_is_one_clear_error():
-    from workflows.errors import ConfigError
+    from workflows.vocabulary.errors import ConfigError
 
     assert Settings.from_env({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}).otel_protocol == "grpc"
     assert Settings.from_env({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
@@ -302,7 +302,7 @@ _WITHOUT_OTEL = """
 import sys
 for name in ("opentelemetry", "opentelemetry.trace", "opentelemetry.sdk"):
     sys.modules[name] = None  # as if the otel extra were not installed: importing it raises ImportError
-import activities.llm, activities.tool_runner, workflows.agent, rewind.worker.main, rewind.cli.main
+import activities.model.llm, activities.tools.runner, workflows.loop.agent, rewind.worker.main, rewind.cli.main
 from rewind.temporal import tracing
 from rewind.settings.config import Settings
 assert tracing.interceptors(Settings(), service="rewind-cli") == []

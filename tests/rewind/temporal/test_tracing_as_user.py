@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 TOOLS = '''
 from pathlib import Path
 
-from activities.tools import tool
+from activities.tools.registry import tool
 
 GATES = Path({gates!r})
 

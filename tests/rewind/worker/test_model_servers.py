@@ -6,7 +6,7 @@ llama.cpp do; the worker (a subprocess configured only through the
 environment) talks to it through the openai client. The research agent's
 second request replays the assistant message with `content: null` and
 `tool_calls`, which llama.cpp refuses: Rewind must send what every server
-accepts (activities/wire_format.py).
+accepts (activities/model/wire_format.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Iterator
 import openai
 import pytest
 
-from activities.wire_format import outgoing_messages
+from activities.model.wire_format import outgoing_messages
 from rewind.worker.scripted_model import DIALECTS, ScriptedModelServer, ScriptError, _parse_args
 
 CALL = {"id": "call_Xq1", "type": "function", "function": {"name": "search_company", "arguments": '{"company":"Acme"}'}}

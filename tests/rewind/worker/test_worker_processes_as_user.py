@@ -21,7 +21,7 @@ from pathlib import Path
 from as_user import UserWorker, one_line_error, rewind, rewind_json
 from temporalio.client import Client
 
-from workflows.ids import workflow_id_for
+from workflows.vocabulary.ids import workflow_id_for
 
 
 def _children(pid: int) -> set[int]:
