@@ -6,6 +6,7 @@ Its rooms, in floors (imports point down only, never sideways; tests/test_layers
     4  views/        read-side views for people: tree, show, diff, stats, viewer, tool policies
        langgraph/    RewindSaver and LangGraph import / export (optional extra)
     3  branches/     fork, rollback, redo, resume, compensation, decisions on waiting calls
+       events/       a run's event stream: the buses live events travel on, replay from the store, readers
     2  projection/   history -> checkpoints: the projector and `rewind mirror`
        temporal/     the Temporal side of runs: a branch's workflows, pollers, visibility
     1  checkpoints/  the checkpoint store: chains, packs, lineage, tool outputs, erasure

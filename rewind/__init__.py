@@ -11,6 +11,7 @@ The public API, in one place:
     from rewind import resume, select_runs, resume_runs, ResumeSelection  # resuming runs after a fix (`rewind resume`)
     from rewind import delete_run, gc                                     # erasing runs
     from rewind import approve, reject, pending_approvals                # tool calls waiting for a person
+    from rewind import events, RunEvent, emit                        # watching a run live (docs/streaming.md)
     from rewind import AgentInput, RunLimits, RewindError
 
 Names are loaded on first use, so `import rewind` (and the `rewind` command's
@@ -23,7 +24,8 @@ tests/test_layers.py):
     4  local/        the local stack: stack, `rewind dev`, `rewind demo`, servers for tests
     3  worker/       the worker process: build, run, pool, health, the offline model
     2  (this level)  the client API: client.py (connect, start, fork, approve, ...),
-                     stores.py, experiments.py, erasure.py, resuming.py, progress.py, variables.py
+                     stores.py, experiments.py, erasure.py, resuming.py, progress.py, variables.py,
+                     watching.py (`rewind.events`: a run's event stream)
     1  temporal/     reaching Temporal: connection, converter, payloads, tracing, dev server
     0  settings/     the one place that reads the environment
        __init__.py   this facade: names as strings, imports nothing until used
@@ -42,6 +44,7 @@ _EXPORTS = {
     "tool": "activities.tools.registry",
     "subagent": "activities.tools.registry",
     "tool_context": "activities.tools.registry",
+    "emit": "activities.tools.registry",
     "ToolError": "workflows.vocabulary.errors",
     "RelativePath": "activities.tools.arg_types",
     # pipelines: your own orchestration code, each ctx call a checkpointed step
@@ -115,6 +118,9 @@ _EXPORTS = {
     "gc": "rewind.erasure",
     "ErasureReport": "rewind.erasure",
     "AgentCheckpoint": "checkpoint_bridge.document.schema",
+    # watching a run live (docs/streaming.md)
+    "events": "rewind.watching",
+    "RunEvent": "workflows.vocabulary.events",
     # the error tree's root
     "RewindError": "workflows.vocabulary.errors",
 }

@@ -113,5 +113,13 @@ async def check_stores(settings: Settings, *, probe_writes: bool = False) -> Non
             await objects.aclose()
 
 
-__all__ = ["object_store", "checkpoint_objects", "checkpoint_store", "DeferredCheckpointStore", "payload_store", "check_store",
+__all__ = ["object_store", "checkpoint_objects", "checkpoint_store", "DeferredCheckpointStore", "payload_store", "check_store", "events_bus",
            "check_stores"]
+
+
+def events_bus(settings: Settings) -> Any:
+    """The bus a run's live events travel on (REWIND_EVENTS; checkpoint_bridge/events/bus.py),
+    for a worker that publishes or a reader."""
+    from checkpoint_bridge.events.bus import open_bus
+
+    return open_bus(settings.events_url, settings.live_dir)

@@ -44,6 +44,7 @@ ROOMS = {
         "checkpoints": 1,                    # the checkpoint store: chains, packs, lineage, outputs, erasure
         "projection": 2, "temporal": 2,      # history -> checkpoints | the Temporal side of runs
         "branches": 3,                       # fork, rollback, compensation, decisions from outside
+        "events": 3,                         # a run's event stream: buses, replay from the store, readers
         "views": 4, "langgraph": 4,          # what people see | LangGraph's checkpointer on the store
     },
     "rewind": {

@@ -15,6 +15,8 @@ they leave the activity (rewind/redaction.py).
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -31,7 +33,9 @@ from activities.model.prompt_fit import PromptFitter
 from activities.model.pricing import PriceTable
 from activities.record.spans import activity_span
 from activities.model.tokens import preload
-from activities.record.redaction import NO_REDACTION, Redactor
+from activities.record.live import CallEvents
+from activities.record.redaction import NO_REDACTION, Redactor, StreamRedactor
+from checkpoint_bridge.events.bus import Publisher
 from activities.model.transcript import TranscriptError, TranscriptStore
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from activities.model.wire_format import outgoing_messages
@@ -39,7 +43,10 @@ from workflows.vocabulary.contracts import CarriedWrite, LlmRequest, LlmResponse
 from workflows.vocabulary.errors import StoreUnavailableError
 from workflows.vocabulary.text import scrub_surrogates
 from workflows.loop import tracing as names
+from workflows.vocabulary.events import model_call_key
 from workflows.vocabulary.wire import CALL_LLM, LABEL_HEADER, LLM_REJECTED
+
+log = logging.getLogger("rewind.model")
 
 RETRYABLE_STATUS = {408, 409, 429}
 REJECTED_ERROR_TYPE = LLM_REJECTED
@@ -105,12 +112,76 @@ def map_openai_error(
     return ApplicationError(redact(f"model call failed: {type(exc).__name__}: {exc}")[:1000], type="LlmCallFailed")
 
 
+def _previous_failure(details: Any) -> str | None:
+    """Why the attempt before this one ended, when it said so in its last heartbeat."""
+    for detail in details or ():
+        if isinstance(detail, str) and detail.startswith("failed: "):
+            return detail.removeprefix("failed: ")
+    return None
+
+
+def _attempts_left(info: Any) -> bool:
+    policy = getattr(info, "retry_policy", None)
+    maximum = getattr(policy, "maximum_attempts", 0) if policy is not None else 0
+    return not maximum or info.attempt < maximum
+
+
+async def _assembled(stream: Any, events: CallEvents, redactor: StreamRedactor) -> dict[str, Any]:
+    """A streamed completion put back together (the message as an unstreamed call returns it),
+    each piece published as a delta on the way."""
+    text: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish, usage, response_id = None, None, None
+    async for chunk in stream:
+        if not isinstance(chunk, dict):
+            raise TypeError(f"a streamed chunk is not a JSON object: {str(chunk)[:200]!r}")
+        response_id = response_id or chunk.get("id")
+        usage = chunk.get("usage") or usage
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                text.append(piece)
+                shown = redactor.feed(piece)
+                if shown:
+                    events.delta({"text": shown})
+            for part in delta.get("tool_calls") or ():
+                index = int(part.get("index", 0))
+                slot = calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                function = part.get("function") or {}
+                if part.get("id"):
+                    slot["id"] = part["id"]
+                slot["function"]["name"] += function.get("name") or ""
+                slot["function"]["arguments"] += function.get("arguments") or ""
+                events.delta({"tool_call": {"index": index, "id": part.get("id"), "name": function.get("name"),
+                                            "arguments": function.get("arguments") or ""}})
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    rest = redactor.flush()
+    if rest:
+        events.delta({"text": rest})
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {"id": response_id, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage or {}}
+
+
 class LlmActivities:
     def __init__(
         self, endpoint: ModelEndpoint, prices: PriceTable, transcripts: TranscriptStore, redactor: Redactor,
         outputs: OutputStore | None = None, checkpoints: CheckpointWriter | None = None,
+        events: Publisher | None = None, stream: bool = True,
     ) -> None:
         self._endpoint = endpoint
+        # Where the call's live events go (its start, the model's deltas, a retry): the worker's bus.
+        self._events = events
+        # Ask the provider to stream (the answer is returned whole all the same); off for an
+        # endpoint that showed it cannot (`_no_stream`, said once per model).
+        self._stream = stream
+        self._no_stream: set[str] = set()
         self._checkpoints = checkpoints  # writes the step records a call carries
         self._prices = prices
         self._transcripts = transcripts
@@ -143,18 +214,31 @@ class LlmActivities:
         # call: loading a long transcript and fitting it to the context window
         # can take longer than the heartbeat timeout on a loaded machine, and
         # an attempt that never beats is timed out and retried for ever.
-        async with heartbeating():
-            # The carried checkpoints are written beside the call, not before it.
-            response, carried = await written_beside(
-                self._spanned_call(request), self._write_carried(request) if request.checkpoints else None)
-            if carried is not None:
-                response.checkpoints = carried
-            return response
+        events = CallEvents.of_activity(self._events, request.run_id, request.step,
+                                        model_call_key(request.step, activity.info().activity_id))
+        events.started("model.started", {"model": request.model, "label": request.label,
+                                         "reason": _previous_failure(activity.info().heartbeat_details)})
+        try:
+            async with heartbeating():
+                # The carried checkpoints are written beside the call, not before it.
+                response, carried = await written_beside(
+                    self._spanned_call(request, events), self._write_carried(request) if request.checkpoints else None)
+                if carried is not None:
+                    response.checkpoints = carried
+                return response
+        except ApplicationError as exc:
+            if not exc.non_retryable and _attempts_left(activity.info()):
+                # The next attempt says so too as it starts: one id, a reader gets one.
+                events.retrying(activity.info().attempt + 1, str(exc.message)[:500])
+                activity.heartbeat(f"failed: {str(exc.message)[:500]}")
+            raise
+        finally:
+            events.ended()
 
-    async def _spanned_call(self, request: LlmRequest) -> LlmResponse:
+    async def _spanned_call(self, request: LlmRequest, events: CallEvents) -> LlmResponse:
         with activity_span(names.model_span_name(request.model), self._span_attributes(request),
                            redact=self._redact.redact_text, client=True) as span:
-            response = await self._call_llm(request)
+            response = await self._call_llm(request, events)
             span.set({
                 names.GEN_AI_INPUT_TOKENS: response.usage.prompt_tokens,
                 names.GEN_AI_OUTPUT_TOKENS: response.usage.completion_tokens,
@@ -179,7 +263,38 @@ class LlmActivities:
             names.RUN_ID: request.run_id, names.STEP: request.step, names.ATTEMPT: activity.info().attempt,
         }
 
-    async def _call_llm(self, request: LlmRequest) -> LlmResponse:
+    async def _completion(self, body: dict[str, Any], options: dict[str, Any], events: CallEvents) -> Any:
+        """The completion, streamed from the provider when it can (each delta published as it
+        comes, redacted), returned whole in the form an unstreamed call has."""
+        model = str(body.get("model"))
+        if not (self._stream and events.on and model not in self._no_stream):
+            return await self._get_client().post("/chat/completions", body=body, cast_to=object,
+                                                 options=options)  # type: ignore[arg-type]
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        try:
+            stream = await self._get_client().post(
+                "/chat/completions", body=streamed, cast_to=object, options=options,  # type: ignore[arg-type]
+                stream=True, stream_cls=openai.AsyncStream[object])
+        except openai.BadRequestError as exc:
+            if "stream" not in str(exc.message).lower():
+                raise
+            self._cannot_stream(model, str(exc.message))
+            return await self._get_client().post("/chat/completions", body=body, cast_to=object,
+                                                 options=options)  # type: ignore[arg-type]
+        kind = stream.response.headers.get("content-type", "")
+        if "text/event-stream" not in kind:  # answered whole: a server that does not stream
+            self._cannot_stream(model, f"it answered {kind or 'without a content type'}")
+            return json.loads(await stream.response.aread())
+        return await _assembled(stream, events, StreamRedactor(self._redact))
+
+    def _cannot_stream(self, model: str, why: str) -> None:
+        if model not in self._no_stream:
+            self._no_stream.add(model)
+            log.warning("the model API at %s does not stream for model %r (%s): this worker asks it for whole "
+                        "answers from now on, and readers get each answer when it is complete",
+                        self._endpoint.base_url, model, why[:200])
+
+    async def _call_llm(self, request: LlmRequest, events: CallEvents) -> LlmResponse:
         try:
             base = (await self._transcripts.load(request.transcript_head, request.transcript_len)
                     if request.transcript else [])
@@ -252,8 +367,7 @@ class LlmActivities:
             # with the conversation (a third of a long run's CPU). The request is
             # plain JSON already, so it is posted as it is, through the same client
             # (auth, base URL, timeouts, the same APIStatusError on failure).
-            data = await self._get_client().post("/chat/completions", body=kwargs, cast_to=object,
-                                                options=options)  # type: ignore[arg-type]
+            data = await self._completion(kwargs, options, events)
             if not isinstance(data, dict):
                 raise TypeError(f"the response is not a JSON object: {str(data)[:200]!r}")
             choice = data["choices"][0]

@@ -22,12 +22,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.record.redaction import Redactor
+from checkpoint_bridge.events.bus import Publisher
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.projection.mirror import mirror_run
 from checkpoint_bridge.projection.projector import record_parts
 from workflows.vocabulary.contracts import CarriedWrite, StepRecord
 from workflows.vocabulary.errors import CheckpointError, CheckpointNotFoundError, StoreUnavailableError, TranscriptError
+from workflows.vocabulary.events import checkpoint_event
 from workflows.vocabulary.ids import parse_checkpoint_id, workflow_id_for
 from workflows.vocabulary import metrics
 from workflows.vocabulary.wire import CHECKPOINT_CONFLICT
@@ -72,8 +74,11 @@ async def written_beside(work: Awaitable[T], write: Awaitable[CarriedWrite] | No
 
 
 class CheckpointWriter:
-    def __init__(self, store: CheckpointStore, redactor: Redactor, outputs: OutputStore | None = None) -> None:
+    def __init__(self, store: CheckpointStore, redactor: Redactor, outputs: OutputStore | None = None,
+                 events: Publisher | None = None) -> None:
         self._store = store
+        # The run's `checkpoint` events go out here once their checkpoints are stored (docs/streaming.md).
+        self._events = events
         self._outputs = outputs  # where tool outputs named by reference are (the payload store)
         # Step records arrive redacted (the model and tool activities redact);
         # what is left to redact is the store's own error text (an S3 error
@@ -94,6 +99,9 @@ class CheckpointWriter:
             # (none when this worker wrote it): no work that grows with the run.
             started = time.monotonic()
             await self._store.save_step(record_parts(record))
+            if self._events is not None:
+                # The step's last durable event: a reader can read the checkpoint from here on.
+                self._events.publish(checkpoint_event(record).model_dump(mode="json"))
             metrics.observe_ms(meter, metrics.CHECKPOINT_WRITE_MS, (time.monotonic() - started) * 1000)
             lag = datetime.now(timezone.utc) - record.created_at
             metrics.observe_ms(meter, metrics.MIRROR_LAG_MS, lag.total_seconds() * 1000)

@@ -101,6 +101,45 @@ class Redactor:
         return value
 
 
+# The start of a built-in secret, still being written at the end of a stream's text.
+_OPEN_SECRET = re.compile(r"(?:(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]*|AKIA[0-9A-Z]{0,15}|Bearer\s*[A-Za-z0-9._~+/=-]*"
+                          r"|-----BEGIN[^\n]*(?:\n(?!-----END)[^\n]*)*|-{1,5}B?E?G?I?N?)$")
+
+
+class StreamRedactor:
+    """Redaction of text that arrives in pieces (a model's deltas): a piece goes out redacted,
+    but for its tail while that tail may be the start of a secret (a known value's first
+    characters, a built-in pattern's opening), which waits for the next piece. Prose is
+    never held back; a secret split across pieces is replaced whole."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._pending = ""
+
+    def feed(self, piece: str) -> str:
+        text = self._pending + piece
+        cut = len(text) - self._held_tail(text)
+        self._pending = text[cut:]
+        return self._redactor.redact_text(text[:cut]) if cut else ""
+
+    def flush(self) -> str:
+        text, self._pending = self._pending, ""
+        return self._redactor.redact_text(text) if text else ""
+
+    def _held_tail(self, text: str) -> int:
+        longest = 0
+        for _, value in self._redactor.values:
+            for size in range(min(len(value) - 1, len(text)), longest, -1):
+                if text.endswith(value[:size]):
+                    longest = size
+                    break
+        if self._redactor.patterns:
+            found = _OPEN_SECRET.search(text[-4096:])
+            if found is not None and found.group(0):
+                longest = max(longest, len(found.group(0)))
+        return longest
+
+
 NO_REDACTION = Redactor(values=(), patterns=())
 
-__all__ = ["Redactor", "NO_REDACTION", "BUILTIN_PATTERNS", "parse_patterns"]
+__all__ = ["Redactor", "StreamRedactor", "NO_REDACTION", "BUILTIN_PATTERNS", "parse_patterns"]

@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import json
 import traceback
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Awaitable, Callable, Sequence
@@ -43,10 +44,29 @@ class ToolContext:
     # any other call, step, branch or run. None for read-only tools.
     idempotency_key: str | None
     attempt: int
+    # The call's live events (activities/record/live.py CallEvents); None: nobody watches.
+    events: Any = field(default=None, repr=False, compare=False)
 
     def heartbeat(self, *details: Any) -> None:
         """Report progress; long tools are heart-beaten automatically as well."""
         activity.heartbeat(*details)
+
+    def emit(self, value: Any) -> None:
+        """Tell the run's watchers `value` (JSON: a progress report, a partial result): a live
+        `custom` event of this call (docs/streaming.md). Never waits; not part of the record."""
+        if self.events is not None:
+            self.events.custom(json.loads(json.dumps(value, default=str)))
+
+
+def emit(value: Any) -> None:
+    """Inside a tool: tell the run's watchers `value` (a live `custom` event of the call)."""
+    try:
+        ctx = _current_context.get()
+    except LookupError:
+        raise ToolRegistryError(
+            "rewind.emit() was called outside a tool call: a tool reports progress with it while the worker "
+            "runs it; a pipeline uses ctx.emit(...), a LangGraph node get_stream_writer()") from None
+    ctx.emit(value)
 
 
 _current_context: contextvars.ContextVar[ToolContext] = contextvars.ContextVar("rewind_tool_context")
@@ -448,6 +468,6 @@ def reset_tool_context(token: contextvars.Token[ToolContext]) -> None:
 
 
 __all__ = [
-    "tool", "subagent", "DeclaredAgent", "tool_context", "ToolError", "ToolContext", "RegisteredTool", "ToolRegistry",
+    "tool", "subagent", "DeclaredAgent", "tool_context", "emit", "ToolError", "ToolContext", "RegisteredTool", "ToolRegistry",
     "import_tool_module", "DEFAULT_MAX_ARG_CHARS",
 ]

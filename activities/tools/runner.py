@@ -27,7 +27,9 @@ from temporalio.exceptions import ApplicationError
 from activities.record.checkpoint_writer import CheckpointWriter, written_beside
 from activities.liveness.heartbeat import heartbeating
 from activities.tools.idempotency import IdempotencyLedger
+from activities.record.live import CallEvents
 from activities.record.redaction import Redactor
+from checkpoint_bridge.events.bus import Publisher
 from activities.record.spans import activity_span
 from checkpoint_bridge.checkpoints.outputs import OutputStore, worth_a_reference
 from activities.tools.registry import (
@@ -53,6 +55,7 @@ from workflows.vocabulary.contracts import (
 )
 from workflows.loop.effects import effect_identity
 from workflows.vocabulary.errors import CheckpointError
+from workflows.vocabulary.events import tool_call_key
 from workflows.vocabulary.text import scrub_surrogates
 from workflows.loop import tracing as names
 from workflows.loop.tracing import tool_span_name
@@ -112,9 +115,10 @@ class ToolActivities:
         self, registry: ToolRegistry, ledger: IdempotencyLedger, redactor: Redactor,
         *, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, outputs: OutputStore | None = None,
         inline_fallback_bytes: int = DEFAULT_INLINE_FALLBACK_BYTES, pipelines: list[ToolSpec] | None = None,
-        checkpoints: CheckpointWriter | None = None,
+        checkpoints: CheckpointWriter | None = None, events: Publisher | None = None,
     ) -> None:
         self._registry = registry
+        self._events = events  # the worker's bus: a call's start, its progress (`rewind.emit`), its end
         self._checkpoints = checkpoints  # writes the step records a pipeline's tool call carries
         self._pipelines = list(pipelines or [])  # listed with every tool (`rewind tools`)
         self._inline_fallback = inline_fallback_bytes
@@ -240,9 +244,17 @@ class ToolActivities:
             # carried write that waits out a slow store after the tool has ended, must not look
             # like a dead worker to Temporal, which would time the attempt out and run the
             # finished tool again.
-            async with heartbeating(request.tool_name):
-                result, carried = await written_beside(
-                    self._run_tool(registered, request), self._write_carried(request) if request.checkpoints else None)
+            events = CallEvents.of_activity(self._events, request.run_id, request.step,
+                                            tool_call_key(request.step, request.tool_call_id, activity.info().activity_id))
+            events.started("tool.started", {"tool": request.tool_name, "tool_call_id": request.tool_call_id,
+                                            "arguments": request.arguments})
+            try:
+                async with heartbeating(request.tool_name):
+                    result, carried = await written_beside(
+                        self._run_tool(registered, request, events),
+                        self._write_carried(request) if request.checkpoints else None)
+            finally:
+                events.ended()
             if carried is not None:
                 result.checkpoints = carried
             if result.error is not None:
@@ -261,7 +273,7 @@ class ToolActivities:
             return CarriedWrite(error=f"the carried step records are malformed: {_validation_message(exc)}")
         return await self._checkpoints.save_carried(records)
 
-    async def _run_tool(self, registered: RegisteredTool, request: ToolRequest) -> ToolOutcome:
+    async def _run_tool(self, registered: RegisteredTool, request: ToolRequest, events: CallEvents) -> ToolOutcome:
         started = datetime.now(timezone.utc)
         clock = time.monotonic()
 
@@ -283,7 +295,7 @@ class ToolActivities:
             run_id=request.run_id, branch_id=request.branch_id, step=request.step,
             tool_call_id=request.tool_call_id, tool_name=request.tool_name,
             idempotency_key=request.idempotency_key if registered.spec.side_effects else None,
-            attempt=activity.info().attempt,
+            attempt=activity.info().attempt, events=events,
         )
         # (run_tool heartbeats around all of this.)
         if request.dry_run:

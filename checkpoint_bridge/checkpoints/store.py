@@ -522,6 +522,51 @@ class CheckpointStore:
             out.append(StepFacts(fields=fields, tool_records=own, invalidated=invalidated))
         return out
 
+    async def branch_steps(self, run_id: str, branch_id: str, after_step: int = -1) -> list[StepParts]:
+        """What each stored step of one branch after `after_step` added (its fields, new messages,
+        new tool records), in step order, up to a rollback's cutoff: one read per step object, plus
+        one of a snapshot's parent to tell its own messages from its line's (a run's event stream,
+        checkpoint_bridge/events/replay.py, is derived from these)."""
+        parsed = await self._keys(branch_prefix(run_id, branch_id))
+        cutoff = _cutoff(parsed, branch_id)
+        steps = sorted(p.step_index for p in parsed if p.kind == "step" and p.branch_id == branch_id
+                       and p.step_index > after_step and (cutoff is None or p.step_index <= cutoff))
+        keys = [step_key(run_id, branch_id, step) for step in steps]
+        found = await read_many(self.objects, keys, self._concurrency)
+        out: list[StepParts] = []
+        counts: tuple[int, int] | None = None  # the messages and tool records of the line so far
+        for step, key in zip(steps, keys, strict=True):
+            data = found[key]
+            if data is None:
+                break  # deleted between listing and reading (erased): what came before is whole
+            cid = checkpoint_id(run_id, branch_id, step)
+            envelope = decode_as(cid, key, data)
+            payload = envelope.payload
+            fields = migrate({k: v for k, v in payload.items()
+                              if k not in ("messages", "new_messages", "tool_call_cache", "new_tool_records")}, key)
+            if envelope.kind == "delta":
+                messages, records = list(payload.get("new_messages") or []), list(payload.get("new_tool_records") or [])
+                counts = (int(payload.get("base_message_count", 0)) + len(messages),
+                          int(payload.get("base_tool_count", 0)) + len(records))
+            else:
+                whole, tools = list(payload.get("messages") or []), list(payload.get("tool_call_cache") or [])
+                if counts is None and fields.get("parent_id"):
+                    counts = await self._line_counts(str(fields["parent_id"]))
+                before = counts or (0, 0)
+                messages, records = whole[before[0]:], tools[before[1]:]
+                counts = (len(whole), len(tools))
+            variables = fields.pop("agent_variables", {}) or {}
+            out.append(StepParts(fields, messages, records, variables))
+        return out
+
+    async def _line_counts(self, checkpoint_id_: str) -> tuple[int, int]:
+        """How many messages and tool records the line holds at a checkpoint (from its object)."""
+        end = (await self.step_ends([checkpoint_id_]))[0]
+        fields = end.fields
+        if end.own:
+            return int(fields.get("base_message_count", 0)) + end.messages, int(fields.get("base_tool_count", 0)) + end.tool_records
+        return end.messages, end.tool_records
+
     async def step_ends(self, checkpoint_ids: list[str]) -> list[StepEnd]:
         """What each step object says of its own step, in the order given: its fields but its
         lists, the last message and the last tool record it holds (a step's own for a delta;

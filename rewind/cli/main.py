@@ -33,6 +33,7 @@ from rewind.cli.commands import (
     running,
     runs,
     tools,
+    watching,
 )
 from rewind.cli.commands.common import EXIT_ERROR, EXIT_USAGE, one_line
 from rewind.settings.config import Settings, drop_empty_library_variables, skip_pydantic_plugins
@@ -42,7 +43,7 @@ from workflows.vocabulary.errors import RewindError, UsageError
 # The commands that run user code (tools, and the pydantic plugins they may rely on).
 RUNS_USER_CODE = frozenset({"worker", "dev", "demo"})
 # The groups in the order `rewind --help` lists their commands.
-GROUPS = (processes, running, runs, checkpoints, branches, resuming, experiments, erasure, approvals, tools)
+GROUPS = (processes, running, watching, runs, checkpoints, branches, resuming, experiments, erasure, approvals, tools)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,11 +74,12 @@ def _build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, lis
     sub = parser.add_subparsers(dest="command", required=True)
     added: list[str] = []
 
-    def command(name: str, help: str, **handler: Any) -> argparse.ArgumentParser:
+    def command(name: str, help: str, json_help: str = "print one JSON document on stdout",
+                **handler: Any) -> argparse.ArgumentParser:
         if only is not None and name != only:
             return _Unused()  # type: ignore[return-value]
         p = sub.add_parser(name, help=help)
-        p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        p.add_argument("--json", action="store_true", help=json_help)
         p.set_defaults(**handler)
         added.append(name)
         return p

@@ -110,6 +110,23 @@ class _Env:
         raise ConfigError(f"{name}={text!r} is not a yes/no value; use 1 or 0")
 
 
+def _events_url(value: str | None, hot_store: str | None) -> str:
+    """REWIND_EVENTS: `local`, `off`, or a redis:// URL; unset, the hot store's Redis or `local`."""
+    if value is None:
+        return hot_store or "local"
+    if value.lower() in ("local", "off"):
+        return value.lower()
+    if value.startswith(("redis://", "rediss://")):
+        return value
+    raise ConfigError(f"REWIND_EVENTS={value!r}: use local (the default: this machine's workers), "
+                      "redis://HOST:PORT[/DB] (readers on any machine), or off")
+
+
+def _off(read: "_Env", name: str) -> bool:
+    """A yes/no variable that is on unless set to a no."""
+    return read.str(name) is not None and not read.flag(name)
+
+
 def _store_url(variable: str, url: str | None) -> Any:
     """The parsed store URL; a malformed one is an error naming its variable."""
     try:
@@ -182,6 +199,11 @@ class Settings:
     # there at once and reach REWIND_STORE from the workers' flushers; hot entries live a day.
     hot_store_url: str | None = None
     hot_ttl_s: int = 24 * 3600
+    # Where a run's live events travel (checkpoint_bridge/events/bus.py): `local` (this machine's
+    # workers, announced under home/live), a redis:// URL (the hot store's Redis by default), `off`.
+    events_url: str = "local"
+    # Whether the model activity asks the provider to stream (its deltas are live events).
+    model_stream: bool = True
     home: Path = field(default_factory=lambda: Path(".rewind"))
     tool_modules: list[str] = field(default_factory=list)
     # Which variable named the tool modules (for the deprecation note of REWIND_TOOLS).
@@ -307,6 +329,8 @@ class Settings:
             payload_url=_payload_url(read.str("REWIND_PAYLOADS", default_payloads), allow_redis),
             store_compression=_store_compression(read),
             hot_store_url=hot_store,
+            events_url=_events_url(read.str("REWIND_EVENTS"), hot_store),
+            model_stream=not _off(read, "REWIND_MODEL_STREAM"),
             hot_ttl_s=read.int("REWIND_HOT_TTL_S", 24 * 3600, minimum=60),
             payload_threshold=read.int("REWIND_PAYLOAD_THRESHOLD", 64 * 1024, minimum=1024),
             home=home,
@@ -362,6 +386,11 @@ class Settings:
     def model_endpoint_url(self) -> str:
         """The base URL model calls go to (given explicitly to the openai client)."""
         return self.model_base_url or OPENAI_DEFAULT_BASE_URL
+
+    @property
+    def live_dir(self) -> Path:
+        """Where this machine's workers announce their event hubs (REWIND_EVENTS=local)."""
+        return self.home / "live"
 
     @property
     def worker_health_file(self) -> Path:

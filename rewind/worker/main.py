@@ -49,12 +49,14 @@ from activities.record.mirror import MirrorActivities
 from checkpoint_bridge.branches.branching import Launcher
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore
+from checkpoint_bridge.events.bus import Publisher
 from rewind.temporal import tracing
+from rewind.worker.events import EventsInterceptor
 from rewind.worker import startup
 from rewind.worker.sandbox import workflow_runner
 from rewind.client import connect
 from rewind.settings.config import Settings
-from rewind.stores import check_stores, checkpoint_objects, object_store
+from rewind.stores import check_stores, checkpoint_objects, events_bus, object_store
 from rewind.temporal.runtime import core_runtime
 from workflows.loop.agent import AgentWorkflow
 from workflows.loop.compensation import CompensationWorkflow
@@ -152,6 +154,7 @@ def build_worker(
     redactor: Redactor | None = None,
     mcp: Any = None,
     pipelines: PipelineRegistry | None = None,
+    events: Publisher | None = None,
 ) -> RewindWorker:
     """Workers for `settings.task_queue` and for each tool's queue. `workflows`
     replaces the workflow classes (tests deploy changed workflow code with it).
@@ -170,16 +173,16 @@ def build_worker(
         mcp.bind(payloads, outputs)
     checkpoints = CheckpointStore(objects, compression=settings.store_compression)
     # One writer for the mirror activity and the model calls that carry step records.
-    writer = CheckpointWriter(checkpoints, redactor, outputs)
+    writer = CheckpointWriter(checkpoints, redactor, outputs, events=events)
     llm = LlmActivities(endpoint, PriceTable.parse(settings.prices), TranscriptStore(payloads), redactor, outputs,
-                        checkpoints=writer)
+                        checkpoints=writer, events=events, stream=settings.model_stream)
     llm.open_client()
     # Idempotency records live with the run's live data, not in the checkpoint
     # archive (activities/tools/idempotency.py says why).
     tools = ToolActivities(registry, IdempotencyLedger(payloads), redactor,
                            max_output_bytes=settings.max_tool_output_bytes, outputs=outputs,
                            inline_fallback_bytes=settings.payload_threshold // 2,
-                           pipelines=pipelines.callable_specs(registry.names()), checkpoints=writer)
+                           pipelines=pipelines.callable_specs(registry.names()), checkpoints=writer, events=events)
     mirror = MirrorActivities(writer)
     # An experiment forks its branches from a worker, as `rewind fork` does from the CLI.
     experiment = ExperimentActivities(checkpoints, Launcher(settings.task_queue, TranscriptStore(payloads),
@@ -196,6 +199,8 @@ def build_worker(
     # Temporal's Go and Java SDKs have no sandbox at all. A pipeline is the user's own
     # code running as workflow code: always in the sandbox (rewind/worker/sandbox.py).
     options["workflow_runner"] = workflow_runner(PIPELINE_WORKFLOW, pipelines.modules(), settings.workflow_sandbox)
+    if events is not None:  # the runs' events (docs/streaming.md): workflow code hands them over an extern
+        options["interceptors"] = [EventsInterceptor(events)]
     main = Worker(
         client,
         task_queue=settings.task_queue,
@@ -325,7 +330,9 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     endpoint, offline = model_endpoint(settings)
-    worker = build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines)
+    bus = events_bus(settings)
+    publisher = await bus.start_publisher()
+    worker = build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines, events=publisher)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -362,6 +369,7 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
                     orphan.cancel()
                 health.remove()
     finally:
+        await bus.aclose()
         if offline is not None:
             offline.stop_thread()
         tracing.shutdown()  # the spans still buffered

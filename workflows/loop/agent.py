@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         LlmResponse,
         LoopState,
         MirrorBatch,
+        PendingApproval,
         RedoPlan,
         RunLimits,
         StepRecord,
@@ -52,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.vocabulary.summaries import mirror_summary, model_call_summary
     from workflows.loop.tool_step import ToolStep
     from workflows.loop.tracing import RunTrace
+    from workflows.loop.events import RunEvents
+    from workflows.vocabulary.events import model_completed_data, model_usage, starts_branch, tool_completed_data
     from workflows.vocabulary import metrics
 
     # The workflow refers to activities by name only, so it does not import
@@ -89,6 +92,14 @@ def _agent_info(inp: AgentInput) -> dict[str, Any] | None:
     return info
 
 
+class _Opening:
+    """What a branch's `run.started` is derived from (vocabulary/events.py run_started_data),
+    known before its first step is recorded."""
+
+    def __init__(self, parent_id: str | None, branch_id: str, agent: dict[str, Any] | None) -> None:
+        self.parent_id, self.branch_id, self.agent = parent_id, branch_id, agent
+
+
 # Records per mirror activity at most: a backlog (the store was down, a fast
 # run recorded many steps at once) is written in bounded pieces.
 MIRROR_BATCH_MAX = 50
@@ -118,7 +129,9 @@ class AgentWorkflow:
         self._stored_tools: tuple[str, str] | None = None  # (canonical JSON of the tools, their digest)
         self._tools_json: tuple[list[dict[str, Any]], str] | None = None  # (the tools sent, their canonical JSON)
         self._new_limits: RunLimits | None = None
-        self._gate = ApprovalGate(on_change=self._show_state)
+        self._events = RunEvents()  # the run's event stream (docs/streaming.md); nothing while replaying
+        self._opening_step: int | None = None  # the step whose events start with the branch's run.started
+        self._gate = ApprovalGate(on_change=self._show_state, on_event=self._approval_event)
         self._index = RunIndex(False)
         self._trace = RunTrace()  # spans of the run and its steps; nothing while tracing is off
         self._told_caller = "running"  # a sub-agent's state as its caller last heard it
@@ -210,6 +223,7 @@ class AgentWorkflow:
             if status is not None:
                 status.state = "cancelled"
                 self._show_state()
+                self._events.cancelled(self._state.step)
                 if self._pending and workflow.patched(STOPPED_DRAIN_PATCH):
                     await self._drain_mirror(STOPPED_MIRROR_DRAIN_S)
                     self._note_unmirrored("stopped")
@@ -226,8 +240,19 @@ class AgentWorkflow:
             limits=inp.limits, continued_as_new=self._state.continued_as_new,
         )
         self._trace.run_started(inp.run_id, inp.branch_id, inp.model)
+        self._events.started(inp.run_id, inp.branch_id)
+        opening = _Opening(self._state.parent_checkpoint, inp.branch_id, _agent_info(inp))
+        if starts_branch(opening):  # a new run, a fork, a resume (not a continued run): said at once
+            first = self._state.redo.step if self._state.redo is not None else self._state.step + 1
+            self._opening_step = 0 if inp.resume is None else first
+            self._events.branch_started(self._opening_step, opening)
         self._sync_status()
         return status
+
+    def _branch_start_events(self, step: int) -> int:
+        """How many durable events come before a step's own in `step_events`: its branch's
+        `run.started` when the step is the branch's first."""
+        return 1 if self._opening_step == step else 0
 
     async def _run(self, inp: AgentInput) -> AgentResult:
         status = self._begin(inp)
@@ -273,6 +298,7 @@ class AgentWorkflow:
             self._state.step += 1
             self._trace.step_started(self._state.step)
             response = await self._call_model(inp, openai_tools)
+            self._model_answered(response)
             if pending is not None:
                 openai_tools = await self._use_tools(await pending, routed)
                 pending = None
@@ -293,6 +319,32 @@ class AgentWorkflow:
             if self._should_continue_as_new(inp):
                 await self._continue_as_new(inp)
 
+    def _model_answered(self, response: LlmResponse) -> None:
+        """The loop's model call of the step answered: its `model.completed`, at once (tools may
+        take long), as `step_events` will derive it from the step's record."""
+        inp, step = self._input, self._state.step
+        assert inp is not None
+        usage = response.usage
+        self._events.durable(step, self._branch_start_events(step), "model.completed", model_completed_data(
+            f"{step}/model", response.message, inp.model,
+            model_usage(usage.prompt_tokens, usage.completion_tokens, response.cost_usd)))
+
+    def _tool_answered(self, log: ToolCallLog, index: int) -> None:
+        """The loop's tool call that completed `index`th in its step: its `tool.completed`, as it
+        completes (the step is recorded once all have)."""
+        if self._input is None or self._input.pipeline is not None or self._state.redo is not None:
+            return  # a pipeline's call is a step of its own, recorded (and told) as it completes
+        step = log.step
+        n = self._branch_start_events(step) + 1 + index
+        self._events.durable(step, n, "tool.completed", tool_completed_data(f"{step}/{log.tool_call_id}", log))
+
+    def _approval_event(self, request: PendingApproval, record: ApprovalRecord | None) -> None:
+        call = f"{request.step}/{request.tool_call_id}"
+        if record is None:
+            self._events.approval_waiting(call, request.step, request)
+        else:
+            self._events.approval_resolved(call, request.step, request.tool_call_id, record)
+
     async def _use_tools(self, described: DescribeToolsResponse, routed: bool) -> list[dict[str, Any]]:
         """Run with the tools as the workers described them (fails the run if one is missing);
         their schemas, as the model calls send them."""
@@ -307,7 +359,7 @@ class AgentWorkflow:
             )
         self._tools = ToolStep(inp, described.tools, self._state.tool_cache, routed=routed, gate=self._gate,
                                trace=self._trace, budget_left=self._budget_left, on_change=self._subagents_changed,
-                               inline_outputs=inp.pipeline is not None)
+                               inline_outputs=inp.pipeline is not None, on_answered=self._tool_answered)
         return [t.openai_schema() for t in described.tools]
 
     # -- redo -----------------------------------------------------------------
@@ -381,6 +433,7 @@ class AgentWorkflow:
         assert status is not None
         status.state, status.budget_reason = "budget_exceeded", reason
         self._show_state()
+        self._events.paused(self._state.step, reason)
         self._flush_held()  # no model call before someone raises the limits
         self._new_limits = None
         try:
@@ -556,6 +609,7 @@ class AgentWorkflow:
             metrics.count(meter, metrics.COST, round(step_ledger.cost_usd * 1e6), model=record.model)
         self._last_step_ledger = record.step_ledger
         self._trace.step_ended(record)
+        self._events.recorded(record)
         state.parent_checkpoint = checkpoint_id(inp.run_id, inp.branch_id, state.step)
         self._step_messages, self._step_calls = [], []
         self._mirror_later(record)

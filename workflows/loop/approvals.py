@@ -32,8 +32,11 @@ def refused(message: str) -> ApplicationError:
 
 
 class ApprovalGate:
-    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, on_change: Callable[[], None] = lambda: None,
+                 on_event: Callable[[PendingApproval, ApprovalRecord | None], None] = lambda _p, _r: None) -> None:
         self._on_change = on_change  # called when a call starts or stops waiting
+        # Told when a call starts waiting (None) and when it is decided (the record): its live events.
+        self._on_event = on_event
         self.pending: dict[str, PendingApproval] = {}
         self._decided: dict[str, ApprovalRecord] = {}
         self._edited: dict[str, dict[str, Any]] = {}
@@ -98,6 +101,7 @@ class ApprovalGate:
             request = request.model_copy(update={"deadline": request.requested_at + timedelta(seconds=timeout_s)})
         self.pending[call] = request
         self._on_change()
+        self._on_event(request, None)
         try:
             try:
                 await workflow.wait_condition(
@@ -111,6 +115,7 @@ class ApprovalGate:
                     reason=f"no decision within {timeout_s:g} s; the tool's default is to {request.on_timeout}",
                     timed_out=True, repeat_of=request.repeat_of,
                 )
+            self._on_event(request, self._decided[call])
             return self._decided[call], self._edited.get(call, request.arguments)
         finally:
             self.pending.pop(call, None)

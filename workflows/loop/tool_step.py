@@ -70,8 +70,11 @@ class ToolStep:
         gate: ApprovalGate | None = None, trace: Any = None,
         budget_left: Callable[[], tuple[float | None, int | None]] = lambda: (None, None),
         on_change: Callable[[], None] = lambda: None, inline_outputs: bool = False,
+        on_answered: Callable[[ToolCallLog, int], None] = lambda _log, _index: None,
     ) -> None:
         self._inp = inp
+        # Told of each call as it is answered, with how many of the step's calls were before it.
+        self._on_answered = on_answered
         # A pipeline hands outputs to its code: never by reference (ToolRequest.inline_output).
         self._inline_outputs = inline_outputs
         # A pipeline call's activity id (workflows/pipeline/ids.py), by tool call id.
@@ -376,5 +379,6 @@ class ToolStep:
         metrics.count(workflow.metric_meter(), metrics.TOOL_CALLS, tool=tool, outcome=outcome)
         if error is not None:
             self.last_error = f"step {log.step}: {error}"
+        self._on_answered(log, len(self._log))
         self._log.append(log)
         return tool_message(log)

@@ -16,9 +16,9 @@ from workflows.vocabulary.errors import ConfigError
 
 async def _error_from(model_server, status: int, retry_after: float | None = None) -> Exception:
     model_server.inject_fault(status, retry_after=retry_after)
-    client = openai.AsyncOpenAI(base_url=model_server.base_url, api_key="k", max_retries=0)
-    with pytest.raises(openai.APIStatusError) as info:
-        await client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    async with openai.AsyncOpenAI(base_url=model_server.base_url, api_key="k", max_retries=0) as client:
+        with pytest.raises(openai.APIStatusError) as info:
+            await client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
     return info.value
 
 
@@ -37,9 +37,9 @@ async def test_unfixable_statuses_fail_at_once(model, status, hint):
 
 
 async def test_connection_errors_are_retryable():
-    client = openai.AsyncOpenAI(base_url="http://127.0.0.1:1/v1", api_key="k", max_retries=0)
-    with pytest.raises(openai.APIConnectionError) as info:
-        await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    async with openai.AsyncOpenAI(base_url="http://127.0.0.1:1/v1", api_key="k", max_retries=0) as client:
+        with pytest.raises(openai.APIConnectionError) as info:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert not map_openai_error(info.value, "m").non_retryable
 
 
