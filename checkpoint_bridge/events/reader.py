@@ -18,6 +18,7 @@ Without a live bus the same reader polls the store (POLL_S) and Temporal.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -204,6 +205,7 @@ class BranchReader:
             branches = [b for b in await self._store.branches(self.run_id) if relative_path(b, self.branch) is not None]
         except (StoreUnavailableError, CheckpointError):
             return
+        streams: list[list[tuple[_Source, RunEvent]]] = []
         for branch in sorted(branches, key=lambda b: (b.count("."), b)):
             source = self._source(branch)
             assert source is not None
@@ -212,8 +214,11 @@ class BranchReader:
                 events = await stored_events(self._store, self.run_id, branch, after)
             except (StoreUnavailableError, CheckpointError):
                 continue
-            for event in events:
-                self._offer_durable(source, event)
+            streams.append([(source, event) for event in events])
+        # A sub-agent's steps happen inside its caller's step: in the order of their times (each
+        # run's own events keep theirs), the caller's step that waited for them comes after them.
+        for source, event in heapq.merge(*streams, key=lambda item: item[1].time):
+            self._offer_durable(source, event)
         self._last_poll = time.monotonic()
 
     async def _from_state(self) -> None:
@@ -313,7 +318,7 @@ class BranchReader:
         finally:
             if pump is not None:
                 pump.cancel()
-                await asyncio.gather(pump, return_exceptions=True)
+                await asyncio.wait([pump], timeout=2.0)
             if subscription is not None:
                 await subscription.aclose()
 

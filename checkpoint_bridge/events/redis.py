@@ -108,30 +108,41 @@ class RedisPublisher:
 
 
 class RedisSubscription:
+    """A reader's side: one task reads the run's stream into a queue the reader takes from (so a
+    reader that stops never waits on Redis to notice: redis-py may sit out a cancellation of
+    a blocking read until its block ends)."""
+
     def __init__(self, url: str, run_id: str) -> None:
         self._redis = _client(url)
         self._key = stream_key(run_id)
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._read())
 
     def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         return self._messages()
 
     async def _messages(self) -> AsyncIterator[dict[str, Any]]:
+        while True:
+            yield await self._queue.get()
+
+    async def _read(self) -> None:
         last = "0"
-        window = RunWindow()
         first = True
         while True:
             try:
                 if first:  # the window: what a hub would hold of the run
-                    entries = await self._redis.xrange(self._key, "-", "+")
-                    for entry_id, fields in entries:
+                    window = RunWindow()
+                    for entry_id, fields in await self._redis.xrange(self._key, "-", "+"):
                         last = entry_id
                         message = _decode(fields)
                         if message is not None:
-                            window_update(window, message, message)  # type: ignore[arg-type]
-                    held = [*_lines(window)]
+                            window_update(window, message, message)
+                    for message in _lines(window):
+                        self._queue.put_nowait(message)
                     first = False
-                    for message in held:
-                        yield message
                     continue
                 found = await self._redis.xread({self._key: last}, block=BLOCK_MS, count=500)
             except asyncio.CancelledError:
@@ -144,11 +155,14 @@ class RedisSubscription:
                     last = entry_id
                     message = _decode(fields)
                     if message is not None:
-                        yield message
+                        self._queue.put_nowait(message)
 
     async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task], timeout=BLOCK_MS / 1000 + 1.0)
         with contextlib.suppress(Exception):
-            await self._redis.aclose()
+            await asyncio.wait_for(self._redis.aclose(), 2.0)
 
 
 def _decode(fields: dict[Any, Any]) -> dict[str, Any] | None:
@@ -179,7 +193,9 @@ class RedisBus:
         return self._publisher
 
     async def subscribe(self, run_id: str) -> RedisSubscription:
-        return RedisSubscription(self._url, run_id)
+        sub = RedisSubscription(self._url, run_id)
+        await sub.start()
+        return sub
 
     async def aclose(self) -> None:
         if self._publisher is not None:

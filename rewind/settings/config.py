@@ -389,7 +389,12 @@ class Settings:
 
     @property
     def live_dir(self) -> Path:
-        """Where this machine's workers announce their event hubs (REWIND_EVENTS=local)."""
+        """Where this machine's workers announce their event hubs (REWIND_EVENTS=local): beside a
+        folder or SQLite store (`live/` next to it: every process of this machine that uses the
+        store finds them, whatever its own folder), else under REWIND_HOME."""
+        where = _store_url("REWIND_STORE", self.store_url)
+        if where.kind in ("file", "sqlite") and where.path:
+            return Path(where.path).parent / "live"
         return self.home / "live"
 
     @property

@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.vocabulary.wire import (
         CHECKPOINT_CONFLICT,
         DESCRIBE_PIPELINE,
+        GATHER_MIRROR_PATCH,
         GRAPH_ANSWER_ONCE_PATCH,
         PIPELINE_CARRIED_CHECKPOINTS_PATCH,
         PIPELINE_WORKFLOW,
@@ -109,6 +110,12 @@ class PipelineContext:
         when it returns a model or a dict). Raises ToolCallFailed when the child run fails."""
         return await self._run.call_tool(name, arguments, kind="pipeline")
 
+    def emit(self, value: Any) -> None:
+        """Tell the run's watchers `value` (JSON: progress, a partial result): a live `custom` event
+        (docs/streaming.md). Not part of the record: a fork or a continued run that runs the code
+        again does not say it again, and a watcher that connects later does not get it."""
+        self._run.emit_custom(value)
+
     def now(self) -> datetime:
         """The run's clock: the same on every replay."""
         return workflow.now()
@@ -147,6 +154,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         self._calls: dict[int, PipelineCallState] = {}
         self._spans: dict[tuple[int, int], Any] = {}  # each live call's trace span, while it runs
         self._draws = 0  # ctx.random() numbers drawn so far
+        self._emitted = 0  # ctx.emit() events so far (their live ids)
         self._fork_step = -1  # the step this run's record ends at (-1: a run started afresh)
         self._seed = 0
         # Continue-as-new: live calls wait while the run hands over to its next run, which it does
@@ -250,6 +258,13 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
 
     def _running(self) -> bool:
         return any(c.state == "running" for c in self._calls.values())
+
+    def emit_custom(self, value: Any) -> None:
+        if self.replaying_record():
+            return  # said when the record's run made this call; a fork does not say it again
+        self._emitted += 1
+        self._events.live("code", f"c{self._emitted}", "custom", None,
+                          {"data": json.loads(json.dumps(value, default=str)), "source": self._kind})
 
     def draw(self) -> float:
         """ctx.random(): the run seed's next number."""
@@ -533,6 +548,11 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             details["invalid"] = invalid
         record = self._record_step(label, variables=variables, model_view=model_view, pipeline=details, model=model)
         self._call_ended(call, record)
+        if self._running() and workflow.patched(GATHER_MIRROR_PATCH):
+            # Other calls of the group still run (an asyncio.gather's): the code waits for them, no
+            # call of its own carries this step soon, so it goes to the store now (`rewind show` of
+            # a finished search while another still runs).
+            self._flush_held()
 
     def _call_started(self, call: PipelineCall) -> None:
         """A live call starts: one of the group in flight, or the first of a new group."""

@@ -94,6 +94,10 @@ PIPELINE_CARRIED_CHECKPOINTS_PATCH = "pipeline-checkpoints-ride-model-calls"
 # A graph run whose answer is its messages channel's last message does not add it again in its
 # result step (its checkpoint, and a RewindSaver reading it, showed that message twice).
 GRAPH_ANSWER_ONCE_PATCH = "graph-answer-once"
+# A pipeline's call that completes while others of its group still run (an asyncio.gather's) has its
+# step written at once by the mirror activity, instead of waiting for the next call to carry it: the
+# finished call shows in `rewind show` / `tree` while the group goes on.
+GATHER_MIRROR_PATCH = "finished-calls-mirrored-while-group-runs"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -117,5 +121,6 @@ __all__ = [
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
-    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "tool_task_queue",
+    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GATHER_MIRROR_PATCH",
+    "tool_task_queue",
 ]
