@@ -11,11 +11,14 @@ comes once, in order; a call still in flight comes again from its current attemp
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import AsyncExitStack
 from typing import Any, AsyncIterator
 
+from checkpoint_bridge.checkpoints.lineage import is_revision_name, revision_branch, split_revision
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.events.reader import BranchReader, RunState
+from checkpoint_bridge.temporal.runs import branch_executions
 from rewind.client import RunNotFoundError, connect, run_view
 from rewind.settings.config import Settings
 from rewind.stores import checkpoint_store, events_bus, object_store
@@ -42,10 +45,13 @@ async def events(run_id: str, branch: str | None = None, after: str | None = Non
                 client = await connect(settings)
             except Exception:  # noqa: BLE001 - Temporal down: the store still tells a finished run
                 client = None
-        if client is None and not await store.branches(run_id):
+        stored = await store.branches(run_id)
+        if client is None and not stored:
             raise RunNotFoundError(f"no run {run_id!r} in the store, and Temporal cannot be reached to look for it")
         if client is not None:
             await run_view(client, run_id, branch, store=store)  # RunNotFoundError for an unknown run
+        # After a rollback or a resume the branch goes on as its newest revision (`main.r1`).
+        branch = await _current_revision(client, run_id, branch, stored)
 
         async def state_of(branch_id: str) -> RunState | None:
             if client is None:
@@ -68,6 +74,18 @@ async def events(run_id: str, branch: str | None = None, after: str | None = Non
                               after=after, follow=follow)
         async for event, cursor in reader.events():
             yield event.model_copy(update={"cursor": cursor}) if cursor is not None else event
+
+
+async def _current_revision(client: Any, run_id: str, branch: str, stored: list[str]) -> str:
+    if is_revision_name(branch):
+        return branch
+    if client is not None:
+        with contextlib.suppress(Exception):  # Temporal away: the store's newest revision
+            executions = await branch_executions(client, run_id, branch)
+            if executions:
+                return executions[-1][0]
+    revisions = [split_revision(b)[1] for b in stored if split_revision(b)[0] == branch]
+    return revision_branch(branch, max(revisions, default=0))
 
 
 __all__ = ["events", "RunEvent"]
