@@ -133,6 +133,8 @@ class BranchReader:
         if key == source.mark:  # a resumed reader's mark, read again: is it its step's checkpoint?
             source.mark_is_checkpoint = event.type == "checkpoint"
         if source.delivered(key) or key in source.held:
+            if source.path == "" and event.type in END_TYPES and source.delivered(key):
+                self._done = True  # resumed after the branch's end: nothing more will come
             return
         inside_gap = source.mark is not None and key < source.mark
         if inside_gap:  # a gap's event, come late (see _release): out of order, but once

@@ -95,6 +95,23 @@ orchestrator = subagent(
 )
 '''
 
+SLOW_FIRST = '''
+import asyncio
+from pathlib import Path
+
+from rewind import tool
+
+RELEASE = Path({release!r})
+
+
+@tool
+async def fetch(page: str) -> str:
+    """Fetch one page (the first waits until released)."""
+    while page == "one" and not RELEASE.exists():
+        await asyncio.sleep(0.05)
+    return f"page {{page}}"
+'''
+
 BILLING = '''
 from rewind import tool
 
@@ -209,6 +226,34 @@ async def test_a_gather_shows_each_search_as_it_finishes_and_the_stream_replays_
     assert rest == full[-2:]
     code, _, err = await rewind(cli, offline, "watch", "watched-gather", "--after", "not-an-id")
     assert code != 0 and err.count("\n") == 1 and "event id" in err, err
+
+
+async def test_a_parallel_steps_calls_come_as_each_completes_under_the_ids_the_store_gives_them(world, tmp_path):
+    folder, cli = world.folder("pages"), world.folder("cli")
+    release = tmp_path / "release"
+    (folder / "pages.py").write_text(SLOW_FIRST.format(release=str(release)))
+    name = f"pages-{uuid.uuid4().hex[:8]}"
+    world.model.add_script(name, [{"tool_calls": [{"name": "fetch", "arguments": {"page": p}}
+                                                  for p in ("one", "two", "three")]}, {"content": "Read three pages."}])
+    env, cli_env = world.env(folder, PYTHONPATH=str(folder)), world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "pages") as worker:
+        await worker.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--task", "read", "--model", f"script:{name}", "--run-id", "pages")
+        watcher = Watcher(cli, cli_env, "pages")
+        try:
+            seen = await watcher.until("two of three calls", lambda es: sum(
+                1 for e in es if e["type"] == "tool.completed") == 2)
+            done = [e["data"]["arguments"]["page"] for e in seen if e["type"] == "tool.completed"]
+            assert sorted(done) == ["three", "two"], done  # the step is not over: "one" still runs
+            release.touch()
+            assert await watcher.exit_code() == 0, watcher.error()
+        finally:
+            watcher.stop()
+    live = watcher.events()
+    calls = [e for e in live if e["type"] == "tool.completed"]
+    assert [c["data"]["arguments"]["page"] for c in calls][-1] == "one"
+    assert [c["id"] for c in calls] == ["1.1", "1.2", "1.3"]  # in the order they completed
+    assert durable(live) == durable(await watch_json(cli, cli_env, "pages"))
 
 
 async def test_a_run_waiting_for_a_person_says_how_to_approve_to_every_watcher(world, tmp_path):

@@ -216,8 +216,8 @@ def step_events(record: Any) -> list[RunEvent]:
             elif call.get("tool_call_id") in logs:
                 log = logs[call["tool_call_id"]]
                 add("tool.completed", tool_completed_data(_tool_key(record, log, call), log, node=call.get("node")))
-        for node, update in (pipeline.get("updates") or {}).items():
-            add("graph.update", {"node": node, "update": update})
+        for update in pipeline.get("updates") or ():  # each node's (a Send's once per send), as they ended
+            add("graph.update", {"node": update.get("node"), "update": update.get("update")})
     else:
         assistant = None
         if record.step_ledger.model_calls and record.status != "failed":
