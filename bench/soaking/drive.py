@@ -41,6 +41,10 @@ class Outcome:
     heads: list[str] = field(default_factory=list)  # the branches whose workflows it waited for
     notes: list[str] = field(default_factory=list)  # what could not be done, and retries that were needed
     retries: int = 0
+    # What a watcher attached from the run's start got (rewind.events: the durable events, in order, and
+    # how often it had to connect again), checked against the store's replay once the run has ended.
+    watched: list[Any] = field(default_factory=list)
+    watch_reconnects: int = 0
 
 
 async def retrying(outcome: Outcome, what: str, call: Callable[[], Awaitable[Any]], *,
@@ -124,10 +128,32 @@ async def _when_stored(client: Client, outcome: Outcome, store: CheckpointStore,
     return False
 
 
+async def watch(settings: Settings, client: Client, outcome: Outcome, run_id: str, deadline: float) -> None:
+    """A watcher of the run's main branch from its start to its end, as an app would keep one:
+    through the faults, connecting again after its last cursor whenever its reader stops."""
+    from rewind.watching import events
+
+    cursor = None
+    while time.monotonic() < deadline:
+        try:
+            async for event in events(run_id, "main", cursor, settings=settings, client=client):
+                if event.durable:
+                    outcome.watched.append(event)
+                    cursor = event.cursor
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - not started yet, Temporal or the store away: connect again
+            outcome.watch_reconnects += 1
+            await asyncio.sleep(0.5)
+
+
 async def drive(client: Client, settings: Settings, store: CheckpointStore, shape: Shape, run_id: str,
                 faults_end: float = 0.0) -> Outcome:
     """Run one run of `shape`; `faults_end` (time.monotonic()): when the fault schedule ends."""
     outcome = Outcome(run_id, shape.name, started=time.time())
+    watcher = asyncio.create_task(watch(settings, client, outcome, run_id,
+                                        max(time.monotonic() + RUN_TIMEOUT_S, faults_end + RECOVERY_S)))
     deadline = max(time.monotonic() + RUN_TIMEOUT_S, faults_end + RECOVERY_S)
     main = workflow_id_for(run_id, "main")
 
@@ -166,4 +192,9 @@ async def drive(client: Client, settings: Settings, store: CheckpointStore, shap
             await _wait_closed(client, outcome, workflow_id_for(run_id, head), deadline)
     outcome.heads = heads
     outcome.ended = time.time()
+    try:  # the main branch has ended: its watcher ends too, soon
+        await asyncio.wait_for(watcher, 120.0)
+    except asyncio.TimeoutError:
+        outcome.notes.append(f"its watcher had not seen it end 120 s after it ended "
+                             f"({len(outcome.watched)} durable events)")
     return outcome

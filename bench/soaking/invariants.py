@@ -274,6 +274,39 @@ async def check_store(check: Check, store: CheckpointStore, run_id: str, env: di
             check.fail(run_id, f"{key}: the stored bytes differ from what `rewind mirror` rebuilds")
 
 
+async def check_watch(check: Check, run_id: str, watched: list[Any], store: CheckpointStore, settings: Any,
+                      client: Any) -> None:
+    """What a watcher got while the run went through the faults: each durable event the store's
+    replay of the same branches has, once, with the same data (docs/streaming.md: every durable
+    event exactly once; the store fills what the live path lost)."""
+    from rewind.watching import events
+
+    check.checks += 1
+    seen: dict[str, Any] = {}
+    for event in watched:
+        if event.id in seen:
+            check.fail(run_id, f"the watcher got durable event {event.id} twice")
+            return
+        seen[event.id] = event
+    branches = sorted({e.branch for e in watched if not e.path})
+    replay: dict[str, Any] = {}
+    for branch in branches:
+        async for event in events(run_id, branch, settings=settings, client=client, follow=False):
+            if event.durable and not (event.path and event.id in replay):
+                replay[event.id] = event
+    for event_id, event in replay.items():
+        check.checks += 1
+        got = seen.get(event_id)
+        if got is None:
+            check.fail(run_id, f"the watcher never got {event_id} ({event.type}), which the store has")
+        elif (got.type, got.data) != (event.type, event.data):
+            check.fail(run_id, f"the watcher's {event_id} is {got.type} {first_difference(got.data, event.data)}")
+    extra = sorted(set(seen) - set(replay))
+    if extra:
+        check.checks += 1
+        check.fail(run_id, f"the watcher got {extra[:5]}, which the store's replay has not")
+
+
 async def check_liveness(check: Check, client: Client, run_ids: list[str], env: dict[str, str], cwd: Path) -> None:
     running = [w.id async for w in client.list_workflows("ExecutionStatus = 'Running'")]
     check.checks += 1
@@ -291,4 +324,4 @@ async def check_liveness(check: Check, client: Client, run_ids: list[str], env: 
 
 
 __all__ = ["Check", "snapshot", "heads", "first_difference", "read_ledger", "check_effects", "check_store", "mcp_effects",
-           "check_liveness", "checkpoint_id", "rewind_cli"]
+           "check_watch", "check_liveness", "checkpoint_id", "rewind_cli"]

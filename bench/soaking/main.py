@@ -150,6 +150,8 @@ async def check(args: argparse.Namespace, stack: Stack, client: Any, store: Any,
     cwd.mkdir(exist_ok=True)
     outcome_check, effects, store_check, liveness = (inv.Check("outcome"), inv.Check("effects"), inv.Check("store"),
                                                      inv.Check("liveness"))
+    watch_check = inv.Check("watch")
+    settings = stack.settings()
     ledger = inv.read_ledger(stack.ledger)
     ref_heads = {name: {b: inv.snapshot(cp) for b, cp in (await inv.heads(store, o.run_id)).items()}
                  for name, o in ref_by.items()}
@@ -193,9 +195,10 @@ async def check(args: argparse.Namespace, stack: Stack, client: Any, store: Any,
         inv.check_effects(effects, run_id, ledger, summaries, await inv.heads(store, run_id), faults,
                           await inv.recorded_steps(store, summaries))
         await inv.check_store(store_check, store, run_id, env, root / "mirrors")
+        await inv.check_watch(watch_check, run_id, outcome.watched, store, settings, client)
     all_ids = [r for r, _, _ in done] + [o.run_id for o in ref_by.values()]
     await inv.check_liveness(liveness, client, all_ids, env, cwd)
-    checks = [outcome_check, effects, store_check, liveness]
+    checks = [outcome_check, effects, store_check, liveness, watch_check]
     injected = [f for f in faults if f.started is not None]
     tool_faults = Counter(f"tool_{line['fault']}" for line in ledger if line["kind"] == "start" and line.get("fault"))
     by_kind = Counter(f.kind if f.kind != "s3_window" else f"s3_{f.params['mode']}" for f in injected) + tool_faults
