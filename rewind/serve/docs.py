@@ -112,7 +112,9 @@ th { color: #6b7280; font-weight: normal; }
 """
 
 
-def _type(schema: dict[str, Any], components: dict[str, Any]) -> str:
+def _type(schema: Any, components: dict[str, Any]) -> str:
+    if not isinstance(schema, dict):  # JSON Schema's `true`: anything
+        return "any"
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[-1]
     if "anyOf" in schema:

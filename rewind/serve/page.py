@@ -9,10 +9,10 @@ them) and a log of the events, fed by an EventSource on GET /runs/{run}/events. 
 checkpoint the panel fetches GET /runs/{run}/view (the data `rewind view` embeds) and the
 viewer draws the run again with it, keeping the step in view (the newest one, if it was).
 
-A reload picks up where the page was: the panel keeps the last cursor it got in the
-tab's sessionStorage and opens the stream after it, so no durable event is missed or
-repeated and a call in flight is told again from its attempt's start; the rest is drawn
-from the store, as the page was. Nothing is loaded from anywhere but this server: the
+A reload picks up where the page was: the panel keeps the cursor of the last checkpoint
+it was told of in the tab's sessionStorage and opens the stream after it. What came
+before it is drawn from the store; every durable event after it comes once (a step's
+calls not yet recorded), and a call in flight is told again from its attempt's start. Nothing is loaded from anywhere but this server: the
 page's Content-Security-Policy allows its own scripts (by hash) and requests to its origin.
 """
 
