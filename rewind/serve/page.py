@@ -27,9 +27,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from checkpoint_bridge.views.viewer import build_view, empty_view, render_page, script_json
 from rewind.serve.backends import Backends
-from rewind.serve.routes import BRANCH, RUN, Answer, Endpoint, Group, error_answers
+from rewind.serve.routes import BRANCH, RUN, Answer, Endpoint, Group, branch_of, error_answers, run_of
 from workflows.vocabulary.errors import RunNotFoundError
-from workflows.vocabulary.ids import validate_id
 
 _LIVE = "live_page.html"
 _CONFIG = "__REWIND_LIVE_CONFIG__"
@@ -55,16 +54,8 @@ async def _view(backends: Backends, run: str, branch: str) -> dict[str, Any]:
         return empty_view(run, backends.store.url)
 
 
-def _run_and_branch(request: Request) -> tuple[str, str]:
-    run = request.path_params["run"]
-    branch = request.query_params.get("branch") or "main"
-    validate_id("run", run)
-    validate_id("branch", branch)
-    return run, branch
-
-
 async def page_route(request: Request, backends: Backends, _body: Any) -> Response:
-    run, branch = _run_and_branch(request)
+    run, branch = run_of(request), branch_of(request)
     view = await _view(backends, run, branch)
     base = f"{request.scope.get('root_path', '')}/runs/{quote(run, safe='')}"
     config = {"run_id": run, "branch": branch, "events": f"{base}/events?branch={quote(branch, safe='')}",
@@ -75,7 +66,7 @@ async def page_route(request: Request, backends: Backends, _body: Any) -> Respon
 
 
 async def view_route(request: Request, backends: Backends, _body: Any) -> Response:
-    run, branch = _run_and_branch(request)
+    run, branch = run_of(request), branch_of(request)
     return JSONResponse(await _view(backends, run, branch), headers={"Cache-Control": "no-store"})
 
 

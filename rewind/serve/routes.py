@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal
 
 from pydantic import BaseModel
 
+from workflows.vocabulary.ids import validate_id
+
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
@@ -82,6 +84,20 @@ RUN = Param("run", "path", "the run's id (as `rewind start` or POST /runs gave i
 BRANCH = Param("branch", "query", "the branch (default main; a fork's name)")
 
 
+def run_of(request: Request) -> str:
+    """The run a route's path names, checked (a 400 for an id no run can have)."""
+    run = request.path_params["run"]
+    validate_id("run", run)
+    return run
+
+
+def branch_of(request: Request) -> str:
+    """The branch `?branch=` names (main by default), checked."""
+    branch = request.query_params.get("branch") or "main"
+    validate_id("branch", branch)
+    return branch
+
+
 def error_answers(*statuses: int) -> tuple[Answer, ...]:
     """The error answers an endpoint can give: every one is `{"error": "one line"}`."""
     from rewind.serve.errors import ERROR_MEANINGS, ErrorBody
@@ -89,4 +105,4 @@ def error_answers(*statuses: int) -> tuple[Answer, ...]:
     return tuple(Answer(status, ERROR_MEANINGS[status], ErrorBody) for status in statuses)
 
 
-__all__ = ["Answer", "BRANCH", "Endpoint", "Group", "Handler", "Param", "RUN", "error_answers"]
+__all__ = ["Answer", "BRANCH", "Endpoint", "Group", "Handler", "Param", "RUN", "branch_of", "error_answers", "run_of"]

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from checkpoint_bridge.views.runs import RunList, RunQuery
 from rewind.client import RunView, approve, fork, reject, run_status
 from rewind.serve.backends import Backends
-from rewind.serve.routes import BRANCH, RUN, Answer, Endpoint, Group, Param, error_answers
+from rewind.serve.routes import BRANCH, RUN, Answer, Endpoint, Group, Param, branch_of, error_answers, run_of
 from rewind.starting import StartRequest, start
 from rewind.stores import check_stores
 from workflows.vocabulary.contracts import ApprovalRecord, RunLimits
@@ -34,18 +34,6 @@ from workflows.vocabulary.ids import validate_id
 BODY_NAMES = {key: f'"{key}"' for key in ("task", "pipeline", "graph", "input", "agent", "system_prompt", "tools")}
 # Who decided, when a decision over HTTP does not say (`rewind approve` says the OS user).
 DECIDED_OVER_HTTP = "http"
-
-
-def _branch(request: Request) -> str:
-    branch = request.query_params.get("branch") or "main"
-    validate_id("branch", branch)
-    return branch
-
-
-def _run(request: Request) -> str:
-    run = request.path_params["run"]
-    validate_id("run", run)
-    return run
 
 
 # -- GET /runs ------------------------------------------------------------------------------
@@ -82,7 +70,7 @@ async def start_route(request: Request, backends: Backends, body: StartRequest) 
 
 # -- GET /runs/{run} ------------------------------------------------------------------------
 async def status_route(request: Request, backends: Backends, _body: Any) -> Response:
-    run, branch = _run(request), _branch(request)
+    run, branch = run_of(request), branch_of(request)
     client, unreachable = await backends.reach()
     view = await run_status(client, backends.store, run, branch, unreachable=unreachable,
                             temporal_address=backends.settings.temporal_address,
@@ -111,7 +99,7 @@ class Rejection(BaseModel):
 
 
 async def approve_route(request: Request, backends: Backends, body: Approval) -> Response:
-    run, call = _run(request), request.path_params["call"]
+    run, call = run_of(request), request.path_params["call"]
     validate_id("branch", body.branch)
     record = await approve(await backends.client(), run, call, branch=body.branch, by=body.by or DECIDED_OVER_HTTP,
                            reason=body.reason, arguments=body.arguments, value=body.value)
@@ -119,7 +107,7 @@ async def approve_route(request: Request, backends: Backends, body: Approval) ->
 
 
 async def reject_route(request: Request, backends: Backends, body: Rejection) -> Response:
-    run, call = _run(request), request.path_params["call"]
+    run, call = run_of(request), request.path_params["call"]
     validate_id("branch", body.branch)
     if not body.reason.strip():
         raise UsageError('"reason" must say why: the model receives it as the tool result')
@@ -159,7 +147,7 @@ class Forked(BaseModel):
 
 
 async def fork_route(request: Request, backends: Backends, body: ForkRequest) -> Response:
-    run = _run(request)
+    run = run_of(request)
     result = await fork(
         await backends.client(), backends.settings, backends.store, run, body.step, branch=body.branch,
         from_branch=body.from_branch, system_prompt=body.system_prompt, model=body.model,

@@ -28,10 +28,9 @@ from starlette.responses import Response
 
 from checkpoint_bridge.events.cursor import Cursor
 from rewind.serve.backends import Backends
-from rewind.serve.routes import BRANCH, RUN, Answer, Endpoint, Group, Param, error_answers
+from rewind.serve.routes import BRANCH, RUN, Answer, Endpoint, Group, Param, branch_of, error_answers, run_of
 from rewind.watching import events
 from workflows.vocabulary.events import RunEvent
-from workflows.vocabulary.ids import validate_id
 
 log = logging.getLogger("rewind.serve")
 
@@ -90,10 +89,7 @@ async def _frames(source: AsyncIterator[RunEvent], where: str) -> AsyncIterator[
 
 
 async def events_route(request: Request, backends: Backends, _body: Any) -> Response:
-    run = request.path_params["run"]
-    branch = request.query_params.get("branch") or "main"
-    validate_id("run", run)
-    validate_id("branch", branch)
+    run, branch = run_of(request), branch_of(request)
     after = request.headers.get("last-event-id") or request.query_params.get("after") or None
     Cursor.parse(after)  # a 400 now, before the stream's headers are sent
     client, unreachable = await backends.reach()
