@@ -10,6 +10,7 @@ gate tool (a file the test creates lets it go): "before the run ends" is a fact,
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import socket
@@ -22,6 +23,8 @@ import httpx
 import pytest
 from as_user import UserServer, one_line_error, rewind, until, user_env, user_workers
 from cdp_browser import Chromium, chromium_path
+
+from rewind.worker.scripted_model import ScriptedModelServer
 
 TOOLS = '''
 import asyncio
@@ -52,6 +55,9 @@ async def publish(text: str) -> str:
     return f"published {text}"
 '''
 KEY = "k3y-" + "5" * 40
+# Whether the scripted model streams its answers (`stream: true`, token by token): the model's
+# deltas are then in the stream and on the page; before it did, a call's text came whole.
+STREAMS = "tokens_per_s" in inspect.signature(ScriptedModelServer).parameters
 
 
 @dataclass
@@ -75,15 +81,18 @@ class Stack:
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=kwargs.pop("url", self.url), timeout=httpx.Timeout(120.0), **kwargs)
 
-    def gated_run(self, prefix: str) -> tuple[str, str, Path]:
-        """A script that looks tea up, then waits at a gate, then answers: (script, run id, the gate's file)."""
+    def gated_run(self, prefix: str) -> tuple[str, str, Path, Path]:
+        """A run held twice: it waits at gate A, then the model writes a step's text (streamed a few
+        tokens a second, where the scripted model streams: STREAMS) and it waits at gate B, then it
+        answers. (script, run id, gate A's file, gate B's file): creating a file opens its gate."""
         name = f"{prefix}-{uuid.uuid4().hex[:6]}"
         self.model.add_script(name, [
-            {"content": "Looking up tea prices now.", "tool_calls": [{"name": "lookup", "arguments": {"term": "tea"}}]},
-            {"content": "Waiting at the gate.", "tool_calls": [{"name": "gate", "arguments": {"name": name}}]},
+            {"content": "Looking up tea prices now.", "tool_calls": [{"name": "gate", "arguments": {"name": f"{name}-a"}}]},
+            {"content": "Waiting at the gate.", "tool_calls": [{"name": "gate", "arguments": {"name": f"{name}-b"}}],
+             "stream": {"tokens_per_s": 40}},
             {"content": "Tea costs 3 euros."},
         ])
-        return f"script:{name}", name, self.gates / name
+        return f"script:{name}", name, self.gates / f"{name}-a", self.gates / f"{name}-b"
 
 
 @pytest.fixture(scope="module")
@@ -171,28 +180,50 @@ def error_of(response: httpx.Response, status: int, *needles: str) -> None:
 
 # -- the stream ---------------------------------------------------------------------------
 async def test_a_run_started_over_http_streams_and_resumes_from_any_event(stack) -> None:
-    model, run, gate = stack.gated_run("sse")
+    model, run, gate_a, gate_b = stack.gated_run("sse")
+
+    def at_gate(frame: Frame, gate: Path) -> bool:
+        return frame.event == "tool.started" and frame.data["data"]["arguments"] == {"name": gate.name}
+
     async with stack.client() as client:
         started = await start_run(client, task="Buy tea", model=model, run_id=run)
         assert started["run_id"] == run and started["no_worker"] is None
 
-        # Read while the run waits at the gate; the client goes once the gate's call has started.
-        first = await read_sse(client, f"/runs/{run}/events",
-                               stop=lambda f: f.event == "tool.started" and f.data["data"].get("tool") == "gate")
+        # Read while the run waits at gate A; the client goes once the gate's call has started.
+        first = await read_sse(client, f"/runs/{run}/events", stop=lambda f: at_gate(f, gate_a))
         assert [f.event for f in first][:2] == ["run.started", "checkpoint"]
         assert (await state_of(client, run))["state"] == "running"
-        for frame in first:  # id: on durable events only, and it is the event's cursor
+        last = [f.id for f in first if f.id][-1]
+
+        # Reconnect as an EventSource does, with the last id it saw; the gates open as their calls
+        # are told of (gate A's again: a call in flight comes again from its start).
+        def opening(frame: Frame) -> bool:
+            for gate in (gate_a, gate_b):
+                if at_gate(frame, gate):
+                    gate.touch()
+            return False
+
+        rest = await read_sse(client, f"/runs/{run}/events", headers={"Last-Event-ID": last}, stop=opening)
+        assert rest[0].event == "tool.started" and rest[0].data["data"]["attempt"] == 1
+        assert rest[-1].event == "run.completed" and rest[-1].data["data"]["answer"] == "Tea costs 3 euros."
+        for frame in first + rest:  # id: on durable events only, and it is the event's cursor
             assert frame.event == frame.data["type"]
             if "~" in frame.data["id"]:
                 assert frame.id is None, frame
             else:
                 assert frame.id == frame.data["cursor"], frame
-        last = [f.id for f in first if f.id][-1]
 
-        # Reconnect as an EventSource does, with the last id it saw, and let the run go on.
-        gate.touch()
-        rest = await read_sse(client, f"/runs/{run}/events", headers={"Last-Event-ID": last})
-        assert rest[-1].event == "run.completed" and rest[-1].data["data"]["answer"] == "Tea costs 3 euros."
+        # The model's text as it wrote it: its deltas, put together, are its whole message.
+        streamed = []
+        for completed in (f for f in first + rest if f.event == "model.completed"):
+            call = completed.data["data"]["call"]
+            pieces = [f.data["data"].get("text") or "" for f in first + rest
+                      if f.event == "model.delta" and f.data["data"]["call"] == call]
+            if pieces:
+                assert "".join(pieces) == completed.data["data"]["message"]["content"], call
+                streamed.append(call)
+        # Steps 2 and 3 began while a client read (after gate A): all of their text came in pieces.
+        assert {"2/model", "3/model"} <= set(streamed) if STREAMS else not streamed, streamed
 
         # Every durable event once, in order: the two reads are one whole read.
         whole = await read_sse(client, f"/runs/{run}/events")
@@ -219,7 +250,7 @@ async def test_a_run_started_over_http_streams_and_resumes_from_any_event(stack)
 async def test_a_client_that_goes_away_leaves_nothing_open(stack) -> None:
     """Each stream opens the store and a subscription to the worker's live events: a client that
     disconnects mid-run ends its reader, and the server's open files come back to what they were."""
-    model, run, gate = stack.gated_run("gone")
+    model, run, gate_a, gate_b = stack.gated_run("gone")
     fds = Path(f"/proc/{stack.server.pid}/fd")
     async with stack.client() as client:
         await start_run(client, task="Buy tea", model=model, run_id=run)
@@ -235,7 +266,8 @@ async def test_a_client_that_goes_away_leaves_nothing_open(stack) -> None:
     async def back() -> bool:
         return len(list(fds.iterdir())) <= before
     await until(f"the server's open files back to {before}", back, 60)
-    gate.touch()
+    gate_a.touch()
+    gate_b.touch()
     async with stack.client() as client:
         assert (await ended(client, run))["state"] == "completed"
 
@@ -448,34 +480,44 @@ async def test_the_live_page_in_headless_chromium(stack) -> None:
     chromium = _browser()
     if chromium is None:
         pytest.skip("no chromium on this machine (REWIND_TEST_REQUIRE_BROWSER=1 makes this a failure)")
-    model, run, gate = stack.gated_run("page")
+    model, run, gate_a, gate_b = stack.gated_run("page")
     async with stack.client() as client, Chromium.launch(chromium) as browser:
         page = await browser.new_page(f"{stack.url}/runs/{run}")  # before the run exists: a 404 page
         await page.wait_for("document.body && document.body.innerText.includes('no run')", what="the 404")
         await start_run(client, task="Buy tea", model=model, run_id=run)
         await page.reload()
         await page.wait_for("document.body.dataset.live === 'live'", what="the page follows the run")
-        # Before the run ends (it waits at the gate): the model's words, the call in flight, the steps.
+        running = "!!document.querySelector('#live-calls .card.running[data-call$=\"/call_{}_0\"]')"
+        await page.wait_for(running.format(0), what="gate A's call shown running")
+        assert "Looking up tea prices now." in await page.evaluate("document.getElementById('live').innerText")
+
+        # Before the run ends (it waits at gate B): the model's words as it wrote them, the call in
+        # flight, the steps recorded so far.
+        gate_a.touch()
+        await page.wait_for(running.format(1), what="gate B's call shown running")
         await page.wait_for("document.getElementById('live').innerText.includes('Waiting at the gate.')",
                             what="the model's text of step 2 in the live panel")
-        await page.wait_for("!!document.querySelector('#live-calls .card.running[data-call$=\"call_1_0\"]')",
-                            what="the gate's call shown running")
         await page.wait_for("Number(document.body.dataset.checkpoints) >= 2", what="the steps drawn")
         assert "Looking up tea prices now." in await page.evaluate("document.body.innerText")
         assert (await state_of(client, run))["state"] == "running"
+        if STREAMS:  # the model's text of step 2 came in pieces, each shown as it came
+            deltas = await page.evaluate("document.querySelector('#live-calls .card[data-call$=\"2/model\"]')"
+                                         ".dataset.deltas")
+            assert int(deltas or 0) > 1, deltas
 
-        # A reload mid-run: the page picks up where it was (the stream resumes after its last cursor).
+        # A reload mid-run: the page picks up where it was (its stream resumes after the last
+        # checkpoint it was told of: the step's model text and its call in flight come again).
         await page.reload()
         await page.wait_for("document.body.dataset.live === 'live'", what="the page follows the run again")
         facts = await page.evaluate("document.getElementById('live-facts').innerText")
         assert facts.startswith("resumed after "), facts
-        await page.wait_for("!!document.querySelector('#live-calls .card.running[data-call$=\"call_1_0\"]')",
-                            what="the call in flight told again after the reload")
-        text = await page.evaluate("document.body.innerText")
-        assert "Looking up tea prices now." in text and "Waiting at the gate." in text
+        await page.wait_for(running.format(1), what="the call in flight told again after the reload")
+        await page.wait_for("document.getElementById('live').innerText.includes('Waiting at the gate.')",
+                            what="the model's text of step 2 again after the reload")
+        assert "Looking up tea prices now." in await page.evaluate("document.body.innerText")
         assert (await state_of(client, run))["state"] == "running"
 
-        gate.touch()
+        gate_b.touch()
         await page.wait_for("document.body.dataset.live === 'completed'", what="the run's end on the page")
         await page.wait_for("document.getElementById('live').innerText.includes('Tea costs 3 euros.')",
                             what="the answer")
