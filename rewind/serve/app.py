@@ -87,18 +87,24 @@ def _dispatcher(endpoints: list[Endpoint], backends: Backends) -> Any:
 
 
 async def _body(request: Request, endpoint: Endpoint) -> Any:
-    """The request's JSON body as the endpoint's model (an empty body: {})."""
+    """The request's JSON body as the endpoint's model (an empty one: {})."""
     assert endpoint.body_model is not None
     raw = await request.body()
+    # JSON only, said by its Content-Type: a page of another site can send a text/plain or form body
+    # (or none) without asking, but not an application/json one (its browser asks this server first,
+    # which says nothing that allows it), so a request with a body is one a page of this server or a
+    # client of its own sent.
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json" and not kind.endswith("+json"):
+        raise HTTPError(415, f"the body must be JSON with Content-Type: application/json (got {kind or 'none'}); "
+                             "curl: -H 'content-type: application/json' -d '{...}'")
     if not raw.strip():
         document: Any = {}
     else:
-        # Read as JSON whatever the Content-Type says (`curl -d` sends form's): a body that is not JSON is refused.
         try:
             document = json.loads(raw)
         except ValueError as exc:
-            raise HTTPError(400, f"the body is not JSON ({exc}); send a JSON object "
-                                 "(Content-Type: application/json)") from None
+            raise HTTPError(400, f"the body is not JSON ({exc}); send a JSON object") from None
     if not isinstance(document, dict):
         raise HTTPError(400, f"the body is a JSON {type(document).__name__}; send a JSON object")
     return endpoint.body_model.model_validate(document)

@@ -10,6 +10,11 @@
   at start, naming the fix), and answers only requests addressed to a loopback name, so
   a web page the browser loads from elsewhere cannot reach it through DNS rebinding.
 
+Whatever the key: a request that changes something (POST) and carries another site's
+Origin is refused (403), and a body must say it is JSON (rewind/serve/app.py), which a page
+of another site cannot send without this server's leave: no other site's page starts a run
+or decides a call through the browser of someone on this machine.
+
 The key is compared in constant time and never logged (the access log leaves `api_key`
 out of the query it shows).
 """
@@ -103,6 +108,18 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0]
 
 
+def _same_origin(scope: Scope) -> bool:
+    """Whether a request that changes something (not GET or HEAD) came from this server's own pages,
+    or from a client that is not a browser page (no Origin header)."""
+    if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+        return True
+    origin = _header(scope, b"origin")
+    if origin is None:
+        return True
+    host = _header(scope, b"host") or ""
+    return origin.split("://", 1)[-1].rstrip("/").lower() == host.lower()
+
+
 def _wants_html(scope: Scope) -> bool:
     accept = (_header(scope, b"accept") or "").lower()
     return "text/html" in accept
@@ -118,6 +135,11 @@ class Gate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if not _same_origin(scope):
+            response = error_response(403, "a page of another site sent this request (its Origin is not this "
+                                           "server's); ask from this server's own pages, or without an Origin header")
+            await response(scope, receive, send)
             return
         if not self.key:
             host = _host_name(_header(scope, b"host") or "")

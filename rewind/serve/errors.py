@@ -3,7 +3,9 @@
     404  no such run (or step, or checkpoint), or no such route
     400  input no run could take: a malformed id, a body that is not what the route reads
     401  REWIND_API_KEY is set and the request does not carry it (rewind/serve/auth.py)
+    403  a request another site's page sent (its Origin is not this server's)
     409  the run refuses what was asked: a decision it cannot take, an id already taken
+    415  a body that does not say it is JSON (Content-Type: application/json)
     503  Temporal or a store does not answer (it may heal by itself: try again)
     500  a bug: the line says so, the server's log has the traceback
 
@@ -37,8 +39,10 @@ log = logging.getLogger("rewind.serve")
 ERROR_MEANINGS = {
     400: "bad input: the line says which and why",
     401: "REWIND_API_KEY is set and the request does not carry it",
+    403: "another site's page sent it",
     404: "no such run (or branch, step, route)",
     409: "the run refuses it (a decision it cannot take, an id already taken)",
+    415: "the body is not JSON (Content-Type: application/json)",
     503: "Temporal or a store does not answer; try again",
 }
 

@@ -294,7 +294,14 @@ async def test_starting_listing_and_bad_input(stack) -> None:
         error_of(await client.post("/runs", json={"task": "x", "max_steps": 0}), 400, "max_steps")
         error_of(await client.post("/runs", json={"task": "x", "colour": "red"}), 400, "colour")
         error_of(await client.post("/runs", json={"task": "x", "run_id": "../up"}), 400, "run id")
-        error_of(await client.post("/runs", content=b"{not json"), 400, "not JSON")
+        error_of(await client.post("/runs", content=b"{not json", headers={"content-type": "application/json"}), 400,
+                 "not JSON")
+        # What a page of another site can send without asking: refused, whatever it says.
+        error_of(await client.post("/runs", content=b'{"task": "x"}', headers={"content-type": "text/plain"}), 415,
+                 "application/json")
+        error_of(await client.post(f"/runs/{name}/calls/c/approve"), 415, "application/json")
+        error_of(await client.post("/runs", json={"task": "x"}, headers={"origin": "http://attacker.example"}), 403,
+                 "another site")
         error_of(await client.post("/runs", json=["task"]), 400, "JSON object")
         error_of(await client.post("/runs", json={"task": "again", "run_id": name}), 409, "already exists")
         error_of(await client.get("/runs", params={"state": "sleepy"}), 400, "state")
@@ -527,3 +534,19 @@ async def test_the_live_page_in_headless_chromium(stack) -> None:
         await page.reload()
         await page.wait_for("document.body.dataset.live === 'completed'", what="the end after a reload")
         assert "Tea costs 3 euros." in await page.evaluate("document.getElementById('live').innerText")
+
+        # A call that waits for a person shows as it waits, and the page's own button decides it.
+        name = f"page-approve-{uuid.uuid4().hex[:6]}"
+        stack.model.add_script(name, [{"tool_calls": [{"name": "publish", "arguments": {"text": "hello"}}]},
+                                      {"content": "published it"}])
+        await start_run(client, task="Publish", model=f"script:{name}", run_id=name, tools=["publish"])
+        await page.navigate(f"{stack.url}/runs/{name}")
+        await page.wait_for("!!document.querySelector('#live-calls .card.waiting [data-verdict=approve]')",
+                            what="the waiting call with its buttons")
+        assert "waits for a person" in await page.evaluate("document.getElementById('live').innerText")
+        await page.evaluate("document.querySelector('#live-calls .card.waiting [data-verdict=approve]').click()")
+        await page.wait_for("document.body.dataset.live === 'completed'", what="the run's end after the approval")
+        view = await state_of(client, name)
+        assert view["status"]["final_answer"] == "published it"
+        await page.wait_for("document.getElementById('live').innerText.includes('published hello')",
+                            what="the approved call's output")
