@@ -56,9 +56,7 @@ async def _pump(source: AsyncIterator[RunEvent], queue: asyncio.Queue[Any]) -> N
     try:
         async for event in source:
             await queue.put(event)
-    except asyncio.CancelledError:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - handed to the response, which logs it and ends the stream
+    except Exception as exc:  # noqa: BLE001 - handed to the response, which logs it and ends the stream
         await queue.put(exc)
         return
     finally:
