@@ -22,10 +22,12 @@ tests/test_layers.py):
 
     5  cli/          the `rewind` command: parser, commands, docs/cli.md
     4  local/        the local stack: stack, `rewind dev`, `rewind demo`, servers for tests
+       serve/        `rewind serve`: the HTTP face (routes, server-sent events, the live page)
     3  worker/       the worker process: build, run, pool, health, the offline model
     2  (this level)  the client API: client.py (connect, start, fork, approve, ...),
                      stores.py, experiments.py, erasure.py, resuming.py, progress.py, variables.py,
-                     watching.py (`rewind.events`: a run's event stream)
+                     watching.py (`rewind.events`: a run's event stream), starting.py (what
+                     `rewind start` and POST /runs start)
     1  temporal/     reaching Temporal: connection, converter, payloads, tracing, dev server
     0  settings/     the one place that reads the environment
        __init__.py   this facade: names as strings, imports nothing until used

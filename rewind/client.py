@@ -468,6 +468,23 @@ async def _history_facts(client: Client, handle: WorkflowHandle[Any, AgentResult
     return cancel_requested, summaries
 
 
+async def run_status(client: Any, store: CheckpointStore | None, run_id: str, branch_id: str = "main", *,
+                     unreachable: BaseException | None = None, temporal_address: str = "",
+                     task_queue: str | None = None, query_timeout_s: float | None = None) -> RunView:
+    """What `rewind status` shows (and `rewind serve`'s GET /runs/{run}): `run_view` while
+    Temporal answers; with `client` None (`unreachable` says why), the newest checkpoint in
+    `store`, saying so in `note`, or `unreachable` raised when the store has none either."""
+    if client is not None:
+        return await run_view(client, run_id, branch_id, store=store, task_queue=task_queue,
+                              query_timeout_s=query_timeout_s)
+    view = await view_from_store(store, run_id, branch_id)
+    if view is None:
+        raise unreachable or RunNotFoundError(f"no run {run_id!r} (branch {branch_id!r}) in the store")
+    view.workflow_status = "unknown"
+    view.note = f"Temporal is not reachable ({temporal_address}): shown from the newest checkpoint"
+    return view
+
+
 async def view_from_store(store: CheckpointStore | None, run_id: str, branch_id: str) -> RunView | None:
     """A run Temporal no longer knows (past the namespace's retention): its newest checkpoint."""
     if store is None:
@@ -503,5 +520,5 @@ async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: flo
 __all__ = [
     "connect", "start_run", "agent_input", "run_view", "new_run_id", "wait_for_outcome", "fork", "redo", "rollback", "compensate",
     "launcher", "RunView", "status_from_checkpoint", "view_from_store", "workflow_id_for", "branch_workflows",
-    "approve", "reject", "pending_approvals",
+    "approve", "reject", "pending_approvals", "run_status",
 ]

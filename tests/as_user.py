@@ -147,3 +147,32 @@ async def user_workers() -> AsyncIterator[Callable[..., UserWorker]]:
     finally:
         for worker in started:
             await worker.stop_async()
+
+
+class UserServer(LoggedProcess):
+    """`rewind serve --json --port 0 ARGS...` in its own folder: `await url()` is where it
+    listens (the first line it prints), once it answers."""
+
+    stop_grace_s = 20.0
+
+    def __init__(self, cwd: Path, env: dict[str, str], *args: str) -> None:
+        cwd.mkdir(parents=True, exist_ok=True)
+        self.cwd = cwd
+        super().__init__([str(BIN / "rewind"), "serve", "--json", "--port", "0", *args],
+                         cwd.parent / f"{cwd.name}.out", env=env, cwd=cwd, err_log=cwd.parent / f"{cwd.name}.err")
+
+    async def url(self, timeout_s: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:  # the JSON document it prints once it listens (whole once it parses)
+                return json.loads(self.log_path.read_text(errors="replace"))["url"]
+            except ValueError:
+                pass
+            if self.process.poll() is not None:
+                raise AssertionError(f"rewind serve exited with {self.process.returncode}:\n{self.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"rewind serve not listening after {timeout_s:.0f}s:\n{self.log()[-3000:]}")
+            await asyncio.sleep(0.1)
+
+    async def stop_async(self) -> None:
+        await asyncio.to_thread(self.stop)

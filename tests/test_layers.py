@@ -54,6 +54,7 @@ ROOMS = {
         # TOP_LEVEL (2): the client API: client, stores, experiments, erasure, progress, variables
         "worker": 3,                         # the worker process: build, run, pool, health, offline model
         "local": 4,                          # the local stack: stack, dev, demo, servers for tests
+        "serve": 4,                          # `rewind serve`: the HTTP face, its event streams, the live page
         "cli": 5,                            # the command line: parser, commands, reference
     },
 }

@@ -44,11 +44,11 @@ from workflows.vocabulary.experiments import parse_branch_name
 from workflows.vocabulary.ids import parse_checkpoint_id
 from workflows.vocabulary.text import scrub_text
 
-__all__ = ["VIEW_FORMAT", "build_view", "render_page", "view_page"]
+__all__ = ["VIEW_FORMAT", "build_view", "empty_view", "render_page", "script_json", "view_page"]
 
 VIEW_FORMAT = "rewind.view/v1"
 _TEMPLATE = "viewer_page.html"
-_PLACEHOLDER = re.compile(r"__REWIND_(TITLE|CSP|DATA)__")
+_PLACEHOLDER = re.compile(r"__REWIND_(TITLE|CSP|DATA|LIVE)__")
 # What the embedded JSON must not contain raw inside a <script> element (and the two
 # line separators older JavaScript parsers reject): JSON escapes for all of them.
 _SCRIPT_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -314,7 +314,14 @@ async def build_view(store: CheckpointStore, run_id: str) -> dict[str, Any]:
     }
 
 
-def _script_json(data: dict[str, Any]) -> str:
+def empty_view(run_id: str, store_url: str) -> dict[str, Any]:
+    """`build_view`'s data of a run with no checkpoint yet (a live page drawn before its first step)."""
+    return {"format": VIEW_FORMAT, "run_id": run_id, "store": store_url, "branches": [], "names": [],
+            "checkpoints": [], "diffs": {}, "ledger_columns": []}
+
+
+def script_json(data: dict[str, Any]) -> str:
+    """`data` as JSON that can stand inside a <script> element (and nothing in it closes one)."""
     try:
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError as exc:  # NaN or Infinity in a tool's output: not JSON a browser reads
@@ -323,21 +330,28 @@ def _script_json(data: dict[str, Any]) -> str:
     return re.sub("[<>&\u2028\u2029]", lambda m: _SCRIPT_UNSAFE[m[0]], scrub_text(text))
 
 
-def _csp_hash(template: str, tag: str) -> str:
-    """'sha256-…' of the inline <script>/<style> element that carries `data-csp`."""
-    found = re.search(rf"<{tag} data-csp>(.*?)</{tag}>", template, re.S)
-    if found is None:
+def _csp_hashes(page: str, tag: str) -> str:
+    """'sha256-…' of every inline <script>/<style> element that carries `data-csp`."""
+    found = re.findall(rf"<{tag} data-csp>(.*?)</{tag}>", page, re.S)
+    if not found:
         raise RuntimeError(f"the viewer template has no <{tag} data-csp> element")
-    return "'sha256-" + base64.b64encode(hashlib.sha256(found[1].encode("utf-8")).digest()).decode() + "'"
+    return " ".join("'sha256-" + base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode() + "'"
+                    for body in found)
 
 
-def render_page(view: dict[str, Any]) -> str:
-    """The whole HTML page for `build_view`'s data."""
+def render_page(view: dict[str, Any], *, live: str = "") -> str:
+    """The whole HTML page for `build_view`'s data. `live`: markup put at the end of the body
+    (its own `<style data-csp>` and `<script data-csp>` elements, allowed by their hashes, and
+    requests to the page's own origin): `rewind serve`'s live page (rewind/serve/page.py) is
+    this page, drawn again as the run goes on."""
     template = resources.files("checkpoint_bridge.views").joinpath(_TEMPLATE).read_text(encoding="utf-8")
-    csp = (f"default-src 'none'; script-src {_csp_hash(template, 'script')}; "
-           f"style-src {_csp_hash(template, 'style')}; img-src data:; base-uri 'none'; form-action 'none'")
+    code = template.replace("__REWIND_LIVE__", live)  # the elements to hash: the template's and live's
+    connect = "'self'" if live else "'none'"
+    csp = (f"default-src 'none'; script-src {_csp_hashes(code, 'script')}; "
+           f"style-src {_csp_hashes(code, 'style')}; img-src data:; connect-src {connect}; base-uri 'none'; "
+           "form-action 'none'")
     values = {"TITLE": html.escape(f"rewind view: {view['run_id']}"), "CSP": html.escape(csp),
-              "DATA": _script_json(view)}
+              "DATA": script_json(view), "LIVE": live}
     # One pass: nothing substituted is scanned again (a run id may spell a placeholder).
     return _PLACEHOLDER.sub(lambda m: values[m[1]], template)
 

@@ -1,7 +1,7 @@
 """The `rewind` command line: a thin shell over the Python API.
 
 The commands live in rewind/cli/commands/, one module per group (running, runs,
-checkpoints, branches, experiments, approvals, erasure, processes), with what
+checkpoints, branches, experiments, approvals, erasure, processes, watching, serving), with what
 they share in common.py and the argument types in arguments.py. Each group
 imports what a command needs inside the command, so a process loads only
 what the command it runs uses.
@@ -32,6 +32,7 @@ from rewind.cli.commands import (
     resuming,
     running,
     runs,
+    serving,
     tools,
     watching,
 )
@@ -43,7 +44,7 @@ from workflows.vocabulary.errors import RewindError, UsageError
 # The commands that run user code (tools, and the pydantic plugins they may rely on).
 RUNS_USER_CODE = frozenset({"worker", "dev", "demo"})
 # The groups in the order `rewind --help` lists their commands.
-GROUPS = (processes, running, watching, runs, checkpoints, branches, resuming, experiments, erasure, approvals, tools)
+GROUPS = (processes, running, watching, serving, runs, checkpoints, branches, resuming, experiments, erasure, approvals, tools)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -267,6 +267,9 @@ class Settings:
     mcp_config_source: str = "REWIND_MCP_CONFIG"
     # Tools whose annotations say destructive (or say nothing) wait for approval.
     approve_destructive: bool = False
+    # `rewind serve` (rewind/serve/auth.py): every request must carry this key; without it the
+    # server binds only to loopback. A secret: never logged, never shown (repr=False).
+    api_key: str = field(default="", repr=False)
     # The environment it was read from: what `${VAR}` references in the MCP file are filled
     # in from, and what `rewind dev` hands its worker.
     environ: dict[str, str] = field(default_factory=dict, repr=False)
@@ -365,6 +368,7 @@ class Settings:
             otel_protocol=_otlp_protocol(read),
             mcp_config=read.str("REWIND_MCP_CONFIG"),
             approve_destructive=read.flag("REWIND_APPROVE_DESTRUCTIVE"),
+            api_key=read.raw("REWIND_API_KEY") or "",
             environ=dict(env),
         )
 

@@ -77,31 +77,6 @@ def pipeline_arguments(text: str) -> dict[str, Any]:
     return value
 
 
-def check_start_shape(args: argparse.Namespace) -> None:
-    """`rewind start` runs the agent loop (--task), a pipeline (--pipeline) or a LangGraph graph
-    (--graph), and each takes its own options."""
-    code = getattr(args, "graph", None) or args.pipeline
-    if args.pipeline and getattr(args, "graph", None):
-        raise UsageError("give --pipeline NAME or --graph MODULE:ATTR, not both")
-    if code and args.task:
-        raise UsageError("give --task (an agent run) or --pipeline / --graph (your own code's run), not both")
-    if not code and not args.task:
-        raise UsageError("say what to run: --task TEXT (an agent run), --pipeline NAME --input JSON (a pipeline run) "
-                         "or --graph MODULE:ATTR --input JSON (a LangGraph graph's run)")
-    if getattr(args, "graph", None) and ":" not in args.graph:
-        raise UsageError(f"--graph {args.graph}: say MODULE:ATTR, the tools module and its compiled graph "
-                         "(e.g. research:graph)")
-    if code:
-        loop_only = [flag for flag, given in (("--agent", args.agent), ("--system-prompt", args.system_prompt),
-                                              ("--tools", args.tools)) if given]
-        if loop_only:
-            raise UsageError(f"{', '.join(loop_only)} belong to agent runs; a pipeline's or graph's code names its "
-                             "own prompts and tools")
-    elif args.input is not None:
-        raise UsageError("--input gives a pipeline's arguments or a graph's input; add --pipeline NAME or --graph "
-                         "MODULE:ATTR")
-
-
 def task_text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty; say what the agent should do")

@@ -14,7 +14,6 @@ from rewind.cli.commands.arguments import (
     TOKENS,
     USD,
     WAIT_HELP,
-    check_start_shape,
     pipeline_arguments,
     task_text,
 )
@@ -39,62 +38,30 @@ from workflows.vocabulary.text import usd
 
 
 async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
-    from checkpoint_bridge.temporal.runs import no_worker
-    from rewind.client import agent_input as declared_input
-    from rewind.client import new_run_id, start_run
-    from workflows.vocabulary.contracts import AgentInput, RunLimits
+    from rewind.starting import StartRequest, start
 
-    if args.run_id:
-        validate_id("run", args.run_id)
-    if args.agent:
-        validate_id("agent", args.agent)
-    check_start_shape(args)
-    # A store that cannot work is one line naming its variable now, not a run that no worker takes.
+    request = StartRequest(task=args.task, pipeline=args.pipeline, graph=args.graph, input=args.input,
+                           agent=args.agent, system_prompt=args.system_prompt, tools=names(args.tools),
+                           model=args.model, run_id=args.run_id, max_steps=args.max_steps, max_cost=args.max_cost,
+                           max_tokens=args.max_tokens, fast=args.fast)
+    request.check()  # before connecting: a usage error needs no Temporal
     from rewind.stores import check_stores
 
     await check_stores(settings)
     client = await client_for(settings)
-    if args.pipeline or args.graph:
-        from rewind.client import graph_input, pipeline_input
-
-        agent_input = (graph_input if args.graph else pipeline_input)(
-            settings, args.graph or args.pipeline, args.input, run_id=args.run_id, model=args.model, fast=args.fast,
-            limits=RunLimits(max_steps=args.max_steps or PIPELINE_MAX_STEPS, max_cost_usd=args.max_cost,
-                             max_tokens=args.max_tokens),
-        )
-    elif args.agent:
-        # The agent's own prompt, tools, model and max_steps, as its declaration says, except what is given.
-        agent_input = await declared_input(
-            client, settings, args.agent, args.task, run_id=args.run_id, system_prompt=args.system_prompt,
-            tools=names(args.tools), model=args.model, fast=args.fast,
-        )
-        agent_input.limits = agent_input.limits.model_copy(update={k: v for k, v in {
-            "max_steps": args.max_steps, "max_cost_usd": args.max_cost, "max_tokens": args.max_tokens}.items()
-            if v is not None})
-    else:
-        agent_input = AgentInput(
-            run_id=args.run_id or new_run_id(),
-            task=args.task,
-            tools=names(args.tools) or [],
-            model=args.model or settings.model,
-            limits=RunLimits(max_steps=args.max_steps or RunLimits().max_steps, max_cost_usd=args.max_cost,
-                             max_tokens=args.max_tokens),
-            fast=args.fast,
-            **({"system_prompt": args.system_prompt} if args.system_prompt else {}),
-        )
-    # Asked before the start, whose check of --tools needs a worker to answer; said after it,
-    # at once, so a run that does not start is not announced (status says it in the same words).
-    absent = await no_worker(client, settings.task_queue)
-    handle = await start_run(client, settings, agent_input)
+    started = await start(client, settings, request)
+    agent_input, handle = started.agent_input, started.handle
     info = {"run_id": agent_input.run_id, "workflow_id": handle.id}
-    if absent:
+    if started.no_worker:
+        # Said after the start, at once, so a run that does not start is not announced (status says
+        # it in the same words).
         then = []
         if agent_input.pipeline is not None:
             then.append("the pipeline run needs one whose --tool-modules define it")
         elif agent_input.tools:
             then.append(f"--tools could not be checked (the run waits {agent_input.tool_wait_s:g} s for a worker "
                         "with each named tool)")
-        say_no_worker(absent, *then, *([WAITING_FOR_WORKER] if args.wait else []))
+        say_no_worker(started.no_worker, *then, *([WAITING_FOR_WORKER] if args.wait else []))
     if not args.wait:
         emit(info, args.json, agent_input.run_id)
         return 0
@@ -104,7 +71,7 @@ async def cmd_start(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from rewind.client import run_view, view_from_store
+    from rewind.client import run_status
     from workflows.vocabulary.errors import ConfigError, RunNotFoundError, TemporalUnreachableError
 
     validate_id("run", args.run)
@@ -113,24 +80,21 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         client = await connection_for(settings)  # a finished run needs no more than the service client
     except TemporalUnreachableError as unreachable:  # Temporal is down or gone: the checkpoints still answer
         async with open_checkpoints(settings) as store:
-            view = await view_from_store(store, args.run, args.branch)
-        if view is None:
-            raise unreachable
-        view.workflow_status = "unknown"
-        view.note = f"Temporal is not reachable ({settings.temporal_address}): shown from the newest checkpoint"
+            view = await run_status(None, store, args.run, args.branch, unreachable=unreachable,
+                                    temporal_address=settings.temporal_address)
     else:
         # A checkpoint store that is down must not hide the live run (whose
         # status then says how far the mirror is behind and why).
         store_error = None
         try:
             async with open_checkpoints(settings, deferred=True) as store:  # read only when the result cannot answer
-                view = await run_view(client, args.run, args.branch, store=store, task_queue=settings.task_queue,
-                                      query_timeout_s=args.query_timeout)
+                view = await run_status(client, store, args.run, args.branch, task_queue=settings.task_queue,
+                                        query_timeout_s=args.query_timeout)
         except ConfigError as exc:
             store_error = str(exc)
             try:
-                view = await run_view(client, args.run, args.branch, task_queue=settings.task_queue,
-                                      query_timeout_s=args.query_timeout)
+                view = await run_status(client, None, args.run, args.branch, task_queue=settings.task_queue,
+                                        query_timeout_s=args.query_timeout)
             except RunNotFoundError:
                 raise exc from None  # Temporal does not have it, and the store that might cannot answer
         view.store_error = store_error
