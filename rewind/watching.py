@@ -77,8 +77,8 @@ async def events(run_id: str, branch: str | None = None, after: str | None = Non
 
 
 async def _current_revision(client: Any, run_id: str, branch: str, stored: list[str]) -> str:
-    if is_revision_name(branch):
-        return branch
+    if is_revision_name(branch):  # one revision, named exactly (`main.r0` is `main` itself)
+        return revision_branch(*split_revision(branch))
     if client is not None:
         with contextlib.suppress(Exception):  # Temporal away: the store's newest revision
             executions = await branch_executions(client, run_id, branch)

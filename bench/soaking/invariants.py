@@ -279,6 +279,7 @@ async def check_watch(check: Check, run_id: str, watched: list[Any], store: Chec
     """What a watcher got while the run went through the faults: each durable event the store's
     replay of the same branches has, once, with the same data (docs/streaming.md: every durable
     event exactly once; the store fills what the live path lost)."""
+    from checkpoint_bridge.checkpoints.lineage import is_revision_name
     from rewind.watching import events
 
     check.checks += 1
@@ -291,7 +292,10 @@ async def check_watch(check: Check, run_id: str, watched: list[Any], store: Chec
     branches = sorted({e.branch for e in watched if not e.path})
     replay: dict[str, Any] = {}
     for branch in branches:
-        async for event in events(run_id, branch, settings=settings, client=client, follow=False):
+        # The revision it watched, exactly (`main` is followed by `main.r1` after a rollback: a watcher
+        # of `main` ends with the revision the rollback stopped).
+        exact = branch if is_revision_name(branch) else f"{branch}.r0"
+        async for event in events(run_id, exact, settings=settings, client=client, follow=False):
             if event.durable and not (event.path and event.id in replay):
                 replay[event.id] = event
     for event_id, event in replay.items():
