@@ -256,6 +256,42 @@ async def test_a_parallel_steps_calls_come_as_each_completes_under_the_ids_the_s
     assert durable(live) == durable(await watch_json(cli, cli_env, "pages"))
 
 
+async def test_a_worker_killed_while_the_model_writes_costs_a_watcher_nothing(world, tmp_path):
+    folder, cli = world.folder("streaming"), world.folder("cli")
+    answer = " ".join(f"word{i}" for i in range(120))
+    name = f"slow-{uuid.uuid4().hex[:8]}"
+    # The offline model writes its answer at 20 tokens a second: the worker dies in the middle.
+    world.model.add_script(name, [{"content": answer, "stream": {"tokens_per_s": 20}}])
+    env, cli_env = world.env(folder), world.env(cli)
+    first = UserWorker(folder / "w1", env)
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--task", "write", "--model", f"script:{name}", "--run-id", "killed")
+        watcher = Watcher(cli, cli_env, "killed")
+        try:
+            await watcher.until("the model writing", lambda es: sum(e["type"] == "model.delta" for e in es) >= 5)
+            first.kill()
+            with UserWorker(folder / "w2", env) as second:
+                await second.wait_ready()
+                assert await watcher.exit_code(120) == 0, watcher.error()
+        finally:
+            watcher.stop()
+    finally:
+        first.stop()
+    events = watcher.events()
+    deltas = [e["data"] for e in events if e["type"] == "model.delta"]
+    retrying = [e["data"] for e in events if e["type"] == "model.retrying"]
+    assert [r["attempt"] for r in retrying] == [2], retrying
+    second_try = "".join(d["text"] for d in deltas if d["attempt"] == 2)
+    first_try = "".join(d["text"] for d in deltas if d["attempt"] == 1)
+    assert second_try == answer and answer.startswith(first_try) and first_try, (first_try, second_try)
+    indexes = [d["index"] for d in deltas if d["attempt"] == 2]
+    assert indexes == list(range(1, len(indexes) + 1))  # the new attempt's deltas from its start, once each
+    completed = [e for e in events if e["type"] == "model.completed"]
+    assert len(completed) == 1 and completed[0]["data"]["message"]["content"] == answer
+    assert events[-1]["type"] == "run.completed"
+
+
 async def test_a_run_waiting_for_a_person_says_how_to_approve_to_every_watcher(world, tmp_path):
     folder, cli = world.folder("billing"), world.folder("cli")
     (folder / "billing.py").write_text(BILLING)
