@@ -82,8 +82,9 @@ def model_endpoint(settings: Settings) -> tuple[ModelEndpoint, Any]:
     from rewind.worker.scripted_model import ScriptedModelServer
 
     try:
-        server = ScriptedModelServer(latency_ms=settings.scripted_latency_ms, dialect=settings.scripted_dialect)
-    except ValueError as exc:
+        server = ScriptedModelServer(latency_ms=settings.scripted_latency_ms, dialect=settings.scripted_dialect,
+                                     tokens_per_s=settings.scripted_tokens_per_s or 0.0)
+    except ValueError as exc:  # the dialect: the settings checked the pace
         raise ConfigError(f"REWIND_SCRIPTED_DIALECT={settings.scripted_dialect!r}: {exc}") from None
     for name, turns in _scripts(settings).items():
         server.add_script(name, turns)
