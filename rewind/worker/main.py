@@ -49,7 +49,7 @@ from activities.record.mirror import MirrorActivities
 from checkpoint_bridge.branches.branching import Launcher
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from checkpoint_bridge.events.bus import Publisher
+from checkpoint_bridge.events.bus import NoBus, Publisher
 from rewind.temporal import tracing
 from rewind.worker.events import EventsInterceptor
 from rewind.worker import startup
@@ -332,7 +332,8 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     endpoint, offline = model_endpoint(settings)
     bus = events_bus(settings)
-    publisher = await bus.start_publisher()
+    # REWIND_EVENTS=off: nothing travels live, so nothing is streamed from the provider either.
+    publisher = None if isinstance(bus, NoBus) else await bus.start_publisher()
     worker = build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines, events=publisher)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
