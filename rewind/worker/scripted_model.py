@@ -621,11 +621,11 @@ async def _openai_errors(request: web.Request, handler: Any) -> web.StreamRespon
 @dataclass(frozen=True)
 class _Delivery:
     """How an answer goes out. `stream`: how a request that asked to stream is answered (sse,
-    whole or refused; None: it did not ask), `tokens_per_s` apart; `cut_after`: a fault drops
+    whole or refused; None: it did not ask), at `pace`; `cut_after`: a fault drops
     the connection (after that many tokens of a streamed answer)."""
 
     stream: str | None = None
-    tokens_per_s: float = 0.0
+    pace: Pace = Pace()
     cut_after: int | None = None
 
 
@@ -633,14 +633,15 @@ class ScriptedModelServer:
     """A chat completions server whose answers depend only on the request body."""
 
     def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0, dialect: str = "openai",
-                 tokens_per_s: float = 0.0, stream_mode: str = "sse"):
+                 tokens_per_s: float = 0.0, stream_mode: str = "sse", arguments_tokens_per_s: float | None = None):
         """`tokens_per_s`: how fast a streamed answer comes (0: as fast as it can be written; a
-        script turn's "stream" sets its own); `stream_mode` "whole" or "refuse": a provider that
-        cannot stream (scripted_stream.py)."""
+        script turn's "stream" sets its own), `arguments_tokens_per_s` its tool calls' arguments
+        (None: as fast); `stream_mode` "whole" or "refuse": a provider that cannot stream
+        (scripted_stream.py). `pace` may be set while the server runs."""
         if dialect not in DIALECTS:
             raise ScriptError(f"dialect must be one of {sorted(DIALECTS)}, got {dialect!r}")
         self.latency_ms, self.host, self.port, self.dialect = latency_ms, host, port, dialect
-        self.pace = Pace(stream_mode, tokens_per_s)
+        self.pace = Pace(stream_mode, tokens_per_s, arguments_tokens_per_s)
         self.base_url = ""
         # One lock for all mutable state: the server may run in its own thread
         # while tests add scripts and faults from another.
@@ -748,7 +749,7 @@ class ScriptedModelServer:
             "at": time.time(),
             # How a request that asked to stream was answered: sse, whole or refused (None: it did not ask).
             "stream": delivery.stream,
-            "tokens": sum(1 for _, token in chunks if token),  # the token chunks of a streamed answer
+            "tokens": sum(1 for _, token in chunks if token is not None),  # the token chunks of a streamed answer
             "finished": not streamed,  # a streamed answer: once its last chunk went out
         }
         with self._lock:
@@ -758,7 +759,7 @@ class ScriptedModelServer:
                 request.transport.abort()  # a connection lost before the answer
             return web.Response(status=status)
         if streamed:
-            response, done = await scripted_stream.stream(request, chunks, delivery.tokens_per_s, delivery.cut_after)
+            response, done = await scripted_stream.stream(request, chunks, delivery.pace, delivery.cut_after)
             with self._lock:
                 entry["finished"] = done
             return response
@@ -812,7 +813,7 @@ class ScriptedModelServer:
             refusal = (_error_body(400, scripted_stream.REFUSAL, "unsupported_value", "stream") if self.dialect == "openai"
                        else DIALECTS[self.dialect].error_body(400, scripted_stream.REFUSAL))
             return 400, refusal, {}, _Delivery("refused")
-        return 200, _completion(body, turn, reply), {}, _Delivery(pace.mode, pace.tokens_per_s, cut_after)
+        return 200, _completion(body, turn, reply), {}, _Delivery(pace.mode, pace, cut_after)
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": CREATED, "owned_by": "rewind"} for m in MODELS]

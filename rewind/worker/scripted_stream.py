@@ -48,39 +48,53 @@ MODES = ("sse", "whole", "refuse")
 STREAM_DIALECTS = ("openai", "vllm", "ollama", "llamacpp")
 REFUSAL = "Unsupported value: 'stream' does not support true with this model. Only the default (false) value is supported."
 
-_Chunk = tuple[dict[str, Any], bool]  # a chunk, and whether it carries a token (the pace applies)
+# A chunk, and what token it carries, if any: "text" or "arguments" (the pace applies to those).
+_Chunk = tuple[dict[str, Any], str | None]
+_KEYS = ("mode", "tokens_per_s", "arguments_tokens_per_s")
 
 
 @dataclass(frozen=True)
 class Pace:
-    """How an answer streams: `mode` (sse, whole, refuse) and `tokens_per_s` (0: as fast as it
-    can write)."""
+    """How an answer streams: `mode` (sse, whole, refuse), `tokens_per_s` (0: as fast as it can
+    write) and `arguments_tokens_per_s` for the tokens of tool calls' arguments (None: the same;
+    `rewind demo` writes a long report into save_report's arguments, and shows the text)."""
 
     mode: str = "sse"
     tokens_per_s: float = 0.0
+    arguments_tokens_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ScriptError(f"stream mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if isinstance(self.tokens_per_s, bool) or not isinstance(self.tokens_per_s, (int, float)) \
-                or not 0 <= self.tokens_per_s < float("inf"):
-            raise ScriptError(f"tokens_per_s must be a number >= 0 (0: no pace), got {self.tokens_per_s!r}")
+        for name in ("tokens_per_s", "arguments_tokens_per_s"):
+            value = getattr(self, name)
+            if value is None and name != "tokens_per_s":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ScriptError(f"{name} must be a number >= 0 (0: no pace), got {value!r}")
 
     def over(self, spec: Any) -> "Pace":
         """This pace with a script turn's `"stream": {"tokens_per_s": N, "mode": M}` over it."""
         if spec is None:
             return self
         check_spec(spec, "a turn's stream")
-        return Pace(spec.get("mode", self.mode), spec.get("tokens_per_s", self.tokens_per_s))
+        return Pace(*(spec.get(key, getattr(self, key)) for key in _KEYS))
+
+    def interval(self, token: str) -> float:
+        """Seconds between two tokens of this kind (0: none)."""
+        rate = self.tokens_per_s if token == "text" or self.arguments_tokens_per_s is None \
+            else self.arguments_tokens_per_s
+        return 1.0 / rate if rate else 0.0
 
 
 def check_spec(spec: Any, where: str) -> None:
-    """A script turn's `stream`: {"tokens_per_s": N >= 0, "mode": "sse" | "whole" | "refuse"}."""
-    if not isinstance(spec, dict) or not set(spec) <= {"tokens_per_s", "mode"}:
-        raise ScriptError(f"{where}: \"stream\" is {{\"tokens_per_s\": N, \"mode\": {' | '.join(MODES)}}} "
-                          f"(both optional), got {spec!r}")
+    """A script turn's `stream`: {"tokens_per_s": N >= 0, "arguments_tokens_per_s": N >= 0,
+    "mode": "sse" | "whole" | "refuse"}, each optional."""
+    if not isinstance(spec, dict) or not set(spec) <= set(_KEYS):
+        raise ScriptError(f"{where}: \"stream\" is {{\"tokens_per_s\": N, \"arguments_tokens_per_s\": N, "
+                          f"\"mode\": {' | '.join(MODES)}}} (each optional), got {spec!r}")
     try:
-        Pace(spec.get("mode", "sse"), spec.get("tokens_per_s", 0.0))
+        Pace(spec.get("mode", "sse"), spec.get("tokens_per_s", 0.0), spec.get("arguments_tokens_per_s"))
     except ScriptError as exc:
         raise ScriptError(f"{where}: {exc}") from None
 
@@ -122,17 +136,17 @@ def chunks(completion: dict[str, Any], dialect: str, include_usage: bool) -> lis
 
     out: list[_Chunk] = []
     if dialect == "ollama":
-        out += [(chunk({"role": "assistant", "content": p}), True) for p in pieces(content or "")]
+        out += [(chunk({"role": "assistant", "content": p}), "text") for p in pieces(content or "")]
         if calls:
             out.append((chunk({"role": "assistant", "content": "", "tool_calls": [
                 {"id": c["id"], "index": i, "type": "function", "function": dict(c["function"])}
-                for i, c in enumerate(calls)]}), True))
-        out.append((chunk({"role": "assistant", "content": ""}, finish), False))
+                for i, c in enumerate(calls)]}), "arguments"))
+        out.append((chunk({"role": "assistant", "content": ""}, finish), None))
     else:
         first = "" if dialect == "vllm" or (dialect == "openai" and content is not None) else None
         out.append((chunk({"role": "assistant", "content": first, **({"refusal": None} if dialect == "openai" else {})}),
-                    False))
-        out += [(chunk({"content": p}), True) for p in pieces(content or "")]
+                    None))
+        out += [(chunk({"content": p}), "text") for p in pieces(content or "")]
         for i, call in enumerate(calls):
             args = pieces(call["function"]["arguments"])
             opening: dict[str, Any] = {"name": call["function"]["name"]}
@@ -141,39 +155,38 @@ def chunks(completion: dict[str, Any], dialect: str, include_usage: bool) -> lis
             elif dialect == "llamacpp":
                 opening["arguments"] = args.pop(0) if args else ""
             out.append((chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                               "function": opening}]}), True))
-            out += [(chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), True) for p in args]
+                                               "function": opening}]}), "arguments"))
+            out += [(chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), "arguments") for p in args]
         if dialect == "vllm" and len(out) > 1:
             out[-1][0]["choices"][0]["finish_reason"] = finish
         elif dialect == "llamacpp":
             out.append((chunk({}, finish, usage=usage, timings={"predicted_n": usage["completion_tokens"],
-                                                                 "prompt_n": usage["prompt_tokens"]}), False))
+                                                                 "prompt_n": usage["prompt_tokens"]}), None))
         else:
-            out.append((chunk({}, finish), False))
+            out.append((chunk({}, finish), None))
     if include_usage and dialect != "llamacpp":
-        out.append(({**base, "choices": [], "usage": usage}, False))
+        out.append(({**base, "choices": [], "usage": usage}, None))
     return out
 
 
-async def stream(request: web.Request, answer: list[_Chunk], tokens_per_s: float,
+async def stream(request: web.Request, answer: list[_Chunk], pace: Pace,
                  cut_after: int | None = None) -> tuple[web.StreamResponse, bool]:
-    """Send `answer` as server-sent events, token chunks `tokens_per_s` apart; with `cut_after`,
-    the connection drops after that many tokens (a provider's connection lost mid-answer).
+    """Send `answer` as server-sent events, its tokens at `pace`; with `cut_after`, the
+    connection drops after that many tokens (a provider's connection lost mid-answer).
     The response, and whether the whole answer went out."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     loop = asyncio.get_running_loop()
-    start, tokens = loop.time(), 0
+    due, tokens = loop.time(), 0  # when the next token is due: on a schedule, so a slow write does not slow the pace
     try:
         for body, token in answer:
-            if token:
+            if token is not None:
                 if cut_after is not None and tokens >= cut_after:
                     if request.transport is not None:
                         request.transport.abort()
                     return response, False
-                if tokens_per_s:
-                    # On a schedule from the first token, so a slow write does not slow the pace.
-                    await asyncio.sleep(max(0.0, start + tokens / tokens_per_s - loop.time()))
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                due += pace.interval(token)
                 tokens += 1
             await response.write(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")

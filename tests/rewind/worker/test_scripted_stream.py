@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from rewind.worker.scripted_model import ScriptedModelServer, ScriptError, _parse_args
-from rewind.worker.scripted_stream import pieces
+from rewind.worker.scripted_stream import Pace, pieces
 
 TOOLS = [
     {"type": "function", "function": {"name": "search_company", "parameters": {"type": "object"}}},
@@ -198,6 +198,15 @@ async def test_bad_stream_requests_and_specs_are_refused(served):
             ScriptedModelServer(**options)
     with pytest.raises(ScriptError, match="cut_after"):
         server.inject_fault(500, cut_after=2)
+
+
+def test_tool_call_arguments_may_have_a_pace_of_their_own():
+    assert Pace(tokens_per_s=40).interval("arguments") == Pace(tokens_per_s=40).interval("text") == 0.025
+    fast_arguments = Pace().over({"tokens_per_s": 40, "arguments_tokens_per_s": 400})
+    assert (fast_arguments.interval("text"), fast_arguments.interval("arguments")) == (0.025, 0.0025)
+    assert Pace(tokens_per_s=40).over({"arguments_tokens_per_s": 0}).interval("arguments") == 0
+    with pytest.raises(ScriptError, match="arguments_tokens_per_s"):
+        Pace().over({"arguments_tokens_per_s": -1})
 
 
 def test_the_command_line_takes_a_pace_and_a_mode(monkeypatch):
