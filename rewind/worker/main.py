@@ -93,6 +93,14 @@ def model_endpoint(settings: Settings) -> tuple[ModelEndpoint, Any]:
     return ModelEndpoint(base_url=base_url, api_key="offline"), server
 
 
+async def live_events(settings: Settings) -> tuple[Any, Publisher | None]:
+    """The bus a worker publishes its runs' events on (REWIND_EVENTS), and its publisher; None
+    with REWIND_EVENTS=off: nothing travels live, so nothing is streamed from the provider
+    either. The caller closes the bus."""
+    bus = events_bus(settings)
+    return bus, None if isinstance(bus, NoBus) else await bus.start_publisher()
+
+
 def _scripts(settings: Settings) -> dict[str, Any]:
     """REWIND_SCRIPTS or --scripts: a JSON file {"name": [turn, ...]}; run one with --model script:name."""
     if not settings.scripts_file:
@@ -331,9 +339,7 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     endpoint, offline = model_endpoint(settings)
-    bus = events_bus(settings)
-    # REWIND_EVENTS=off: nothing travels live, so nothing is streamed from the provider either.
-    publisher = None if isinstance(bus, NoBus) else await bus.start_publisher()
+    bus, publisher = await live_events(settings)
     worker = build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines, events=publisher)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -403,7 +409,8 @@ def run_supervised_or_single(settings: Settings, modules: list[str], args: argpa
     return 0
 
 
-__all__ = ["build_worker", "run_worker", "model_endpoint", "RewindWorker", "main", "WORKFLOW_BUGS", "WorkerGroup"]
+__all__ = ["build_worker", "run_worker", "model_endpoint", "live_events", "RewindWorker", "main", "WORKFLOW_BUGS",
+           "WorkerGroup"]
 
 
 if __name__ == "__main__":  # `python -m rewind.worker.main ...` (rewind/worker/__main__.py is `python -m rewind.worker`)
