@@ -14,7 +14,6 @@ import pytest
 from activities.model.streaming import StreamBroken, assembled
 from activities.record.live import CallEvents
 from activities.record.redaction import NO_REDACTION, Redactor, StreamRedactor
-from rewind.worker.scripted_model import ScriptedModelServer
 from rewind.worker.scripted_stream import pieces
 
 TOOLS = [
@@ -38,22 +37,6 @@ class Collected:
 
     def deltas(self) -> list[dict[str, Any]]:
         return [m["data"] for m in self.messages if m["type"] == "model.delta"]
-
-
-@pytest.fixture
-async def served():
-    started: list[tuple[ScriptedModelServer, openai.AsyncOpenAI]] = []
-
-    async def serve(**options: Any) -> tuple[ScriptedModelServer, openai.AsyncOpenAI]:
-        server = ScriptedModelServer(**options)
-        await server.start()
-        started.append((server, openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0)))
-        return started[-1]
-
-    yield serve
-    for server, client in started:
-        await client.close()
-        await server.stop()
 
 
 async def stream_of(client: openai.AsyncOpenAI, body: dict[str, Any], usage: bool = True) -> Any:

@@ -22,23 +22,6 @@ ASK = {"role": "user", "content": "Research these companies: Acme, Globex and In
 DIALECTS = ["openai", "vllm", "ollama", "llamacpp"]
 
 
-@pytest.fixture
-async def served():
-    """served(**options): a started ScriptedModelServer and an AsyncOpenAI client on it."""
-    started: list[tuple[ScriptedModelServer, openai.AsyncOpenAI]] = []
-
-    async def serve(**options: Any) -> tuple[ScriptedModelServer, openai.AsyncOpenAI]:
-        server = ScriptedModelServer(**options)
-        await server.start()
-        started.append((server, openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0)))
-        return started[-1]
-
-    yield serve
-    for server, client in started:
-        await client.close()
-        await server.stop()
-
-
 async def put_together(stream: Any) -> tuple[dict[str, Any], list[Any]]:
     """A streamed answer as an unstreamed one reads (what a client assembles), and its chunks."""
     chunks = [chunk async for chunk in stream]
