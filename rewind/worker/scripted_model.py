@@ -633,15 +633,18 @@ class ScriptedModelServer:
     """A chat completions server whose answers depend only on the request body."""
 
     def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0, dialect: str = "openai",
-                 tokens_per_s: float = 0.0, stream_mode: str = "sse", arguments_tokens_per_s: float | None = None):
+                 tokens_per_s: float = 0.0, stream_mode: str = "sse", arguments_tokens_per_s: float | None = None,
+                 stream_usage: bool = True):
         """`tokens_per_s`: how fast a streamed answer comes (0: as fast as it can be written; a
         script turn's "stream" sets its own), `arguments_tokens_per_s` its tool calls' arguments
         (None: as fast); `stream_mode` "whole" or "refuse": a provider that cannot stream
-        (scripted_stream.py). `pace` may be set while the server runs."""
+        (scripted_stream.py); `stream_usage` False: one whose streams never carry usage.
+        `pace` may be set while the server runs."""
         if dialect not in DIALECTS:
             raise ScriptError(f"dialect must be one of {sorted(DIALECTS)}, got {dialect!r}")
         self.latency_ms, self.host, self.port, self.dialect = latency_ms, host, port, dialect
         self.pace = Pace(stream_mode, tokens_per_s, arguments_tokens_per_s)
+        self.stream_usage = stream_usage
         self.base_url = ""
         # One lock for all mutable state: the server may run in its own thread
         # while tests add scripts and faults from another.
@@ -736,8 +739,8 @@ class ScriptedModelServer:
             status, payload, headers, delivery = await self._answer(body, request.headers.get(LABEL_HEADER))
         b = body if isinstance(body, dict) else {}
         streamed = status == 200 and delivery.stream == "sse"
-        chunks = (scripted_stream.chunks(payload, self.dialect, bool((b.get("stream_options") or {}).get("include_usage")))
-                  if streamed else [])
+        chunks = (scripted_stream.chunks(payload, self.dialect, bool((b.get("stream_options") or {}).get("include_usage")),
+                                         self.stream_usage) if streamed else [])
         entry = {
             "label": request.headers.get(LABEL_HEADER),
             "model": b.get("model"),

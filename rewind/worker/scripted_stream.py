@@ -118,9 +118,12 @@ def pieces(text: str) -> list[str]:
     return [text[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def chunks(completion: dict[str, Any], dialect: str, include_usage: bool) -> list[_Chunk]:
+def chunks(completion: dict[str, Any], dialect: str, include_usage: bool, usage_known: bool = True) -> list[_Chunk]:
     """The chunks that stream `completion` (an unstreamed answer of this server) as `dialect`'s
-    server streams it."""
+    server streams it; `usage_known` False: as a server whose streams never carry usage (one
+    from before stream_options.include_usage, which ignores it)."""
+    if not usage_known:
+        return [(_without_usage(body), token) for body, token in chunks(completion, dialect, False) if body["choices"]]
     choice = completion["choices"][0]
     message, finish = choice["message"], choice["finish_reason"]
     content, calls = message.get("content"), message.get("tool_calls") or []
@@ -167,6 +170,10 @@ def chunks(completion: dict[str, Any], dialect: str, include_usage: bool) -> lis
     if include_usage and dialect != "llamacpp":
         out.append(({**base, "choices": [], "usage": usage}, None))
     return out
+
+
+def _without_usage(body: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if key not in ("usage", "timings")}
 
 
 async def stream(request: web.Request, answer: list[_Chunk], pace: Pace,

@@ -5,16 +5,23 @@ in order with their attempt, redacted, and a stream that stops short is no answe
 from __future__ import annotations
 
 import json
+import logging
 import random
 from typing import Any
 
 import openai
 import pytest
+from temporalio.testing import ActivityEnvironment
 
+from activities.model.llm import LlmActivities, ModelEndpoint
+from activities.model.pricing import PriceTable
 from activities.model.streaming import StreamBroken, assembled
+from activities.model.transcript import TranscriptStore
 from activities.record.live import CallEvents
 from activities.record.redaction import NO_REDACTION, Redactor, StreamRedactor
+from checkpoint_bridge.stores import FileObjectStore
 from rewind.worker.scripted_stream import pieces
+from workflows.vocabulary.contracts import LlmRequest
 
 TOOLS = [
     {"type": "function", "function": {"name": "search_company", "parameters": {"type": "object"}}},
@@ -130,3 +137,37 @@ async def test_a_stream_without_usage_says_so(served):
     got = await assembled(await stream_of(client, {"model": "gpt-4o-mini", "messages": [ASK]}, usage=False),
                           events(Collected()), NO_REDACTION)
     assert got["usage"] is None and got["choices"][0]["finish_reason"] == "stop"
+
+
+def _activities(server: Any, tmp_path: Any, publisher: Collected | None, stream: bool = True) -> LlmActivities:
+    return LlmActivities(ModelEndpoint(base_url=server.base_url, api_key="k"), PriceTable.parse(),
+                         TranscriptStore(FileObjectStore(tmp_path)), NO_REDACTION, events=publisher, stream=stream)
+
+
+REQUEST = LlmRequest(run_id="run-1", step=1, model="gpt-4o-mini", new_messages=[ASK], tools=TOOLS, transcript=False)
+
+
+async def test_the_model_call_returns_the_same_whether_it_streamed_or_not(served, tmp_path):
+    server, _ = await served()
+    env = ActivityEnvironment()
+    whole = await env.run(_activities(server, tmp_path, None).call_llm, REQUEST)
+    published = Collected()
+    streamed = await env.run(_activities(server, tmp_path, published).call_llm, REQUEST)
+    assert streamed == whole  # the record is unchanged: message, usage, cost, finish_reason, response id
+    assert [r["stream"] for r in server.requests()] == [None, "sse"]
+    kinds = [m["type"] for m in published.messages if "type" in m]  # (and the attempt's end, for the bus)
+    assert kinds[0] == "model.started" and set(kinds[1:]) == {"model.delta"} and len(kinds) > 4, kinds
+
+
+async def test_a_stream_without_usage_is_counted_once_then_the_model_answers_whole(served, tmp_path, caplog):
+    server, _ = await served(stream_usage=False)  # a server from before stream_options.include_usage
+    acts, env = _activities(server, tmp_path, Collected()), ActivityEnvironment()
+    with caplog.at_level(logging.WARNING, logger="rewind.model"):
+        counted = await env.run(acts.call_llm, REQUEST)
+        exact = await env.run(acts.call_llm, REQUEST)
+    assert [r["stream"] for r in server.requests()] == ["sse", None]
+    assert exact.usage.total_tokens == server.requests()[1]["response"]["usage"]["total_tokens"]
+    assert counted.usage.prompt_tokens > 0 and counted.usage.completion_tokens > 0  # the tokenizer's count
+    assert counted.message == exact.message
+    said = [r.getMessage() for r in caplog.records if "does not stream" in r.getMessage()]
+    assert len(said) == 1 and "carry no usage" in said[0], said
