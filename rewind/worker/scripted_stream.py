@@ -198,7 +198,7 @@ async def stream(request: web.Request, answer: list[_Chunk], pace: Pace,
             await response.write(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
-    except (ConnectionError, RuntimeError):  # the client went away (aiohttp's reset is a ConnectionError)
+    except ConnectionError:  # the client went away (aiohttp's ClientConnectionResetError is one)
         return response, False
     return response, True
 
