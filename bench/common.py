@@ -199,7 +199,7 @@ class TimedModelServer(ScriptedModelServer):
             assert self._loop is not None
             self._loop.call_soon_threadsafe(e.set)
 
-    async def _answer(self, body: Any, label: str | None = None) -> tuple[int, dict, dict[str, str]]:  # type: ignore[override]
+    async def _answer(self, body: Any, label: str | None = None) -> tuple[int, dict, dict[str, str], Any]:  # type: ignore[override]
         body = body if isinstance(body, dict) else {}
         gate = None
         with self._lock:

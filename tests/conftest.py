@@ -161,6 +161,26 @@ def model(model_server: ScriptedModelServer) -> ScriptedModelServer:
 
 
 @pytest.fixture
+async def served() -> AsyncIterator[Any]:
+    """served(**options): a scripted model server of this test's own (a dialect, a pace),
+    started, and an AsyncOpenAI client on it; both closed after the test."""
+    import openai
+
+    started: list[tuple[ScriptedModelServer, Any]] = []
+
+    async def serve(**options: Any) -> tuple[ScriptedModelServer, Any]:
+        server = ScriptedModelServer(**options)
+        await server.start()
+        started.append((server, openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0)))
+        return started[-1]
+
+    yield serve
+    for server, openai_client in started:
+        await openai_client.close()
+        await server.stop()
+
+
+@pytest.fixture
 def events_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "events.jsonl"
     monkeypatch.setenv("REWIND_TEST_EVENTS", str(path))

@@ -32,9 +32,10 @@ from activities.liveness.heartbeat import heartbeating
 from activities.model.prompt_fit import PromptFitter
 from activities.model.pricing import PriceTable
 from activities.record.spans import activity_span
-from activities.model.tokens import preload
+from activities.model.tokens import REPLY_PRIMING_TOKENS, count_message_tokens, preload
 from activities.record.live import CallEvents
-from activities.record.redaction import NO_REDACTION, Redactor, StreamRedactor
+from activities.model.streaming import StreamBroken, assembled
+from activities.record.redaction import NO_REDACTION, Redactor
 from checkpoint_bridge.events.bus import Publisher
 from activities.model.transcript import TranscriptError, TranscriptStore
 from checkpoint_bridge.checkpoints.outputs import OutputStore
@@ -126,47 +127,11 @@ def _attempts_left(info: Any) -> bool:
     return not maximum or info.attempt < maximum
 
 
-async def _assembled(stream: Any, events: CallEvents, redactor: StreamRedactor) -> dict[str, Any]:
-    """A streamed completion put back together (the message as an unstreamed call returns it),
-    each piece published as a delta on the way."""
-    text: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    finish, usage, response_id = None, None, None
-    async for chunk in stream:
-        if not isinstance(chunk, dict):
-            raise TypeError(f"a streamed chunk is not a JSON object: {str(chunk)[:200]!r}")
-        response_id = response_id or chunk.get("id")
-        usage = chunk.get("usage") or usage
-        for choice in chunk.get("choices") or ():
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            piece = delta.get("content")
-            if isinstance(piece, str) and piece:
-                text.append(piece)
-                shown = redactor.feed(piece)
-                if shown:
-                    events.delta({"text": shown})
-            for part in delta.get("tool_calls") or ():
-                index = int(part.get("index", 0))
-                slot = calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-                function = part.get("function") or {}
-                if part.get("id"):
-                    slot["id"] = part["id"]
-                slot["function"]["name"] += function.get("name") or ""
-                slot["function"]["arguments"] += function.get("arguments") or ""
-                events.delta({"tool_call": {"index": index, "id": part.get("id"), "name": function.get("name"),
-                                            "arguments": function.get("arguments") or ""}})
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
-    rest = redactor.flush()
-    if rest:
-        events.delta({"text": rest})
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None}
-    if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return {"id": response_id, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": usage or {}}
+def _counted_usage(prompt_tokens: int, message: dict[str, Any], model: str) -> dict[str, int]:
+    """A streamed answer's usage when its provider sent none: the tokenizer's count (the prompt
+    as fitted, the reply as a message)."""
+    completion = max(0, count_message_tokens([message], model) - REPLY_PRIMING_TOKENS)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
 
 
 class LlmActivities:
@@ -263,29 +228,41 @@ class LlmActivities:
             names.RUN_ID: request.run_id, names.STEP: request.step, names.ATTEMPT: activity.info().attempt,
         }
 
-    async def _completion(self, body: dict[str, Any], options: dict[str, Any], events: CallEvents) -> Any:
+    async def _completion(self, body: dict[str, Any], options: dict[str, Any],
+                          events: CallEvents) -> tuple[Any, bool]:
         """The completion, streamed from the provider when it can (each delta published as it
-        comes, redacted), returned whole in the form an unstreamed call has."""
+        comes, redacted), returned whole in the form an unstreamed call has; and whether it
+        streamed."""
         model = str(body.get("model"))
         if not (self._stream and events.on and model not in self._no_stream):
-            return await self._get_client().post("/chat/completions", body=body, cast_to=object,
-                                                 options=options)  # type: ignore[arg-type]
+            return await self._whole(body, options), False
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
         try:
             stream = await self._get_client().post(
                 "/chat/completions", body=streamed, cast_to=object, options=options,  # type: ignore[arg-type]
                 stream=True, stream_cls=openai.AsyncStream[object])
-        except openai.BadRequestError as exc:
+        except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+            # A provider (or model) that cannot stream names `stream` (or `stream_options`) in its 400.
             if "stream" not in str(exc.message).lower():
                 raise
             self._cannot_stream(model, str(exc.message))
-            return await self._get_client().post("/chat/completions", body=body, cast_to=object,
-                                                 options=options)  # type: ignore[arg-type]
-        kind = stream.response.headers.get("content-type", "")
-        if "text/event-stream" not in kind:  # answered whole: a server that does not stream
-            self._cannot_stream(model, f"it answered {kind or 'without a content type'}")
-            return json.loads(await stream.response.aread())
-        return await _assembled(stream, events, StreamRedactor(self._redact))
+            return await self._whole(body, options), False
+        try:
+            kind = stream.response.headers.get("content-type", "")
+            if "text/event-stream" not in kind:  # answered whole: a server that does not stream
+                self._cannot_stream(model, f"it answered {kind or 'without a content type'}")
+                return json.loads(await stream.response.aread()), False
+            data = await assembled(stream, events, self._redact)
+        finally:
+            await stream.close()
+        if not data["usage"]:
+            # Counted by the tokenizer this once (_call_llm); the provider's own counts from now on.
+            self._cannot_stream(model, "its streamed answers carry no usage")
+        return data, True
+
+    async def _whole(self, body: dict[str, Any], options: dict[str, Any]) -> Any:
+        return await self._get_client().post("/chat/completions", body=body, cast_to=object,
+                                             options=options)  # type: ignore[arg-type]
 
     def _cannot_stream(self, model: str, why: str) -> None:
         if model not in self._no_stream:
@@ -367,7 +344,7 @@ class LlmActivities:
             # with the conversation (a third of a long run's CPU). The request is
             # plain JSON already, so it is posted as it is, through the same client
             # (auth, base URL, timeouts, the same APIStatusError on failure).
-            data = await self._completion(kwargs, options, events)
+            data, streamed = await self._completion(kwargs, options, events)
             if not isinstance(data, dict):
                 raise TypeError(f"the response is not a JSON object: {str(data)[:200]!r}")
             choice = data["choices"][0]
@@ -377,13 +354,21 @@ class LlmActivities:
             message = scrub_surrogates(message)
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, request.model, self._redact, self._endpoint.base_url) from None
+        except StreamBroken as exc:
+            # Retried as a whole: the next attempt streams from the start again (its deltas carry
+            # its attempt, so a reader never glues two attempts' text together).
+            raise ApplicationError(
+                self._redact.redact_text(f"model API at {self._endpoint.base_url} broke off its streamed answer "
+                                         f"for model {request.model!r}: {exc}")[:1000],
+                type="LlmStreamBroken",
+            ) from None
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             # A garbled body is usually a proxy or provider hiccup: retry it.
             raise ApplicationError(
                 self._redact.redact_text(f"model API returned a malformed completion for model {request.model!r}: {exc}")[:1000],
                 type="LlmMalformedResponse",
             ) from None
-        raw_usage = data.get("usage") or {}
+        raw_usage = data.get("usage") or (_counted_usage(fitted.tokens_after, message, request.model) if streamed else {})
         usage = Usage(
             prompt_tokens=int(raw_usage.get("prompt_tokens") or 0),
             completion_tokens=int(raw_usage.get("completion_tokens") or 0),

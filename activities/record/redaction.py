@@ -22,10 +22,13 @@ prints, a key split across two strings) passes through.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
+import regex
 
 from workflows.vocabulary.errors import ConfigError
 
@@ -101,43 +104,93 @@ class Redactor:
         return value
 
 
-# The start of a built-in secret, still being written at the end of a stream's text.
-_OPEN_SECRET = re.compile(r"(?:(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]*|AKIA[0-9A-Z]{0,15}|Bearer\s*[A-Za-z0-9._~+/=-]*"
-                          r"|-----BEGIN[^\n]*(?:\n(?!-----END)[^\n]*)*|-{1,5}B?E?G?I?N?)$")
-
-
 class StreamRedactor:
-    """Redaction of text that arrives in pieces (a model's deltas): a piece goes out redacted,
-    but for its tail while that tail may be the start of a secret (a known value's first
-    characters, a built-in pattern's opening), which waits for the next piece. Prose is
-    never held back; a secret split across pieces is replaced whole."""
+    """Redaction of text that arrives in pieces (a model's deltas): each piece goes out redacted,
+    but for its tail while that tail may still become a secret (a known value's first
+    characters, a pattern's partial match: `regex`'s partial matching tells), which waits for
+    the next piece. Prose is held back a few characters at most; a secret split across pieces
+    is replaced whole, and the pieces put together read as the whole text redacted at once."""
+
+    # Characters of what went out that a pattern's lookbehind may look at.
+    CONTEXT = 64
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
         self._pending = ""
+        self._sent = ""  # the tail of what went out (redacted)
+        self._partial = [_partial_pattern(pattern) for _, pattern in redactor.patterns]
 
     def feed(self, piece: str) -> str:
         text = self._pending + piece
-        cut = len(text) - self._held_tail(text)
+        cut = self._safe_end(text)
         self._pending = text[cut:]
-        return self._redactor.redact_text(text[:cut]) if cut else ""
+        return self._send(text[:cut])
 
     def flush(self) -> str:
         text, self._pending = self._pending, ""
-        return self._redactor.redact_text(text) if text else ""
+        return self._send(text)
 
-    def _held_tail(self, text: str) -> int:
-        longest = 0
+    def _send(self, text: str) -> str:
+        if not text:
+            return ""
+        # As `Redactor.redact_text` on the whole text: values, then each pattern in turn, with
+        # what went out before as the context a lookbehind sees (never replaced again).
+        for name, value in self._redactor.values:
+            if value in text:
+                text = text.replace(value, f"[REDACTED:{name}]")
+        context = self._sent
+        for name, pattern in self._redactor.patterns:
+            whole = pattern.sub(lambda m, n=name: m.group(0) if m.start() < len(context) else f"[REDACTED:{n}]",
+                                context + text)
+            text = whole[len(context):]
+        self._sent = (self._sent + text)[-self.CONTEXT:]
+        return text
+
+    def _safe_end(self, text: str) -> int:
+        """Where the text that cannot become (part of) a secret ends: before any tail that may
+        still grow into one, and never inside a secret already whole."""
+        end = len(text)
+        whole: list[tuple[int, int]] = []  # secrets complete in `text`: the end must not cut one
         for _, value in self._redactor.values:
-            for size in range(min(len(value) - 1, len(text)), longest, -1):
+            at = text.find(value)
+            while at != -1:
+                whole.append((at, at + len(value)))
+                at = text.find(value, at + 1)
+            for size in range(min(len(value) - 1, len(text)), 0, -1):
                 if text.endswith(value[:size]):
-                    longest = size
+                    end = min(end, len(text) - size)
                     break
-        if self._redactor.patterns:
-            found = _OPEN_SECRET.search(text[-4096:])
-            if found is not None and found.group(0):
-                longest = max(longest, len(found.group(0)))
-        return longest
+        context = self._sent
+        for partial in self._partial:
+            if partial is None:  # a pattern `regex` cannot read: nothing is safe before the end
+                return 0
+            for match in partial.finditer(context + text, len(context), partial=True):
+                start, stop = match.start() - len(context), match.end() - len(context)
+                # A partial match, or a whole one at the end that more text may still extend.
+                if match.partial or stop == len(text):
+                    end = min(end, start)
+                else:
+                    whole.append((start, stop))
+        moved = True
+        while moved:
+            moved = False
+            for start, stop in whole:
+                if start < end < stop:
+                    end, moved = start, True
+        return end
+
+
+@functools.lru_cache(maxsize=256)
+def _regex_of(source: str, flags: int) -> Any:
+    try:
+        return regex.compile(source, flags)
+    except Exception:  # noqa: BLE001 - a `re` pattern `regex` does not take
+        return None
+
+
+def _partial_pattern(pattern: re.Pattern[str]) -> Any:
+    """The `regex` module's compile of `pattern` (it can tell a partial match), or None."""
+    return _regex_of(pattern.pattern, pattern.flags & (re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE))
 
 
 NO_REDACTION = Redactor(values=(), patterns=())

@@ -2,8 +2,10 @@
 
 Starts a Temporal dev server (state in .rewind/temporal.db), the scripted
 offline model (unless OPENAI_API_KEY is set), a worker with the research
-tools, runs the agent on five companies with live progress, then prints the
-report and where the run's state lives. Safe to run again: it uses free
+tools, runs the agent on five companies with live progress and the model's
+text as it writes it (the offline model streams at DEMO_PACE unless
+REWIND_SCRIPTED_TOKENS_PER_S says), then prints the report and where the
+run's state lives. Safe to run again: it uses free
 ports, stops a dev server left behind by an interrupted demo, and reuses the
 state on disk.
 
@@ -33,8 +35,13 @@ from rewind.temporal.dev_server import port_open
 from rewind.progress import follow
 from rewind.local.stack import embedded_stack
 from rewind.temporal.timing import median_or_none, retried_attempts, step_durations
+from rewind.worker.scripted_stream import Pace
 from workflows.vocabulary.contracts import AgentInput, AgentResult
 from workflows.vocabulary.errors import UsageError
+
+# The offline model's pace in the demo: text one can watch being written (a fast model's), and
+# the long report save_report receives as arguments ten times as fast (the demo shows text).
+DEMO_PACE = Pace(tokens_per_s=40, arguments_tokens_per_s=400)
 
 
 async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sys.stdout, *, quiet: bool = False,
@@ -67,7 +74,8 @@ async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sy
         port = wanted if not port_open("127.0.0.1", wanted) else None
     scripts = ({report.SCRIPT_NAME: report.script()} if pipeline else
                {graph.SCRIPT_NAME: graph.script()} if langgraph else None)
-    async with embedded_stack(settings, tools, out, port=port, shared_server=keep, scripts=scripts) as stack:
+    pace = DEMO_PACE if settings.scripted_tokens_per_s is None else None
+    async with embedded_stack(settings, tools, out, port=port, shared_server=keep, scripts=scripts, pace=pace) as stack:
         client = stack.client
         run_id = new_run_id()
         if langgraph:
@@ -91,7 +99,8 @@ async def run_demo(settings: Settings, task: str | None = None, out: TextIO = sy
                     decisions[p.tool_call_id] = asyncio.ensure_future(_decide(client, settings, p, out, ask))
 
         try:
-            result = await follow(client, run_id, handle, out, on_view=answer_approvals)
+            result = await follow(client, run_id, handle, out, on_view=answer_approvals,
+                                  settings=None if quiet else stack.settings)
         finally:
             for task in decisions.values():
                 task.cancel()
@@ -199,7 +208,8 @@ async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentR
                              where="rewind demo --mcp: the filesystem server")
     print(f"MCP server fs: {' '.join(command)}", file=out)
     scripts = {agent.SCRIPT_NAME: agent.script_turns(workspace)}
-    async with embedded_stack(settings, [], out, mcp_servers=[server], scripts=scripts) as stack:
+    pace = DEMO_PACE if settings.scripted_tokens_per_s is None else None
+    async with embedded_stack(settings, [], out, mcp_servers=[server], scripts=scripts, pace=pace) as stack:
         client = stack.client
         print("tools, as the server's annotations decide them:", file=out)
         for spec in stack.tools:
@@ -209,7 +219,7 @@ async def _mcp_demo(settings: Settings, task: str | None, out: TextIO) -> AgentR
         inp = AgentInput(run_id=run_id, task=task or agent.TASK, system_prompt=agent.PROMPT, model=model)
         handle = await start_run(client, settings, inp)
         print(f"run {run_id} started; progress:", file=out)
-        result = await follow(client, run_id, handle, out)
+        result = await follow(client, run_id, handle, out, settings=stack.settings)
     print(f"\nfinished: {result.status.state} after {result.status.step} steps, {result.status.ledger.tool_calls} "
           f"tool calls, {result.status.ledger.cache_hits} served from the run's cache", file=out)
     print(f"\nfinal answer:\n{result.final_answer}\n", file=out)

@@ -39,13 +39,15 @@ class Stack:
 async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextIO = sys.stdout, *,
                          port: int | None = None, ui_port: int | None = None,
                          shared_server: bool = False, mcp_servers: list[Any] | None = None,
-                         scripts: dict[str, list[Any]] | None = None) -> AsyncIterator[Stack]:
+                         scripts: dict[str, list[Any]] | None = None, pace: Any = None) -> AsyncIterator[Stack]:
     """`port`/`ui_port`: the server's (default: free ones). `shared_server`: other
     processes of this home may use the server while it runs (`rewind demo --keep`).
     `mcp_servers`: MCP servers whose tools the worker offers too; `scripts`: turns the
-    offline model can play (`--model script:NAME`)."""
+    offline model can play (`--model script:NAME`); `pace`: how fast it streams
+    (rewind/worker/scripted_stream.py Pace; default: the settings'). The worker publishes
+    its runs' events (REWIND_EVENTS), so `rewind.events` and `rewind watch` read them live."""
     from activities.code.pipelines import PipelineRegistry
-    from rewind.worker.main import build_worker, model_endpoint
+    from rewind.worker.main import build_worker, live_events, model_endpoint
 
     # Retried tool failures are part of the show (the demo's flaky search);
     # the worker's per-attempt tracebacks would drown the progress display.
@@ -60,6 +62,7 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
                                                  shared=shared_server)
     offline = None
     hub: Any = None
+    bus: Any = None
     # Everything after the server started is inside the try: a broken pipe on the
     # first print (`rewind demo | head -1`) must not leave the server running.
     try:
@@ -73,9 +76,11 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
             settings.temporal_address = shared  # type: ignore[assignment]
             print(f"Temporal dev server already running on {shared} (state in {db_file}): using it", file=out)
         endpoint, offline = model_endpoint(settings)
-        for name, turns in (scripts or {}).items():
-            if offline is not None:
+        if offline is not None:
+            for name, turns in (scripts or {}).items():
                 offline.add_script(name, turns)
+            if pace is not None:
+                offline.pace = pace
         print("model: " + ("scripted offline model at " + str(endpoint.base_url) if offline
                            else f"OpenAI-compatible API {endpoint.base_url}"), file=out)
         client = await connect(settings)
@@ -88,9 +93,12 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
             for mcp_tool in await hub.start():
                 registry.add(mcp_tool)
         pipelines = PipelineRegistry.from_modules(tool_modules)
-        async with build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines):
+        bus, publisher = await live_events(settings)
+        async with build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines, events=publisher):
             yield Stack(client, settings, server, endpoint, offline is not None, registry.specs())
     finally:
+        if bus is not None:
+            await bus.aclose()
         if hub is not None:
             await hub.close()
         if server is not None:

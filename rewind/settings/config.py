@@ -110,6 +110,18 @@ class _Env:
         raise ConfigError(f"{name}={text!r} is not a yes/no value; use 1 or 0")
 
 
+def _tokens_per_s(read: _Env) -> float | None:
+    """REWIND_SCRIPTED_TOKENS_PER_S: a finite number >= 0, or None when unset."""
+    text = read.str("REWIND_SCRIPTED_TOKENS_PER_S")
+    if text is None:
+        return None
+    value = read.float("REWIND_SCRIPTED_TOKENS_PER_S", 0.0)
+    if value != value or value == float("inf"):
+        raise ConfigError(f"REWIND_SCRIPTED_TOKENS_PER_S={text!r} must be a finite number of tokens a second "
+                          "(0: as fast as the offline model writes)")
+    return value
+
+
 def _events_url(value: str | None, hot_store: str | None) -> str:
     """REWIND_EVENTS: `local`, `off`, or a redis:// URL; unset, the hot store's Redis or `local`."""
     if value is None:
@@ -239,6 +251,9 @@ class Settings:
     scripts_file: str | None = None
     scripts_source: str = "REWIND_SCRIPTS"
     scripted_latency_ms: float = 0.0
+    # How fast the offline model streams its answers, tokens a second (0: as fast as it writes;
+    # None: not set, which `rewind demo` reads as its own, visible pace).
+    scripted_tokens_per_s: float | None = None
     # Which server's request checks the offline model emulates (rewind/worker/scripted_model.py).
     scripted_dialect: str = "openai"
     # Where a worker reports that it is polling (`rewind health` reads it).
@@ -355,6 +370,7 @@ class Settings:
             log_level=_log_level(read.str("REWIND_LOG_LEVEL", "INFO") or "INFO"),
             scripts_file=read.str("REWIND_SCRIPTS"),
             scripted_latency_ms=read.float("REWIND_SCRIPTED_LATENCY_MS", 0.0),
+            scripted_tokens_per_s=_tokens_per_s(read),
             scripted_dialect=read.str("REWIND_SCRIPTED_DIALECT", "openai"),  # type: ignore[arg-type]
             health_file=Path(p) if (p := read.str("REWIND_HEALTH_FILE")) else None,
             metrics_port=_port("REWIND_METRICS_PORT", read) if read.str("REWIND_METRICS_PORT") else None,

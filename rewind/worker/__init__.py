@@ -6,6 +6,7 @@
     startup.py         a starting worker waits for Temporal and its stores to come up
     health.py          `rewind health`: is the worker on this machine polling Temporal?
     scripted_model.py  the offline model a worker serves when no OPENAI_API_KEY is set
+    scripted_stream.py how it streams an answer: each dialect's chunks, at a pace
 
 Imports the client API (rewind/ top level), rewind/temporal/ and
 rewind/settings/; the local stack and the CLI (above) start workers.

@@ -49,7 +49,7 @@ from activities.record.mirror import MirrorActivities
 from checkpoint_bridge.branches.branching import Launcher
 from checkpoint_bridge.checkpoints.outputs import OutputStore
 from checkpoint_bridge.checkpoints.store import CheckpointStore
-from checkpoint_bridge.events.bus import Publisher
+from checkpoint_bridge.events.bus import NoBus, Publisher
 from rewind.temporal import tracing
 from rewind.worker.events import EventsInterceptor
 from rewind.worker import startup
@@ -82,14 +82,23 @@ def model_endpoint(settings: Settings) -> tuple[ModelEndpoint, Any]:
     from rewind.worker.scripted_model import ScriptedModelServer
 
     try:
-        server = ScriptedModelServer(latency_ms=settings.scripted_latency_ms, dialect=settings.scripted_dialect)
-    except ValueError as exc:
+        server = ScriptedModelServer(latency_ms=settings.scripted_latency_ms, dialect=settings.scripted_dialect,
+                                     tokens_per_s=settings.scripted_tokens_per_s or 0.0)
+    except ValueError as exc:  # the dialect: the settings checked the pace
         raise ConfigError(f"REWIND_SCRIPTED_DIALECT={settings.scripted_dialect!r}: {exc}") from None
     for name, turns in _scripts(settings).items():
         server.add_script(name, turns)
     base_url = server.start_in_thread()
     log.warning("OPENAI_API_KEY is not set: serving model calls from the scripted offline model at %s", base_url)
     return ModelEndpoint(base_url=base_url, api_key="offline"), server
+
+
+async def live_events(settings: Settings) -> tuple[Any, Publisher | None]:
+    """The bus a worker publishes its runs' events on (REWIND_EVENTS), and its publisher; None
+    with REWIND_EVENTS=off: nothing travels live, so nothing is streamed from the provider
+    either. The caller closes the bus."""
+    bus = events_bus(settings)
+    return bus, None if isinstance(bus, NoBus) else await bus.start_publisher()
 
 
 def _scripts(settings: Settings) -> dict[str, Any]:
@@ -330,8 +339,7 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     endpoint, offline = model_endpoint(settings)
-    bus = events_bus(settings)
-    publisher = await bus.start_publisher()
+    bus, publisher = await live_events(settings)
     worker = build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines, events=publisher)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -401,7 +409,8 @@ def run_supervised_or_single(settings: Settings, modules: list[str], args: argpa
     return 0
 
 
-__all__ = ["build_worker", "run_worker", "model_endpoint", "RewindWorker", "main", "WORKFLOW_BUGS", "WorkerGroup"]
+__all__ = ["build_worker", "run_worker", "model_endpoint", "live_events", "RewindWorker", "main", "WORKFLOW_BUGS",
+           "WorkerGroup"]
 
 
 if __name__ == "__main__":  # `python -m rewind.worker.main ...` (rewind/worker/__main__.py is `python -m rewind.worker`)

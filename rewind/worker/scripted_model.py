@@ -14,8 +14,10 @@ Models:
                   from the X-Rewind-Label header); a turn with
                   "by_seed": {"2": turn} plays that turn for requests with seed 2, one with
                   "by_user": {"Initech": turn} that turn when the first user message
-                  contains "Initech" (a sub-agent per company), and a turn
-                  {"error": {"status": 400, "message": "..."}} answers with that HTTP error
+                  contains "Initech" (a sub-agent per company), a turn
+                  {"error": {"status": 400, "message": "..."}} answers with that HTTP error,
+                  and a turn with "stream": {"tokens_per_s": 30} streams at that pace
+                  ("mode": "whole" or "refuse": as a provider that cannot stream)
     anything else a built-in policy, by the tools the request offers: the research agent
                   (search_company + save_report), the fan-out orchestrator (research_company,
                   a sub-agent: one call per company, then a synthesis of their answers) and
@@ -29,6 +31,11 @@ Dialects (`dialect=` / `--dialect` / REWIND_SCRIPTED_DIALECT for the CLI):
 Each rule in `DIALECTS` cites where the real server's behaviour comes from; a
 conversation sent through `activities.model.wire_format.outgoing_messages` passes
 every dialect.
+
+Streaming (`stream: true`, rewind/worker/scripted_stream.py): the same answer as server-sent
+events, in the chunks the dialect's server sends, `tokens_per_s=` / `--tokens-per-s` /
+REWIND_SCRIPTED_TOKENS_PER_S apart (a script turn's "stream" over it); `stream_mode=` /
+`--stream-mode` whole or refuse: a provider that cannot stream.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from rewind.worker import scripted_stream
+from rewind.worker.scripted_stream import Pace
 from workflows.vocabulary.contracts import DEFAULT_MODEL
 from workflows.vocabulary.errors import ScriptError
 from workflows.vocabulary.wire import LABEL_HEADER
@@ -90,6 +99,8 @@ class _Fault:
     delay_s: float
     # time.monotonic() past which the fault lapses unserved (None: it waits for a request)
     lapses_at: float | None = None
+    # a streamed answer's connection drops after this many tokens
+    cut_after: int | None = None
 
 
 # ---------------------------------------------------------------- request parsing
@@ -121,8 +132,14 @@ def _validate(body: Any) -> None:
     """Reject what the real API rejects, with a message that says what is wrong."""
     if not isinstance(body, dict):
         raise _bad("Request body must be a JSON object.")
-    if body.get("stream"):
-        raise _bad("Streaming is not supported by the scripted model server; send stream=false.", "stream")
+    if "stream" in body and not isinstance(body["stream"], (bool, type(None))):
+        raise _bad(f"'stream' must be a boolean, got {body['stream']!r}.", "stream")
+    options = body.get("stream_options")
+    if options is not None:
+        if not body.get("stream"):
+            raise _bad("'stream_options' is only allowed when 'stream' is true.", "stream_options")
+        if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
+            raise _bad("'stream_options' must be an object whose include_usage is a boolean.", "stream_options")
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise _bad("'model' must be a non-empty string.", "model")
     tools = body.get("tools") or []
@@ -392,15 +409,19 @@ def _tool_results_since_last_assistant(messages: list[dict]) -> str:
     return "\n".join(_text(m.get("content")) for m in messages[last + 1:] if m["role"] == "tool")
 
 
-def _script_reply(turns: list[dict], messages: list[dict], turn: int, seed: Any = None) -> _Reply:
+def _script_step(turns: list[dict], messages: list[dict], turn: int, seed: Any = None) -> dict:
+    """The turn this request plays (its seed's or its task's variant when it has one)."""
     if turn >= len(turns):
-        return "script exhausted", []
+        return {"content": "script exhausted"}
     step = turns[turn]
     # A turn may answer differently per sampling seed: {"by_seed": {"2": {...}}, ...the default}.
     step = (step.get("by_seed") or {}).get(str(seed), step)
     # ... and per task (a sub-agent per company): {"by_user": {"Initech": {...}}, ...the default}.
     first_user = next((_text(m.get("content")) for m in messages if m["role"] == "user"), "")
-    step = next((variant for text, variant in (step.get("by_user") or {}).items() if text in first_user), step)
+    return next((variant for text, variant in (step.get("by_user") or {}).items() if text in first_user), step)
+
+
+def _script_reply(step: dict, messages: list[dict]) -> _Reply:
     error = step.get("error")
     if isinstance(error, dict):
         status = int(error.get("status", 400))
@@ -563,7 +584,9 @@ def _completion(body: dict, turn: int, reply: _Reply) -> dict:
             {"id": f"call_{turn}_{i}", "type": "function", "function": {"name": name, "arguments": args}}
             for i, (name, args) in enumerate(calls)
         ]
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # Streamed or not, a request gets the same answer (its id too).
+    asked = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    canonical = json.dumps(asked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     prompt = sum(
         _tokens(_text(m.get("content")))
         + sum(_tokens(str(c.get("function", {}).get("arguments", ""))) for c in m.get("tool_calls") or [])
@@ -595,13 +618,33 @@ async def _openai_errors(request: web.Request, handler: Any) -> web.StreamRespon
         return web.json_response(_error_body(exc.status, f"{exc.reason}: {request.method} {request.path}"), status=exc.status)
 
 
+@dataclass(frozen=True)
+class _Delivery:
+    """How an answer goes out. `stream`: how a request that asked to stream is answered (sse,
+    whole or refused; None: it did not ask), at `pace`; `cut_after`: a fault drops
+    the connection (after that many tokens of a streamed answer)."""
+
+    stream: str | None = None
+    pace: Pace = Pace()
+    cut_after: int | None = None
+
+
 class ScriptedModelServer:
     """A chat completions server whose answers depend only on the request body."""
 
-    def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0, dialect: str = "openai"):
+    def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0, dialect: str = "openai",
+                 tokens_per_s: float = 0.0, stream_mode: str = "sse", arguments_tokens_per_s: float | None = None,
+                 stream_usage: bool = True):
+        """`tokens_per_s`: how fast a streamed answer comes (0: as fast as it can be written; a
+        script turn's "stream" sets its own), `arguments_tokens_per_s` its tool calls' arguments
+        (None: as fast); `stream_mode` "whole" or "refuse": a provider that cannot stream
+        (scripted_stream.py); `stream_usage` False: one whose streams never carry usage.
+        `pace` may be set while the server runs."""
         if dialect not in DIALECTS:
             raise ScriptError(f"dialect must be one of {sorted(DIALECTS)}, got {dialect!r}")
         self.latency_ms, self.host, self.port, self.dialect = latency_ms, host, port, dialect
+        self.pace = Pace(stream_mode, tokens_per_s, arguments_tokens_per_s)
+        self.stream_usage = stream_usage
         self.base_url = ""
         # One lock for all mutable state: the server may run in its own thread
         # while tests add scripts and faults from another.
@@ -641,23 +684,29 @@ class ScriptedModelServer:
                 error = variant.get("error")
                 if error is not None and not (isinstance(error, dict) and 400 <= int(error.get("status", 400)) <= 599):
                     raise ScriptError(f"script {name!r} turn {i}: error must be {{\"status\": 400-599, \"message\": ...}}")
+                if variant.get("stream") is not None:
+                    scripted_stream.check_spec(variant["stream"], f"script {name!r} turn {i}")
 
     def inject_fault(self, status: int, count: int = 1, retry_after: float | None = None,
-                     message: str | None = None, delay_s: float = 0.0, within_s: float | None = None) -> None:
+                     message: str | None = None, delay_s: float = 0.0, within_s: float | None = None,
+                     cut_after: int | None = None) -> None:
         """Answer the next `count` requests with `status` (200: after `delay_s`, then normally).
         With `within_s`, only requests that arrive within that many seconds get the fault:
-        an outage of a provider lasts a while, it does not wait for traffic to come."""
+        an outage of a provider lasts a while, it does not wait for traffic to come. With
+        `cut_after` (status 200), the connection drops after that many tokens of a streamed
+        answer (before any answer to an unstreamed request)."""
         if not isinstance(status, int) or not (status == 200 or 400 <= status <= 599):
             raise ScriptError(f"fault status must be 200 or 400-599, got {status!r}")
         if not (isinstance(count, int) and count >= 1 and isinstance(delay_s, (int, float)) and delay_s >= 0
                 and (retry_after is None or isinstance(retry_after, (int, float)) and retry_after >= 0)
-                and (within_s is None or isinstance(within_s, (int, float)) and within_s > 0)):
-            raise ScriptError(f"fault needs an int count >= 1, numbers delay_s, retry_after >= 0 and within_s > 0; "
-                              f"got count={count!r}, delay_s={delay_s!r}, retry_after={retry_after!r}, "
-                              f"within_s={within_s!r}")
+                and (within_s is None or isinstance(within_s, (int, float)) and within_s > 0)
+                and (cut_after is None or isinstance(cut_after, int) and cut_after >= 0 and status == 200)):
+            raise ScriptError(f"fault needs an int count >= 1, numbers delay_s, retry_after >= 0 and within_s > 0, "
+                              f"and cut_after an int >= 0 with status 200; got count={count!r}, delay_s={delay_s!r}, "
+                              f"retry_after={retry_after!r}, within_s={within_s!r}, cut_after={cut_after!r}")
         lapses_at = None if within_s is None else time.monotonic() + within_s
         with self._lock:
-            self._faults.extend([_Fault(status, retry_after, message, delay_s, lapses_at)] * count)
+            self._faults.extend([_Fault(status, retry_after, message, delay_s, lapses_at, cut_after)] * count)
 
     def _next_fault(self) -> _Fault | None:
         now = time.monotonic()
@@ -680,29 +729,46 @@ class ScriptedModelServer:
 
     # -- HTTP handlers
 
-    async def _completions(self, request: web.Request) -> web.Response:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await request.json()
         except ValueError:
             body = None
-            status, payload, headers = 400, _error_body(400, "Request body is not valid JSON."), {}
+            status, payload, headers, delivery = 400, _error_body(400, "Request body is not valid JSON."), {}, _Delivery()
         else:
-            status, payload, headers = await self._answer(body, request.headers.get(LABEL_HEADER))
+            status, payload, headers, delivery = await self._answer(body, request.headers.get(LABEL_HEADER))
         b = body if isinstance(body, dict) else {}
+        streamed = status == 200 and delivery.stream == "sse"
+        chunks = (scripted_stream.chunks(payload, self.dialect, bool((b.get("stream_options") or {}).get("include_usage")),
+                                         self.stream_usage) if streamed else [])
+        entry = {
+            "label": request.headers.get(LABEL_HEADER),
+            "model": b.get("model"),
+            "messages": b.get("messages"),
+            "tools": [t["function"].get("name") for t in b.get("tools") or []
+                      if isinstance(t, dict) and isinstance(t.get("function"), dict)],
+            "status": status,
+            "response": payload,
+            "at": time.time(),
+            # How a request that asked to stream was answered: sse, whole or refused (None: it did not ask).
+            "stream": delivery.stream,
+            "tokens": sum(1 for _, token in chunks if token is not None),  # the token chunks of a streamed answer
+            "finished": not streamed,  # a streamed answer: once its last chunk went out
+        }
         with self._lock:
-            self._log.append({
-                "label": request.headers.get(LABEL_HEADER),
-                "model": b.get("model"),
-                "messages": b.get("messages"),
-                "tools": [t["function"].get("name") for t in b.get("tools") or []
-                          if isinstance(t, dict) and isinstance(t.get("function"), dict)],
-                "status": status,
-                "response": payload,
-                "at": time.time(),
-            })
+            self._log.append(entry)
+        if delivery.cut_after is not None and not streamed:
+            if request.transport is not None:
+                request.transport.abort()  # a connection lost before the answer
+            return web.Response(status=status)
+        if streamed:
+            response, done = await scripted_stream.stream(request, chunks, delivery.pace, delivery.cut_after)
+            with self._lock:
+                entry["finished"] = done
+            return response
         return web.json_response(payload, status=status, headers=headers)
 
-    async def _answer(self, body: Any, label: str | None = None) -> tuple[int, dict, dict[str, str]]:
+    async def _answer(self, body: Any, label: str | None = None) -> tuple[int, dict, dict[str, str], "_Delivery"]:
         if self.latency_ms:
             await asyncio.sleep(self.latency_ms / 1000)
         fault = self._next_fault()
@@ -712,7 +778,8 @@ class ScriptedModelServer:
                 headers = {} if fault.retry_after is None else {"retry-after": f"{fault.retry_after:g}"}
                 code = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(fault.status)
                 text = fault.message or f"Injected fault: HTTP {fault.status}."
-                return fault.status, _error_body(fault.status, text, code), headers
+                return fault.status, _error_body(fault.status, text, code), headers, _Delivery()
+        cut_after = fault.cut_after if fault is not None else None
         try:
             # The server's own parsing comes first: a real server rejects before it checks the rest.
             _check_dialect(DIALECTS[self.dialect], body)
@@ -737,12 +804,19 @@ class ScriptedModelServer:
                         raise _ApiError(400, f"Script {name!r} answers the labels {', '.join(sorted(turns))}; this "
                                              f"call is labelled {label!r} (the {LABEL_HEADER} header).")
                     turns = turns[label]
-                reply = _script_reply(turns, messages, turn, body.get("seed"))
+                step = _script_step(turns, messages, turn, body.get("seed"))
+                reply, pace = _script_reply(step, messages), self.pace.over(step.get("stream"))
             else:
-                reply = _builtin_reply(body, messages)
+                reply, pace = _builtin_reply(body, messages), self.pace
         except _ApiError as exc:
-            return exc.status, exc.body, {}
-        return 200, _completion(body, turn, reply), {}
+            return exc.status, exc.body, {}, _Delivery()
+        if not body.get("stream"):
+            return 200, _completion(body, turn, reply), {}, _Delivery(cut_after=cut_after)
+        if pace.mode == "refuse":
+            refusal = (_error_body(400, scripted_stream.REFUSAL, "unsupported_value", "stream") if self.dialect == "openai"
+                       else DIALECTS[self.dialect].error_body(400, scripted_stream.REFUSAL))
+            return 400, refusal, {}, _Delivery("refused")
+        return 200, _completion(body, turn, reply), {}, _Delivery(pace.mode, pace, cut_after)
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": CREATED, "owned_by": "rewind"} for m in MODELS]
@@ -814,8 +888,9 @@ class ScriptedModelServer:
         self._loop = self._thread = None
 
 
-async def _serve(host: str, port: int, latency_ms: float, dialect: str) -> None:
-    server = ScriptedModelServer(latency_ms=latency_ms, host=host, port=port, dialect=dialect)
+async def _serve(host: str, port: int, latency_ms: float, dialect: str, tokens_per_s: float, stream_mode: str) -> None:
+    server = ScriptedModelServer(latency_ms=latency_ms, host=host, port=port, dialect=dialect,
+                                 tokens_per_s=tokens_per_s, stream_mode=stream_mode)
     print(await server.start(), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -827,24 +902,37 @@ async def _serve(host: str, port: int, latency_ms: float, dialect: str) -> None:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m rewind.worker.scripted_model", description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port; the URL is printed")
-    parser.add_argument("--latency-ms", type=float, default=0.0)
-    # The default comes from the settings (REWIND_SCRIPTED_DIALECT): the library class never depends on it.
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="how long every answer takes to start")
+    # The defaults come from the settings (REWIND_SCRIPTED_*): the library class never depends on them.
     from rewind.settings.config import Settings
 
-    parser.add_argument("--dialect", default=Settings.from_env().scripted_dialect,
-                        help=f"which server's request checks to emulate: {', '.join(DIALECTS)} "
+    settings = Settings.from_env()
+    parser.add_argument("--dialect", default=settings.scripted_dialect,
+                        help=f"which server's request checks (and stream chunks) to emulate: {', '.join(DIALECTS)} "
                              "(default: $REWIND_SCRIPTED_DIALECT or openai)")
+    parser.add_argument("--tokens-per-s", type=float, default=settings.scripted_tokens_per_s or 0.0,
+                        help="how fast a streamed answer comes, tokens a second; 0 (the default, or "
+                             "$REWIND_SCRIPTED_TOKENS_PER_S): as fast as it can be written; a script turn's "
+                             "\"stream\": {\"tokens_per_s\": N} sets its own")
+    parser.add_argument("--stream-mode", choices=scripted_stream.MODES, default="sse",
+                        help="how a request with stream: true is answered: sse (server-sent events, the default), "
+                             "whole (the whole completion as JSON) or refuse (a 400 naming stream): the last two "
+                             "emulate a provider that cannot stream")
     args = parser.parse_args(argv)
     if args.dialect not in DIALECTS:  # argparse does not check a default against choices
         parser.error(f"--dialect must be one of {', '.join(DIALECTS)}, got {args.dialect!r}")
+    try:
+        Pace(args.stream_mode, args.tokens_per_s)
+    except ScriptError as exc:
+        parser.error(f"--tokens-per-s: {exc}")
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
-    asyncio.run(_serve(args.host, args.port, args.latency_ms, args.dialect))
+    asyncio.run(_serve(args.host, args.port, args.latency_ms, args.dialect, args.tokens_per_s, args.stream_mode))
 
 
 if __name__ == "__main__":
