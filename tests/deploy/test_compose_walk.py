@@ -32,9 +32,11 @@ TASK = "Research these companies: Acme, Globex, Initech"
 COMPANIES = ["Acme", "Globex", "Initech"]
 TECH_PROMPT = "Emphasize technical analysis"
 # What a worker may leave in its own directory: its health file (REWIND_HOME defaults to
-# .rewind in the working directory) and the outbox of the research agent's save_report
-# tool (the tool's own local side effect). Nothing of the run's state.
-ALLOWED_WORKER_FILES = re.compile(r"\.rewind/(worker-health\.[^/]+\.json|\.worker-health\.[^/]+\.json\.\d+\.tmp|outbox/idem-[0-9a-f]+\.md)")
+# .rewind in the working directory), the announcement of its event hub (REWIND_EVENTS=local,
+# docs/streaming.md: how a reader on its machine finds its live events) and the outbox of the
+# research agent's save_report tool (the tool's own local side effect). Nothing of the run's state.
+ALLOWED_WORKER_FILES = re.compile(r"\.rewind/(worker-health\.[^/]+\.json|\.worker-health\.[^/]+\.json\.\d+\.tmp"
+                                  r"|live/hub-\d+-[0-9a-f]+\.json|outbox/idem-[0-9a-f]+\.md)")
 
 
 class Cli:

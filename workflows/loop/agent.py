@@ -327,7 +327,7 @@ class AgentWorkflow:
         usage = response.usage
         self._events.durable(step, self._branch_start_events(step), "model.completed", model_completed_data(
             f"{step}/model", response.message, inp.model,
-            model_usage(usage.prompt_tokens, usage.completion_tokens, response.cost_usd)))
+            model_usage(usage.prompt_tokens, usage.completion_tokens, response.cost_usd), attempts=response.attempt))
 
     def _tool_answered(self, log: ToolCallLog, index: int) -> None:
         """The loop's tool call that completed `index`th in its step: its `tool.completed`, as it

@@ -128,8 +128,11 @@ def model_usage(prompt_tokens: int, completion_tokens: int, cost_usd: float) -> 
 
 
 def model_completed_data(call: str, message: dict[str, Any], model: str, usage: dict[str, Any],
-                         label: str | None = None, node: str | None = None) -> dict[str, Any]:
+                         label: str | None = None, node: str | None = None,
+                         attempts: int | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {"call": call, "model": model, "message": message, "usage": usage}
+    if attempts is not None:
+        data["attempts"] = attempts  # how many attempts the answer took (a retried call: 2 or more)
     if label is not None:
         data["label"] = label
     if node is not None:
@@ -231,7 +234,7 @@ def step_events(record: Any) -> list[RunEvent]:
                 model_usage(ledger.prompt_tokens - ledger.subagent_prompt_tokens,
                             ledger.completion_tokens - ledger.subagent_completion_tokens,
                             ledger.cost_usd - ledger.subagent_cost_usd),
-                label=pipeline.get("label") if pipeline else None))
+                label=pipeline.get("label") if pipeline else None, attempts=ledger.model_retries + 1))
         for log in record.new_tool_calls:
             add("tool.completed", tool_completed_data(_tool_key(record, log, None), log))
     add("checkpoint", checkpoint_data(record))
