@@ -40,12 +40,14 @@ class _Printer:
         self._out = out
         self._run = run_id
         self._open_line = False  # a model's text is being written on the current line
+        self._writing: str | None = None  # the call whose text the open line holds
         self._streamed: set[str] = set()  # calls whose text came as deltas
 
     def _line(self, text: str, prefix: str = "") -> None:
         if self._open_line:
             self._out.write("\n")
             self._open_line = False
+        self._writing = None
         self._out.write(f"{prefix}{text}\n")
         self._out.flush()
 
@@ -63,11 +65,12 @@ class _Printer:
             text = data.get("text")
             call = f"{prefix}{data.get('call')}"
             if text:
-                if call not in self._streamed:
+                if call != self._writing:  # another call's text (parallel sub-agents): a line of its own
                     if self._open_line:
                         self._out.write("\n")
-                    self._out.write(f"{prefix}model> ")
+                    self._out.write(f"{prefix}model> " if call not in self._streamed else f"{prefix}model> ...")
                     self._streamed.add(call)
+                    self._writing = call
                 self._out.write(text)
                 self._out.flush()
                 self._open_line = True
