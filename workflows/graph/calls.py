@@ -5,13 +5,20 @@ A mixin of PipelineWorkflow (workflow code: deterministic, no I/O)."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.loop.approvals import INTERRUPT
-    from workflows.vocabulary.code_runs import PipelineDescription
+    from workflows.vocabulary.code_runs import GraphNodeRequest, GraphNodeResult, HandedCall, PipelineDescription
+    from workflows.vocabulary.errors import PipelineError
+    from workflows.vocabulary.tool_calls import failure_text
+    from workflows.vocabulary.wire import GRAPH_NODE_FAILED, RUN_GRAPH_NODE
     from workflows.vocabulary.tool_calls import with_system
     from workflows.vocabulary.status import PendingApproval
 
@@ -85,6 +92,70 @@ class GraphRunCalls:
         usage = response.usage
         return response.message, {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
                                   "total_tokens": usage.total_tokens}, chosen
+
+    async def call_node(self, node: str, state: str, state_digest: str, *, step: int, ns: str, resume: list[Any],
+                        handed: list[tuple[tuple[str, str, str], Any]], task: bool) -> dict[str, Any]:
+        """A node (or @task) run as one activity (node-level durability): its packed update or
+        interrupts; from the record when a fork answers it again. Its model calls go into the
+        step's ledger, the calls it made as workflow code before it needed the activity are
+        handed to it (answered with what they returned, not paid again)."""
+        inp = self._input
+        assert inp is not None and inp.pipeline is not None and self._graph is not None
+        call = self._next_call(node, "node", {"state": state_digest, "resume": resume, "task": task})
+        recorded = self._from_record(call)
+        if recorded is not None and recorded.message is not None:
+            return recorded.message
+        await self._within_budget()
+        options = self._graph.options(node)
+        request = GraphNodeRequest(
+            run_id=inp.run_id, graph=inp.pipeline.name, node=node, task=task, state=state, step=step, ns=ns,
+            resume=resume, models=dict(inp.pipeline.models), prompt=inp.pipeline.prompts.get(node),
+            handed=[HandedCall(kind=kind, key=key, message=answer[0] if kind == "llm" else None,
+                               tool=answer if kind == "tool" else None)
+                    for (_, kind, key), answer in handed])
+        self._call_started(call)
+        try:
+            result = await workflow.execute_activity(
+                RUN_GRAPH_NODE, request, result_type=GraphNodeResult, activity_id=self._activity_id(call),
+                summary=f"{'task' if task else 'node'} {node}",
+                start_to_close_timeout=timedelta(seconds=options.timeout_s),
+                heartbeat_timeout=timedelta(seconds=max(inp.llm.heartbeat_s, 2.0)),
+                retry_policy=RetryPolicy(maximum_attempts=options.max_attempts, maximum_interval=timedelta(seconds=10),
+                                         non_retryable_error_types=[GRAPH_NODE_FAILED]),
+            )
+        except ActivityError as err:
+            self._call_ended(call, None)
+            if isinstance(err.cause, CancelledError):
+                raise asyncio.CancelledError() from err
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == GRAPH_NODE_FAILED:
+                raise PipelineError(cause.message) from None
+            raise PipelineError(f"{'@task' if task else 'node'} {node!r} (run as an activity) failed: "
+                                f"{failure_text(err)}") from None
+        model = None
+        for used in result.calls:
+            if used.handed:
+                continue  # counted when the node made it as workflow code
+            self._count_usage(used)
+            model = used.model
+        answer = {"update": result.update, "interrupts": result.interrupts}
+        self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), "node": node, **answer,
+                                  "seconds": round(result.seconds, 6),
+                                  "model_calls": [c.model_dump() for c in result.calls if not c.handed],
+                                  **({"model": model} if model else {})})
+        self._call_ended(call, None, done=True)
+        return answer
+
+    def _count_usage(self, used: Any) -> None:
+        """A node-level node's model call into this step's ledger (as call_llm's is counted)."""
+        ledger = self._model_ledger
+        ledger.prompt_tokens += used.prompt_tokens
+        ledger.completion_tokens += used.completion_tokens
+        ledger.total_tokens += used.total_tokens
+        ledger.cost_usd += used.cost_usd
+        ledger.model_calls += 1
+        ledger.unpriced_calls += 0 if used.priced else 1
+        self._sync_status()
 
     def record_super_step(self, label: str, new_messages: list[dict[str, Any]], variables: dict[str, Any],
                           details: dict[str, Any]) -> None:

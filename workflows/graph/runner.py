@@ -34,10 +34,24 @@ from typing import Any
 
 from temporalio import workflow
 
+from workflows.graph.guard import (
+    NODE_OPTIONS,
+    NodeNeedsActivity,
+    NodeOptions,
+    current_guard,
+    guarding,
+    install_guard,
+    node_options,
+    unguard,
+    unguarded,
+)
+from workflows.graph.values import digest, pack, unpack
 from workflows.vocabulary.errors import PipelineError, ToolCallFailed
 
 # The graph run whose workflow code is running (None: not inside a graph run).
 _RUNNER: ContextVar["GraphRunner | None"] = ContextVar("rewind_graph_runner", default=None)
+# A node-level node's activity: what handles its model and tool calls (None: not inside one).
+_NODE_CALLS: ContextVar[Any] = ContextVar("rewind_node_calls", default=None)
 _installed = False
 
 # Channels that are LangGraph's own bookkeeping, not the graph's state.
@@ -46,51 +60,79 @@ _INTERNAL = ("branch:", "__", "start:")
 
 def install() -> None:
     """Route LangChain chat models and tools through the graph run they are called in (once
-    per process; outside a graph run's workflow the original methods run)."""
+    per process; outside a graph run's workflow the original methods run, or a node-level
+    node's activity's handler of them: `node_calls`)."""
     global _installed
     if _installed:
         return
     from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.tools import BaseTool
+    from langchain_core.tools import BaseTool, StructuredTool, Tool
 
+    install_guard()
     agenerate = BaseChatModel._agenerate_with_cache
     generate = BaseChatModel._generate_with_cache
-    tool_ainvoke = BaseTool.ainvoke
     tool_invoke = BaseTool.invoke
 
     async def _agenerate_with_cache(self: Any, messages: Any, stop: Any = None, run_manager: Any = None,
                                     **kwargs: Any) -> Any:
         runner = _RUNNER.get()
-        if runner is None:
-            return await agenerate(self, messages, stop, run_manager, **kwargs)
-        return await runner.chat(self, messages, stop, kwargs)
+        if runner is not None:
+            return await runner.chat(self, messages, stop, kwargs)
+        handler = _NODE_CALLS.get()
+        if handler is not None:
+            return await handler.achat(self, messages, stop, run_manager, kwargs, agenerate)
+        return await agenerate(self, messages, stop, run_manager, **kwargs)
 
     def _generate_with_cache(self: Any, messages: Any, stop: Any = None, run_manager: Any = None,
                              **kwargs: Any) -> Any:
         runner = _RUNNER.get()
-        if runner is None:
-            return generate(self, messages, stop, run_manager, **kwargs)
-        raise PipelineError(f"node {current_node()!r} calls the model synchronously (.invoke): in a Rewind graph "
-                            "run a node calls models with `await llm.ainvoke(...)` (make the node `async def`)")
+        if runner is not None:
+            runner.sync_call("calls the model synchronously (.invoke)", "await llm.ainvoke(...)")
+        handler = _NODE_CALLS.get()
+        if handler is not None:
+            return handler.chat(self, messages, stop, run_manager, kwargs, generate)
+        return generate(self, messages, stop, run_manager, **kwargs)
 
-    async def ainvoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        runner = _RUNNER.get()
-        if runner is None:
-            return await tool_ainvoke(self, input, config, **kwargs)
-        return await runner.tool(self, input)
+    def routed_ainvoke(original: Any) -> Any:
+        # A tool class's own ainvoke (StructuredTool's runs a sync tool's invoke in a thread): in a
+        # graph run's workflow every tool's ainvoke is the run's call of that tool, sync or async.
+        async def ainvoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+            runner = _RUNNER.get()
+            if runner is not None:
+                return await runner.tool(self, input)
+            handler = _NODE_CALLS.get()
+            if handler is not None:
+                return await handler.atool(self, input, config, kwargs, original)
+            return await original(self, input, config, **kwargs)
+
+        return ainvoke
 
     def invoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
         runner = _RUNNER.get()
-        if runner is None:
-            return tool_invoke(self, input, config, **kwargs)
-        raise PipelineError(f"node {current_node()!r} calls tool {self.name!r} synchronously (.invoke): in a Rewind "
-                            "graph run a node calls tools with `await tool.ainvoke(...)` (or a ToolNode)")
+        if runner is not None:
+            runner.sync_call(f"calls tool {self.name!r} synchronously (.invoke)", "await tool.ainvoke(...) (or a ToolNode)")
+        handler = _NODE_CALLS.get()
+        if handler is not None:
+            return handler.tool(self, input, config, kwargs, tool_invoke)
+        return tool_invoke(self, input, config, **kwargs)
 
     BaseChatModel._agenerate_with_cache = _agenerate_with_cache  # type: ignore[method-assign]
     BaseChatModel._generate_with_cache = _generate_with_cache  # type: ignore[method-assign]
-    BaseTool.ainvoke = ainvoke  # type: ignore[method-assign]
+    for cls in (BaseTool, StructuredTool, Tool):
+        if "ainvoke" in vars(cls):
+            cls.ainvoke = routed_ainvoke(vars(cls)["ainvoke"])  # type: ignore[method-assign]
     BaseTool.invoke = invoke  # type: ignore[method-assign]
     _installed = True
+
+
+def node_calls(handler: Any) -> Any:
+    """Hand a node-level node's model and tool calls to `handler` (its activity's: `achat`,
+    `chat`, `atool`, `tool`) from here; reset with `_NODE_CALLS.reset(token)`."""
+    return _NODE_CALLS.set(handler)
+
+
+def end_node_calls(token: Any) -> None:
+    _NODE_CALLS.reset(token)
 
 
 def active_graph_run() -> "GraphRunner | None":
@@ -184,6 +226,10 @@ class GraphRunner:
         self.final_state: dict[str, Any] = {}
         # Whether the run's answer is the last message of its messages channel (not its state as JSON).
         self.answer_in_messages = False
+        # Each node's (and @task's) declared way of running (rewind_node_options), and the nodes
+        # that needed an activity in this run so far (sent there directly from then on).
+        self._options = node_options(module, name, [*graph.nodes, *task_names(module)]) if module is not None else {}
+        self._needs_activity: set[str] = set()
 
     # -- running -------------------------------------------------------------------------
     async def run(self, graph_input: dict[str, Any]) -> Any:
@@ -254,27 +300,28 @@ class GraphRunner:
             func = getattr(value.func, "_rewind_task", value.func)
             name = func.__name__
 
-            if inspect.iscoroutinefunction(func):
-                @functools.wraps(func)
-                async def timed(*args: Any, _func: Any = func, _name: str = name, **kwargs: Any) -> Any:
-                    started = workflow.now()
-                    out = await _func(*args, **kwargs)
-                    self._finished.append((_name, _seconds(started, workflow.now())))
-                    return out
-            else:
-                @functools.wraps(func)
-                def timed(*args: Any, _func: Any = func, _name: str = name, **kwargs: Any) -> Any:
-                    started = workflow.now()
+            # Async whatever the task: an @entrypoint awaits its tasks, and a task may run as an activity.
+            @functools.wraps(func)
+            async def timed(*args: Any, _func: Any = func, _name: str = name, **kwargs: Any) -> Any:
+                started = workflow.now()
+
+                async def code() -> Any:
                     out = _func(*args, **kwargs)
-                    self._finished.append((_name, _seconds(started, workflow.now())))
-                    return out
+                    return await out if inspect.isawaitable(out) else out
+
+                out = await self._run_node(_name, code, [list(args), kwargs], None, task=True)
+                self._finished.append((_name, _seconds(started, workflow.now())))
+                return out
             timed._rewind_task = func  # type: ignore[attr-defined]
             value.func = timed
 
     def _node(self, name: str, bound: Any) -> Any:
         async def node(state: Any, config: Any) -> Any:
             started = workflow.now()
-            out = await bound.ainvoke(state, config)
+            if self.functional:  # the @entrypoint's own code: workflow code, its @tasks are the steps
+                out = await bound.ainvoke(state, config)
+            else:
+                out = await self._run_node(name, lambda: bound.ainvoke(state, config), state, config)
             self._ran.append(name)
             self._node_seconds[name] = self._node_seconds.get(name, 0.0) + _seconds(started, workflow.now())
             superstep = (config.get("metadata") or {}).get("langgraph_step")
@@ -288,6 +335,65 @@ class GraphRunner:
         node.__annotations__["config"] = RunnableConfig  # what LangGraph looks for to pass the config
         return node
 
+    def options(self, name: str) -> NodeOptions:
+        return self._options.get(name) or NodeOptions()
+
+    async def _run_node(self, name: str, code: Any, state: Any, config: Any, task: bool = False) -> Any:
+        """The node's update: its code run as workflow code (call-level), or the node run as one
+        activity (node-level) when declared so or when its code does what workflow code must
+        not (workflows/graph/guard.py); declared call-level, that is the run's error."""
+        way = self.options(name).durability
+        if way == "node" or name in self._needs_activity:
+            return await self._as_activity(name, state, config, [], task)
+        guard, token = guarding(name)
+        try:
+            out = await code()
+        except NodeNeedsActivity:
+            pass
+        except Exception as exc:
+            what = restricted_call(exc)
+            if what is None and guard.tripped is None:
+                raise
+            if what is not None:
+                guard.stop(f"calls {what}, which workflow code must not")
+        finally:
+            unguard(token)
+        if guard.tripped is None:
+            return out
+        if way == "calls":
+            raise PipelineError(f"{'@task' if task else 'node'} {name!r} is declared call-level in {NODE_OPTIONS} but "
+                                f"{guard.tripped}: declare it {{'durability': 'node'}} (or 'auto') to run it as one "
+                                "activity, or reach the outside only through ChatOpenAI and LangChain tools")
+        self._needs_activity.add(name)
+        return await self._as_activity(name, state, config, guard.calls, task)
+
+    async def _as_activity(self, name: str, state: Any, config: Any, handed: list[Any], task: bool) -> Any:
+        """The node (or @task) as one activity on the worker's own import of the graph's module: its
+        update, or LangGraph's interrupt when it called interrupt()."""
+        from langchain_core.runnables.config import var_child_runnable_config
+        from langgraph.errors import GraphInterrupt
+
+        config = config if config is not None else (var_child_runnable_config.get() or {})
+        configurable = (config or {}).get("configurable") or {}
+        scratchpad = configurable.get("__pregel_scratchpad")
+        metadata = (config or {}).get("metadata") or {}
+        with unguarded():
+            result = await self._run.call_node(
+                name, pack(state, f"the input of {'@task' if task else 'node'} {name!r}"), digest(state),
+                step=int(metadata.get("langgraph_step") or 0), ns=str(configurable.get("checkpoint_ns") or ""),
+                resume=list(getattr(scratchpad, "resume", None) or []), handed=handed, task=task)
+        if result.get("interrupts"):
+            raise GraphInterrupt(unpack(result["interrupts"]))
+        return unpack(result["update"]) if result.get("update") else None
+
+    def sync_call(self, what: str, instead: str) -> None:
+        """A node calls a model or tool synchronously: as an activity (auto), else the run's error."""
+        guard = current_guard()
+        if guard is not None:
+            raise guard.stop(what)
+        raise PipelineError(f"node {current_node()!r} {what}: in a Rewind graph run a node's code that is workflow "
+                            f"code calls them with `{instead}`")
+
     # -- what nodes call -----------------------------------------------------------------
     async def chat(self, model: Any, messages: Any, stop: Any, kwargs: dict[str, Any]) -> Any:
         try:
@@ -295,61 +401,50 @@ class GraphRunner:
         except ImportError:  # pragma: no cover - the extra installs it
             BaseChatOpenAI = None  # noqa: N806
         node = current_node()
+        guard = current_guard()
         if BaseChatOpenAI is None or not isinstance(model, BaseChatOpenAI):
-            raise PipelineError(f"node {node!r} calls a {type(model).__name__}: a Rewind graph run sends model calls "
-                                "through an OpenAI-compatible chat model (langchain_openai.ChatOpenAI, any base_url)")
+            if guard is not None:  # not through Rewind's model path: the node runs as an activity
+                raise guard.stop(f"calls a {type(model).__name__}")
+            raise PipelineError(f"node {node!r} calls a {type(model).__name__} in the graph's own code: a Rewind graph "
+                                "run sends such model calls from a node (run as an activity), or through an "
+                                "OpenAI-compatible chat model (langchain_openai.ChatOpenAI, any base_url)")
         payload = model._get_request_payload(messages, stop=stop, **kwargs)
         if model._use_responses_api(payload):
-            raise PipelineError(f"node {node!r}: ChatOpenAI's Responses API is not supported in a Rewind graph run; "
-                                "leave use_responses_api unset")
+            if guard is not None:
+                raise guard.stop("calls ChatOpenAI's Responses API")
+            raise PipelineError(f"node {node!r}: ChatOpenAI's Responses API is sent from a node (run as an activity), "
+                                "not from the graph's own code")
         response_format = payload.get("response_format")
         if response_format is not None and not isinstance(response_format, dict):
             response_format = _convert_to_openai_response_format(response_format)
-        key = (node, "llm", json.dumps([payload.get("messages"), payload.get("tools")], sort_keys=True, default=str))
+        key = (node, "llm", chat_key(payload))
         answered = self._answered_again(key)
         if answered is None:
-            answered = await self._run.call_chat(node, node, payload, response_format)
+            with unguarded():
+                answered = await self._run.call_chat(node, node, payload, response_format)
         self._interrupted_calls.append((key, answered))
+        if guard is not None:
+            guard.calls.append((key, answered))
         message, usage, model_name = answered
-        completion = {"id": f"rewind-{self._run.run_id}", "object": "chat.completion", "created": 0,
-                      "model": model_name, "choices": [{"index": 0, "message": message,
-                                                        "finish_reason": "tool_calls" if message.get("tool_calls")
-                                                        else "stop"}],
-                      "usage": usage}
-        return model._create_chat_result(completion)
+        return chat_result(model, message, usage, model_name, self._run.run_id)
 
     async def tool(self, base_tool: Any, tool_input: Any) -> Any:
-        from langchain_core.messages import ToolMessage
-
-        call_id = None
-        if isinstance(tool_input, dict) and tool_input.get("type") == "tool_call":
-            call_id, arguments = tool_input.get("id"), dict(tool_input.get("args") or {})
-        elif isinstance(tool_input, dict):
-            arguments = dict(tool_input)
-        elif isinstance(tool_input, str) and len(base_tool.args) == 1:
-            arguments = {next(iter(base_tool.args)): tool_input}
-        else:
-            raise PipelineError(f"node {current_node()!r} calls tool {base_tool.name!r} with a "
-                                f"{type(tool_input).__name__}: give its arguments as a dict")
-        log = await self._tool_log(base_tool.name, arguments)
-        if call_id is None:
-            if log.error is not None:
-                raise ToolCallFailed(f"{base_tool.name}: {log.error}")
-            return log.output
-        failed = log.error is not None or (log.approval is not None and log.approval.verdict == "rejected")
-        content = log.error if log.error is not None else log.output
-        return ToolMessage(content=content if isinstance(content, str) else json.dumps(content), name=base_tool.name,
-                           tool_call_id=call_id, status="error" if failed else "success")
+        call_id, arguments = tool_arguments(base_tool, tool_input, current_node())
+        return tool_answer(base_tool.name, call_id, await self._tool_log(base_tool.name, arguments))
 
     async def _tool_log(self, name: str, arguments: dict[str, Any]) -> Any:
         """The run's call of tool `name` from the node running (its log), or the answer it had
         before the node's interrupt()."""
         node = current_node()
-        key = (node, "tool", json.dumps([name, arguments], sort_keys=True, default=str))
+        key = (node, "tool", tool_key(name, arguments))
         log = self._answered_again(key)
         if log is None:
-            log = await self._run.tool_log(name, arguments, node=node)
+            with unguarded():
+                log = await self._run.tool_log(name, arguments, node=node)
         self._interrupted_calls.append((key, log))
+        guard = current_guard()
+        if guard is not None:
+            guard.calls.append((key, log))
         return log
 
     def _answered_again(self, key: tuple[str, str, str]) -> Any:
@@ -415,6 +510,69 @@ class GraphRunner:
             "node_seconds": {n: round(s, 6) for n, s in seconds.items()}})
 
 
+def chat_result(model: Any, message: dict[str, Any], usage: dict[str, Any], model_name: str, run_id: str) -> Any:
+    """The ChatResult a ChatOpenAI call returns, made of the run's answer to it."""
+    completion = {"id": f"rewind-{run_id}", "object": "chat.completion", "created": 0, "model": model_name,
+                  "choices": [{"index": 0, "message": message,
+                               "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                  "usage": usage}
+    return model._create_chat_result(completion)
+
+
+def chat_key(payload: dict[str, Any]) -> str:
+    """What a model call asked (its messages and tools), as the key of its answer."""
+    return json.dumps([payload.get("messages"), payload.get("tools")], sort_keys=True, default=str)
+
+
+def tool_key(name: str, arguments: dict[str, Any]) -> str:
+    return json.dumps([name, arguments], sort_keys=True, default=str)
+
+
+def tool_arguments(base_tool: Any, tool_input: Any, node: str) -> tuple[str | None, dict[str, Any]]:
+    """(the tool call's id when a ToolNode calls it, its arguments) of a LangChain tool's input."""
+    if isinstance(tool_input, dict) and tool_input.get("type") == "tool_call":
+        return tool_input.get("id"), dict(tool_input.get("args") or {})
+    if isinstance(tool_input, dict):
+        return None, dict(tool_input)
+    if isinstance(tool_input, str) and len(base_tool.args) == 1:
+        return None, {next(iter(base_tool.args)): tool_input}
+    raise PipelineError(f"node {node!r} calls tool {base_tool.name!r} with a {type(tool_input).__name__}: give its "
+                        "arguments as a dict")
+
+
+def tool_answer(name: str, call_id: str | None, log: Any) -> Any:
+    """What a LangChain tool's ainvoke returns for the run's call of it (`log`): its output (or
+    ToolCallFailed), or a ToolMessage when a ToolNode called it with a tool call."""
+    from langchain_core.messages import ToolMessage
+
+    if call_id is None:
+        if log.error is not None:
+            raise ToolCallFailed(f"{name}: {log.error}")
+        return log.output
+    failed = log.error is not None or (log.approval is not None and log.approval.verdict == "rejected")
+    content = log.error if log.error is not None else log.output
+    return ToolMessage(content=content if isinstance(content, str) else json.dumps(content), name=name,
+                       tool_call_id=call_id, status="error" if failed else "success")
+
+
+def restricted_call(exc: BaseException) -> str | None:
+    """What the workflow sandbox refused (`datetime.datetime.now`, `open`), when `exc` is its refusal."""
+    if type(exc).__name__ != "RestrictedWorkflowAccessError":
+        return None
+    what = getattr(exc, "qualified_name", "") or str(exc).split(" from inside", 1)[0].removeprefix("Cannot access ")
+    return what.removesuffix(".__call__").removeprefix("__builtins__.").removeprefix("builtins.")
+
+
+def task_names(module: Any) -> list[str]:
+    """The @task functions of a functional graph's module, by name."""
+    try:
+        from langgraph.func import _TaskFunction
+    except ImportError:  # pragma: no cover - the extra installs it
+        return []
+    return [getattr(v.func, "_rewind_task", v.func).__name__ for v in vars(module).values()
+            if isinstance(v, _TaskFunction)]
+
+
 def _seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds())
 
@@ -468,4 +626,6 @@ def RecordingSaver(runner: GraphRunner) -> Any:  # noqa: N802 - a class made onc
 _saver_class: type | None = None
 
 
-__all__ = ["install", "active_graph_run", "GraphRunner", "current_node", "to_json", "chat_messages", "graph_state"]
+__all__ = ["install", "active_graph_run", "GraphRunner", "current_node", "to_json", "chat_messages", "graph_state",
+           "node_calls", "end_node_calls", "chat_result", "chat_key", "tool_key", "tool_arguments", "tool_answer",
+           "task_names"]

@@ -279,7 +279,10 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         """The pipeline's function, imported here (inside the sandbox), and its arguments as
         its type hints want them (validated again: the worker checked the JSON). A graph's code
         is its runner's, on the graph the module defines (compiled afresh for this run)."""
-        module = importlib.import_module(spec.module)
+        # The module imports as in the user's own process (its environment, .env files, paths,
+        # clients built at import): only its nodes' and pipeline's code is guarded.
+        with workflow.unsafe.sandbox_unrestricted():
+            module = importlib.import_module(spec.module)
         registered = getattr(module, spec.attribute)
         if spec.kind == "graph":
             self._graph = GraphRunner(self, spec.name, registered, fork_superstep=self._fork_superstep_of(described),
@@ -352,6 +355,9 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
 
     def _answered_upto(self, step: int) -> int:
         return sum(1 for c in self._answered_calls if c.step <= step)
+
+    def _activity_id(self, call: PipelineCall) -> str:
+        return call_activity_id(call)
 
     def _next_call(self, label: str, kind: str, request: Any) -> PipelineCall:
         position = self._positions

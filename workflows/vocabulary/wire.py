@@ -30,6 +30,7 @@ START_EXPERIMENT_BRANCH = "start_experiment_branch"  # fork one branch of an exp
 WATCH_EXPERIMENT_BRANCH = "watch_experiment_branch"  # until the branch ends or pauses for its budget
 SCORE_BRANCH = "score_branch"                        # a user's scorer on a branch's final checkpoint
 DESCRIBE_PIPELINE = "describe_pipeline"  # a pipeline's code location and checked arguments, the tools it may call
+RUN_GRAPH_NODE = "run_graph_node"  # one node (or @task) of a graph run as an activity: node-level durability
 
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"
@@ -46,6 +47,7 @@ CHECKPOINT_CONFLICT = "CheckpointConflict"   # a checkpoint that can never be st
 AGENT_RUN_FAILED = "AgentRunFailed"          # the run's own failure, with its reason
 DECISION_REFUSED = "DecisionRefused"         # an approval decision the run cannot take (it is unchanged)
 SCORER_UNUSABLE = "ScorerUnusable"           # a scorer that cannot be loaded or returns no score: not retried
+GRAPH_NODE_FAILED = "GraphNodeFailed"        # a node-level node raised: LangGraph's own retry policy, not Temporal's
 
 # -- search attributes (Keyword, registered by the client before a run starts) --
 # `temporal workflow list --query "RewindRunId='r1'"` finds every branch of a run.
@@ -111,9 +113,9 @@ def tool_task_queue(task_queue: str, tool_name: str) -> str:
 __all__ = [
     "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW", "EXPERIMENT_WORKFLOW", "SCORE_WORKFLOW", "DESCRIBE_TOOLS_WORKFLOW",
     "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP", "MIRROR_STEPS", "CHECK_TOOL_CALL",
-    "START_EXPERIMENT_BRANCH", "WATCH_EXPERIMENT_BRANCH", "SCORE_BRANCH",
+    "START_EXPERIMENT_BRANCH", "WATCH_EXPERIMENT_BRANCH", "SCORE_BRANCH", "RUN_GRAPH_NODE",
     "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "SUBAGENT_STATE_SIGNAL", "DECIDE_UPDATE", "EXPERIMENT_STATUS_QUERY", "RAISE_EXPERIMENT_BUDGET_SIGNAL",
-    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED", "SCORER_UNUSABLE",
+    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED", "SCORER_UNUSABLE", "GRAPH_NODE_FAILED",
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",

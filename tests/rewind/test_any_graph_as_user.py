@@ -1,0 +1,191 @@
+"""Any LangGraph graph runs unchanged (issue 58), as users write graphs: nodes that do their own
+I/O (sqlite3, HTTP, files, the clock), a module that reads its environment and `.env` at import
+and builds `ChatOpenAI()` from OPENAI_API_KEY, LangGraph's prebuilt ReAct agent with ordinary
+sync tools. The worker and `rewind` run as subprocesses, configured only by the environment;
+each graph's nodes count their executions in files, and the worker is killed inside a node."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from as_user import UserWorker, rewind, rewind_json, until
+from test_langgraph_runs_as_user import _explained, finished, labels_asked, lines, script, tree_labels
+
+IO_GRAPH = '''
+"""A graph whose nodes do their own I/O, as at home."""
+import json
+import os
+import sqlite3
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import TypedDict
+
+from dotenv import load_dotenv
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+
+load_dotenv()
+HERE = Path(__file__).resolve().parent
+LOG = Path(os.environ["GRAPH_LOG"])
+DB = os.environ.get("GRAPH_DB", str(HERE / "rows.db"))
+PRICES_URL = os.environ["PRICES_URL"]
+RELEASE = Path(os.environ["GRAPH_RELEASE"])
+llm = ChatOpenAI(model="gpt-4o-mini")
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+class State(TypedDict, total=False):
+    topic: str
+    rows: list
+    price: str
+    summary: str
+    stamped: str
+    saved: str
+
+
+def load_rows(state):
+    count("load_rows")
+    with sqlite3.connect(DB) as db:
+        rows = [r[0] for r in db.execute("select name from items order by name")]
+    return {"rows": rows}
+
+
+def fetch_price(state):
+    count("fetch_price")
+    with urllib.request.urlopen(PRICES_URL + "/" + state["rows"][0]) as reply:
+        return {"price": reply.read().decode()}
+
+
+async def summarize(state):
+    answer = await llm.ainvoke([HumanMessage("Summarize: " + ", ".join(state["rows"]) + " at " + state["price"])])
+    count("summarize")
+    return {"summary": str(answer.content)}
+
+
+def stamp(state):
+    count("stamp start")
+    while not RELEASE.exists():
+        time.sleep(0.05)
+    count("stamp done")
+    return {"stamped": datetime.now().isoformat()[:4]}
+
+
+def save(state):
+    out = HERE / "report.txt"
+    with open(out, "a") as f:
+        f.write(state["summary"] + "\\n")
+    count("save")
+    return {"saved": out.name}
+
+
+builder = StateGraph(State)
+for name, fn in [("load_rows", load_rows), ("fetch_price", fetch_price), ("summarize", summarize),
+                 ("stamp", stamp), ("save", save)]:
+    builder.add_node(name, fn)
+builder.add_edge(START, "load_rows")
+builder.add_edge("load_rows", "fetch_price")
+builder.add_edge("fetch_price", "summarize")
+builder.add_edge("summarize", "stamp")
+builder.add_edge("stamp", "save")
+builder.add_edge("save", END)
+graph = builder.compile()
+'''
+
+
+class _Prices(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = f"{self.path.rsplit('/', 1)[-1]}: 4 EUR".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _price_server() -> tuple[ThreadingHTTPServer, str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prices)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/prices"
+
+
+def _io_folder(world, tmp_path: Path) -> tuple[Path, Path, Path, dict]:
+    import sqlite3
+
+    folder = world.folder("io")
+    (folder / "io_graph.py").write_text(IO_GRAPH)
+    with sqlite3.connect(folder / "rows.db") as db:
+        db.execute("create table items (name text)")
+        db.executemany("insert into items values (?)", [("tea",), ("cake",)])
+    log, release = tmp_path / f"io-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
+    # The module's settings come from the environment and from its .env file, read at import.
+    (folder / ".env").write_text(f"GRAPH_LOG={log}\nGRAPH_RELEASE={release}\n")
+    return folder, log, release, {}
+
+
+async def test_a_graph_whose_nodes_do_their_own_io_runs_unchanged_crashes_and_forks(world, tmp_path):
+    folder, log, release, _ = _io_folder(world, tmp_path)
+    server, url = _price_server()
+    # The worker's own folder is the module's: its .env is read from the working directory.
+    env = {**world.env(folder), "PYTHONPATH": str(folder), "PRICES_URL": url}
+    model = script(world.model, {"summarize": [{"content": "tea and cake, 4 EUR"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    first = UserWorker(folder, env, "--tool-modules", "io_graph")
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "io_graph:graph", "--input", '{"topic": "shop"}',
+                          "--model", model, "--run-id", "io-crash")
+        await _explained(cli, cli_env, "io-crash", first, until(
+            "the stamp node runs", _async(lambda: "stamp start" in lines(log))))
+        first.kill()  # the machine dies inside the stamp node (a node-level node)
+    finally:
+        first.stop()
+    release.touch()
+    with UserWorker(folder, env, "--tool-modules", "io_graph") as second:
+        await second.wait_ready()
+        view = await finished(cli, cli_env, "io-crash")
+        assert view["state"] == "completed", (view, second.log()[-3000:])
+        done = json.loads(view["status"]["final_answer"])
+        assert done["rows"] == ["cake", "tea"] and done["price"] == "cake: 4 EUR", done
+        assert done["summary"] == "tea and cake, 4 EUR" and done["saved"] == "report.txt", done
+        counted = lines(log)
+        # Each node before the crash once; the killed node again (node-level: at most once more).
+        assert counted.count("load_rows") == 1 and counted.count("fetch_price") == 1, counted
+        assert counted.count("summarize") == 1 and counted.count("stamp start") == 2, counted
+        assert counted.count("stamp done") == 1 and counted.count("save") == 1, counted
+        assert labels_asked(world.model, model) == ["summarize"]  # the model call once
+        labels = await tree_labels(cli, cli_env, "io-crash")
+        assert labels == ["start", "load_rows", "fetch_price", "summarize", "stamp", "save", "result"], labels
+        # A fork from the summary with its channel set: the nodes before it do not run again.
+        before = lines(log)
+        forked = await rewind_json(cli, cli_env, "fork", "io-crash", "--step", "3", "--branch", "short",
+                                   "--set", 'summary="short"', "--wait")
+        assert forked["status"]["state"] == "completed", forked
+        assert json.loads(forked["status"]["final_answer"])["summary"] == "short"
+        after = lines(log)[len(before):]
+        assert after == ["stamp start", "stamp done", "save"], after
+        code, out, err = await rewind(cli, cli_env, "diff", "io-crash", "main", "short")
+        assert code == 0, err
+        stats = await rewind_json(cli, cli_env, "stats", "--run", "io-crash", "--by", "node")
+        assert stats["groups"]["summarize"]["model_calls"] == 1, stats
+    server.shutdown()
+    assert (folder / "report.txt").read_text().splitlines() == ["tea and cake, 4 EUR", "short"]
+
+
+def _async(check):
+    async def run():
+        return check()
+    return run
