@@ -189,3 +189,125 @@ def _async(check):
     async def run():
         return check()
     return run
+
+
+REACT_AGENT = '''
+"""LangGraph's prebuilt ReAct agent with ordinary sync tools, and a sync node calling llm.invoke."""
+import os
+import time
+from pathlib import Path
+from typing import TypedDict
+
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import create_react_agent
+
+LOG = Path(os.environ["GRAPH_LOG"])
+RELEASE = Path(os.environ["GRAPH_RELEASE"])
+llm = ChatOpenAI(model="gpt-4o-mini")
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+@tool
+def lookup_price(item: str) -> str:
+    """The price of one item."""
+    count(f"price {item}")
+    while item == "cake" and not RELEASE.exists():
+        time.sleep(0.05)
+    count(f"priced {item}")
+    return f"{item}: 4 EUR"
+
+
+@tool
+def place_order(item: str) -> str:
+    """Place an order."""
+    count(f"order {item}")
+    return f"ordered {item}"
+
+
+rewind_tool_options = {"place_order": {"side_effects": True}}
+agent = create_react_agent(llm, [lookup_price, place_order])
+
+
+class Brief(TypedDict, total=False):
+    topic: str
+    brief: str
+
+
+def write_brief(state):
+    answer = llm.invoke("Write a brief on " + state["topic"])
+    count("brief")
+    return {"brief": answer.content}
+
+
+builder = StateGraph(Brief)
+builder.add_node("write_brief", write_brief)
+builder.add_edge(START, "write_brief")
+builder.add_edge("write_brief", END)
+brief = builder.compile()
+'''
+
+
+async def test_the_prebuilt_react_agent_with_sync_tools_runs_offline_crashes_and_forks(world, tmp_path):
+    folder = world.folder("react")
+    (folder / "shop_agent.py").write_text(REACT_AGENT)
+    log, release = tmp_path / f"react-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
+    scripts = tmp_path / "scripts.json"
+    scripts.write_text(json.dumps({
+        "shop": {"agent": [
+            {"tool_calls": [{"name": "lookup_price", "arguments": {"item": "tea"}},
+                            {"name": "lookup_price", "arguments": {"item": "cake"}}]},
+            {"tool_calls": [{"name": "place_order", "arguments": {"item": "tea"}}]},
+            {"content": "Ordered tea for 4 EUR."}]},
+        "brief": {"write_brief": [{"content": "BRIEF on tea"}]}}))
+    # Offline: no OPENAI_API_KEY, so the worker answers from its scripted model and lends it to
+    # the module's ChatOpenAI(), which reads its key and address from the environment at import.
+    env = world.env(folder, PYTHONPATH=str(folder), OPENAI_API_KEY=None, OPENAI_BASE_URL=None,
+                    REWIND_SCRIPTS=str(scripts), GRAPH_LOG=str(log), GRAPH_RELEASE=str(release),
+                    REWIND_SCRIPTED_LATENCY_MS="0")
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    ask = json.dumps({"messages": [{"role": "user", "content": "Buy tea if it is cheaper than cake"}]})
+    first = UserWorker(folder / "w1", env, "--tool-modules", "shop_agent")
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "shop_agent:agent", "--input", ask,
+                          "--model", "script:shop", "--run-id", "react-crash")
+        await _explained(cli, cli_env, "react-crash", first, until(
+            "the cake's price is being looked up", _async(lambda: "price cake" in lines(log))))
+        first.kill()  # inside the tools node: one lookup done, the other running
+    finally:
+        first.stop()
+    release.touch()
+    with UserWorker(folder / "w2", env, "--tool-modules", "shop_agent") as second:
+        await second.wait_ready()
+        view = await finished(cli, cli_env, "react-crash")
+        assert view["state"] == "completed", (view, second.log()[-3000:])
+        assert view["status"]["final_answer"] == "Ordered tea for 4 EUR."
+        counted = lines(log)
+        assert counted.count("price tea") == 1 and counted.count("priced tea") == 1, counted  # not repeated
+        assert counted.count("priced cake") == 1 and counted.count("order tea") == 1, counted
+        assert view["status"]["ledger"]["model_calls"] == 3, view["status"]["ledger"]
+        labels = await tree_labels(cli, cli_env, "react-crash")
+        assert labels == ["start", "agent", "tools", "agent", "tools", "agent", "result"], labels
+        # From before the order, with the order reused: nothing runs twice.
+        forked = await rewind_json(cli, cli_env, "fork", "react-crash", "--step", "3", "--branch", "again",
+                                   "--side-effects", "reuse", "--wait")
+        assert forked["status"]["state"] == "completed", forked
+        assert lines(log) == counted, lines(log)
+        # A sync node calling llm.invoke runs as one activity; its model call is in the ledger, by node.
+        done = await rewind_json(cli, cli_env, "start", "--graph", "shop_agent:brief", "--input",
+                                 '{"topic": "tea"}', "--model", "script:brief", "--run-id", "react-brief", "--wait")
+        assert done["status"]["state"] == "completed", done
+        assert json.loads(done["status"]["final_answer"])["brief"] == "BRIEF on tea"
+        assert done["status"]["ledger"]["model_calls"] == 1, done["status"]["ledger"]
+        stats = await rewind_json(cli, cli_env, "stats", "--run", "react-brief", "--by", "node")
+        assert stats["groups"]["write_brief"]["model_calls"] == 1, stats
+        shown = await rewind_json(cli, cli_env, "show", "react-brief:main:1")
+        [node_call] = shown["pipeline"]["calls"]
+        assert node_call["kind"] == "node" and node_call["model_calls"][0]["model"] == "script:brief", node_call
