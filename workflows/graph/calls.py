@@ -165,6 +165,7 @@ class GraphRunCalls:
         self._state.step += 1
         model = next((c["model"] for c in reversed(details["calls"]) if c.get("model")), self._default_model)
         self._record_step(label, variables=variables, pipeline=details, model=model)
+        self.hand_over_soon()
 
     async def graph_interrupted(self, node: str, value: Any) -> Any:
         """A node called LangGraph's interrupt(value): the run waits for a person, as a tool call

@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         CHECKPOINT_CONFLICT,
         DESCRIBE_PIPELINE,
         GRAPH_ANSWER_ONCE_PATCH,
+        GRAPH_CONTINUE_AS_NEW_PATCH,
         PIPELINE_CARRIED_CHECKPOINTS_PATCH,
         PIPELINE_WORKFLOW,
     )
@@ -235,7 +236,8 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         history starts small and no call runs twice."""
         task = asyncio.ensure_future(code)
         while True:
-            await workflow.wait_condition(lambda: task.done() or (self._continuing and not self._running()))
+            await workflow.wait_condition(lambda: task.done() or (self._continuing and not self._running()
+                                                                  and not self._super_step_open()))
             if task.done():
                 return task.result()
             await self._drain_mirror(min(inp.mirror_drain_s, 10.0))
@@ -250,6 +252,19 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
 
     def _running(self) -> bool:
         return any(c.state == "running" for c in self._calls.values())
+
+    def _super_step_open(self) -> bool:
+        """A graph's super-step has calls that are not a step yet (a run hands over between super-steps)."""
+        return self._graph is not None and bool(self._graph.calls)
+
+    def hand_over_soon(self) -> None:
+        """A graph's super-step is a step: the run hands over to its next run here, between super-steps
+        (the nodes of the next one wait before their first live call), when Temporal suggests it."""
+        inp = self._input
+        assert inp is not None
+        if (not self._continuing and self._live_calls >= self._handover_at and self._should_continue_as_new(inp)
+                and workflow.patched(GRAPH_CONTINUE_AS_NEW_PATCH)):
+            self._continuing = True
 
     def draw(self) -> float:
         """ctx.random(): the run seed's next number."""
@@ -299,7 +314,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         spent budget pauses the run until `rewind continue` raises it."""
         inp = self._input
         assert inp is not None
-        # A graph run does not hand over mid-way: its super-step's calls are not a step until it ends.
+        # A graph run hands over between super-steps (hand_over_soon): its calls are not a step until one ends.
         if (self._graph is None and not self._continuing and self._live_calls >= self._handover_at
                 and self._should_continue_as_new(inp)):
             self._continuing = True

@@ -96,6 +96,9 @@ PIPELINE_CARRIED_CHECKPOINTS_PATCH = "pipeline-checkpoints-ride-model-calls"
 # A graph run whose answer is its messages channel's last message does not add it again in its
 # result step (its checkpoint, and a RewindSaver reading it, showed that message twice).
 GRAPH_ANSWER_ONCE_PATCH = "graph-answer-once"
+# A graph run continues as new between super-steps, as a pipeline does between calls: the next run
+# runs the graph again with every call answered from the record.
+GRAPH_CONTINUE_AS_NEW_PATCH = "graph-continue-as-new"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -119,5 +122,6 @@ __all__ = [
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
-    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "tool_task_queue",
+    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GRAPH_CONTINUE_AS_NEW_PATCH",
+    "tool_task_queue",
 ]
