@@ -209,7 +209,7 @@ class GraphNodeActivities:
                 return await asyncio.to_thread(func, *args, **kwargs)
 
             return task
-        node = graph.nodes.get(request.node)
+        node = _node_at(graph, request.node)
         if node is None:
             raise ApplicationError(f"{what}: the graph on this worker has no such node", type=GRAPH_NODE_FAILED,
                                    non_retryable=True)
@@ -240,6 +240,17 @@ def _config(request: GraphNodeRequest) -> dict[str, Any]:
         "metadata": {"langgraph_node": request.node, "langgraph_step": request.step},
         "recursion_limit": 10_000,
     }
+
+
+def _node_at(graph: Any, path: str) -> Any:
+    """The node at `path` (`subgraph/node` for a subgraph's), or None."""
+    node = None
+    for name in path.split("/"):
+        node = getattr(graph, "nodes", {}).get(name)
+        if node is None:
+            return None
+        graph = node.bound
+    return node
 
 
 def _task_function(module: Any, name: str) -> Any:

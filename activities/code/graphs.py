@@ -89,11 +89,11 @@ def graphs_in(module: Any, module_name: str) -> list[tuple[str, RegisteredGraph]
                                                      description=doc or f"LangGraph graph {attribute}")))
     if found:
         from workflows.graph.guard import node_options
-        from workflows.graph.runner import install, task_names
+        from workflows.graph.runner import install, node_names, task_names
 
         install()
         # rewind_node_options checked as the worker starts: a node it names that no graph has is a typo.
-        node_options(module, module_name, [n for _, g in found for n in g.graph.nodes] + task_names(module))
+        node_options(module, module_name, [n for _, g in found for n in node_names(g.graph)] + task_names(module))
     return found
 
 

@@ -294,9 +294,10 @@ async def test_the_prebuilt_react_agent_with_sync_tools_runs_offline_crashes_and
         assert counted.count("priced cake") == 1 and counted.count("order tea") == 1, counted
         assert view["status"]["ledger"]["model_calls"] == 3, view["status"]["ledger"]
         labels = await tree_labels(cli, cli_env, "react-crash")
-        assert labels == ["start", "agent", "tools", "agent", "tools", "agent", "result"], labels
+        # The prebuilt agent sends each tool call to its tools node (a Send): one step per call.
+        assert labels == ["start", "agent", "tools", "tools", "agent", "tools", "agent", "result"], labels
         # From before the order, with the order reused: nothing runs twice.
-        forked = await rewind_json(cli, cli_env, "fork", "react-crash", "--step", "3", "--branch", "again",
+        forked = await rewind_json(cli, cli_env, "fork", "react-crash", "--step", "4", "--branch", "again",
                                    "--side-effects", "reuse", "--wait")
         assert forked["status"]["state"] == "completed", forked
         assert lines(log) == counted, lines(log)

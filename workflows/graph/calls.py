@@ -34,16 +34,15 @@ class GraphRunCalls:
     def _marks(self, described: PipelineDescription) -> dict[int, Any]:
         return {m.step: m for m in described.record.supersteps} if described.record is not None else {}
 
-    def _fork_superstep_of(self, described: PipelineDescription) -> int:
-        """The super-step a fork's record ends at (-1: a run started afresh; 0: forked at its start)."""
+    def _steps_of_record(self, described: PipelineDescription) -> int:
+        """How many of the graph's steps the record holds up to the fork point (0: a run started afresh)."""
         if self._fork_step < 0:
-            return -1
-        marks = [m for m in self._marks(described).values() if m.step <= self._fork_step]
-        return max((m.superstep for m in marks), default=0)
+            return 0
+        return len([m for m in self._marks(described).values() if m.step <= self._fork_step])
 
-    def _graph_sets(self, described: PipelineDescription) -> list[tuple[int, str, dict[str, Any]]]:
-        """Each `--set` of the lineage as (super-step, node, values): merged into the update of the
-        last node of the super-step its fork point ends."""
+    def _graph_sets(self, described: PipelineDescription) -> list[tuple[str, int, str, int | None, dict[str, Any]]]:
+        """Each `--set` of the lineage as (subgraph, super-step, node, send, values): merged into the
+        update of the last node of the step its fork point is (of that Send's task, for one)."""
         inp = self._input
         assert inp is not None and inp.pipeline is not None
         marks = self._marks(described)
@@ -52,7 +51,7 @@ class GraphRunCalls:
             at = [m for m in marks.values() if m.step <= found.after_step]
             if at:
                 mark = max(at, key=lambda m: m.step)
-                out.append((mark.superstep, mark.nodes[-1], dict(found.values)))
+                out.append((mark.ns, mark.superstep, mark.nodes[-1], mark.send, dict(found.values)))
         return out
 
     def _sets_at_start(self, described: PipelineDescription) -> dict[str, Any]:
@@ -139,7 +138,7 @@ class GraphRunCalls:
             self._count_usage(used)
             model = used.model
         answer = {"update": result.update, "interrupts": result.interrupts}
-        self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), "node": node, **answer,
+        self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), **self._graph.place(), **answer,
                                   "seconds": round(result.seconds, 6),
                                   "model_calls": [c.model_dump() for c in result.calls if not c.handed],
                                   **({"model": model} if model else {})})
@@ -184,7 +183,7 @@ class GraphRunCalls:
         self._call_started(call)
         record, _ = await self._gate.wait(request, None)
         resume = (record.value if record.value is not None else True) if record.verdict == "approved" else False
-        self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), "node": node, "resume": resume,
+        self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), **self._graph.place(), "resume": resume,
                                   "by": record.by})
         self._call_ended(call, None, done=True)
         return resume

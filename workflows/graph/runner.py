@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -141,11 +142,56 @@ def active_graph_run() -> "GraphRunner | None":
 
 
 def current_node() -> str:
-    """The node (or task) whose code is running, as LangGraph's config says."""
+    """The node (or task) whose code is running, as LangGraph's config says (a subgraph's node
+    as `SUBGRAPH/NODE`)."""
+    return current_place().node
+
+
+@dataclass
+class Place:
+    """Where in the graph a node's code runs: the node (a subgraph's as `SUBGRAPH/NODE`), the
+    graph it belongs to and its own task (LangGraph's checkpoint namespaces: ids of this
+    execution, never recorded) and, for a `Send`'s task, its index in the fan-out."""
+
+    node: str
+    graph_ns: str = ""
+    task_ns: str = ""
+    send: int | None = None
+
+    @property
+    def subgraph(self) -> str:
+        return ns_label(self.graph_ns)
+
+
+def current_place() -> Place:
     from langchain_core.runnables.config import var_child_runnable_config
 
     config = var_child_runnable_config.get() or {}
-    return str((config.get("metadata") or {}).get("langgraph_node") or "graph")
+    metadata = config.get("metadata") or {}
+    task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or metadata.get("langgraph_checkpoint_ns")
+                  or "")
+    graph_ns = task_ns.rsplit("|", 1)[0] if "|" in task_ns else ""
+    runner = _RUNNER.get()
+    if runner is not None and runner.functional:
+        graph_ns = ""  # an @entrypoint's tasks run in its namespace: they are the graph's own steps
+    name = str(metadata.get("langgraph_node") or "graph")
+    prefix = ns_label(graph_ns)
+    path = metadata.get("langgraph_path") or ()
+    send = path[1] if len(path) > 1 and path[0] == "__pregel_push" and isinstance(path[1], int) else None
+    return Place(node=f"{prefix}/{name}" if prefix else name, graph_ns=graph_ns, task_ns=task_ns, send=send)
+
+
+def ns_label(graph_ns: str) -> str:
+    """A subgraph's namespace as its nodes' path (`outer/inner`), without LangGraph's task ids."""
+    return "/".join(part.split(":", 1)[0] for part in graph_ns.split("|")) if graph_ns else ""
+
+
+@dataclass
+class Ran:
+    """A node that completed in the super-step in flight (of its graph: `place.graph_ns`)."""
+
+    place: Place
+    seconds: float
 
 
 def to_json(value: Any) -> Any:
@@ -203,8 +249,8 @@ class GraphRunner:
     and graph_interrupted it calls): wraps the graph's nodes, keeps the super-step's
     calls, and records a step when LangGraph checkpoints a super-step."""
 
-    def __init__(self, run: Any, name: str, graph: Any, *, fork_superstep: int,
-                 sets: list[tuple[int, str, dict[str, Any]]], module: Any = None) -> None:
+    def __init__(self, run: Any, name: str, graph: Any, *, skip_steps: int,
+                 sets: list[tuple[str, int, str, int | None, dict[str, Any]]], module: Any = None) -> None:
         self._run = run
         self.name = name
         self._graph = graph
@@ -217,18 +263,20 @@ class GraphRunner:
         # those its re-run may still take, by (node, kind, request).
         self._interrupted_calls: list[tuple[tuple[str, str, str], Any]] = []
         self._before_interrupt: list[tuple[tuple[str, str, str], Any]] = []
-        self._fork_superstep = fork_superstep  # super-steps up to this one are the fork's record
-        self._sets = sets  # (super-step, node, values): a fork's --set, merged into that node's update
-        self.calls: list[dict[str, Any]] = []  # the calls of the super-step in flight
-        self._ran: list[str] = []
-        self._node_seconds: dict[str, float] = {}
+        # The first steps this run records again are the record's (a fork's, a continued run's): the
+        # graph runs the same way up to there, so they are told apart by their count.
+        self._skip_steps, self._steps_seen = skip_steps, 0
+        # A fork's --set: (subgraph, super-step, node, send, values), merged into that node's update.
+        self._sets = sets
+        self.calls: list[dict[str, Any]] = []  # the calls of the super-steps in flight (each names its graph)
+        self._ran: list[Ran] = []
         self._messages: list[dict[str, Any]] = []  # the messages channel as last recorded
         self.final_state: dict[str, Any] = {}
         # Whether the run's answer is the last message of its messages channel (not its state as JSON).
         self.answer_in_messages = False
         # Each node's (and @task's) declared way of running (rewind_node_options), and the nodes
         # that needed an activity in this run so far (sent there directly from then on).
-        self._options = node_options(module, name, [*graph.nodes, *task_names(module)]) if module is not None else {}
+        self._options = node_options(module, name, node_names(graph) + task_names(module)) if module is not None else {}
         self._needs_activity: set[str] = set()
 
     # -- running -------------------------------------------------------------------------
@@ -270,20 +318,29 @@ class GraphRunner:
         return json.dumps(self.final_state, sort_keys=True)
 
     def _prepared(self) -> Any:
-        """A copy of the graph with Rewind's checkpointer and every node wrapped (the module's
-        own graph object is left as it is)."""
+        """A copy of the graph with Rewind's checkpointer and every node wrapped, a subgraph's too
+        (the module's own graph objects are left as they are)."""
+        if self.functional:
+            self._wrap_tasks()
+        return self._graph.copy(update={"checkpointer": RecordingSaver(self), "nodes": self._wrapped(self._graph, "")})
+
+    def _wrapped(self, graph: Any, prefix: str) -> dict[str, Any]:
         from langgraph._internal._runnable import RunnableCallable
 
         nodes = {}
-        for name, node in self._graph.nodes.items():
+        for name, node in graph.nodes.items():
             if name.startswith("__"):
                 nodes[name] = node
                 continue
-            nodes[name] = node.copy(update={"bound": RunnableCallable(None, self._node(name, node.bound), name=name,
-                                                                      trace=False)})
-        if self.functional:
-            self._wrap_tasks()
-        return self._graph.copy(update={"checkpointer": RecordingSaver(self), "nodes": nodes})
+            qualified = f"{prefix}/{name}" if prefix else name
+            bound = node.bound
+            inner = is_graph(bound) and self.options(qualified).durability != "node"
+            if inner:  # a subgraph as a node: its own super-steps are steps of the run
+                bound = bound.copy(update={"nodes": self._wrapped(bound, qualified)})
+            nodes[name] = node.copy(update={"bound": RunnableCallable(
+                None, self._node(qualified, bound, guarded=not inner and not self.functional), name=name,
+                trace=False)})
+        return nodes
 
     def _wrap_tasks(self) -> None:
         """Each @task of the entrypoint's module tells this run when it returns (the module is
@@ -315,18 +372,21 @@ class GraphRunner:
             timed._rewind_task = func  # type: ignore[attr-defined]
             value.func = timed
 
-    def _node(self, name: str, bound: Any) -> Any:
+    def _node(self, name: str, bound: Any, *, guarded: bool) -> Any:
+        """`name`'s node as the run runs it: as workflow code or as an activity (`guarded`: a node
+        of the user's; not a subgraph, whose nodes are, nor an @entrypoint's own code)."""
+
         async def node(state: Any, config: Any) -> Any:
             started = workflow.now()
-            if self.functional:  # the @entrypoint's own code: workflow code, its @tasks are the steps
-                out = await bound.ainvoke(state, config)
-            else:
+            place = current_place()
+            if guarded:  # (a subgraph declared node-level is one too: one activity)
                 out = await self._run_node(name, lambda: bound.ainvoke(state, config), state, config)
-            self._ran.append(name)
-            self._node_seconds[name] = self._node_seconds.get(name, 0.0) + _seconds(started, workflow.now())
+            else:
+                out = await bound.ainvoke(state, config)
+            self._ran.append(Ran(place=place, seconds=_seconds(started, workflow.now())))
             superstep = (config.get("metadata") or {}).get("langgraph_step")
-            for at, who, values in self._sets:
-                if at == superstep and who == name:
+            for subgraph, at, who, send, values in self._sets:
+                if (subgraph, at, who) == (place.subgraph, superstep, name) and send in (None, place.send):
                     out = _merged(out, values)
             return out
 
@@ -335,8 +395,15 @@ class GraphRunner:
         node.__annotations__["config"] = RunnableConfig  # what LangGraph looks for to pass the config
         return node
 
+    def place(self) -> dict[str, Any]:
+        """What a call's entry in its super-step's record says of where it was made (the `_`
+        keys only while the super-step is in flight)."""
+        place = current_place()
+        return {"node": place.node, "_ns": place.graph_ns, "_task": place.task_ns}
+
     def options(self, name: str) -> NodeOptions:
-        return self._options.get(name) or NodeOptions()
+        """A node's declared options: by its path (`subgraph/node`) or its own name."""
+        return self._options.get(name) or self._options.get(name.rsplit("/", 1)[-1]) or NodeOptions()
 
     async def _run_node(self, name: str, code: Any, state: Any, config: Any, task: bool = False) -> Any:
         """The node's update: its code run as workflow code (call-level), or the node run as one
@@ -477,37 +544,85 @@ class GraphRunner:
         entry = set(self._graph.nodes)  # the entrypoint's own code, between its tasks
         taken = [c for c in self.calls if c.get("node") == name or c.get("node") in entry]
         self.calls = [c for c in self.calls if not (c.get("node") == name or c.get("node") in entry)]
-        if self._tasks_done <= self._fork_superstep:
+        self._steps_seen += 1
+        if self._steps_seen <= self._skip_steps:
             return  # the fork's record
         self._run.record_super_step(name, [], {"result": to_json(value)}, {
-            "graph": self.name, "superstep": self._tasks_done, "nodes": [name], "calls": taken, "task": True,
-            "node_seconds": {name: round(seconds, 6)}})
+            "graph": self.name, "superstep": self._tasks_done, "nodes": [name], "calls": _recorded(taken),
+            "task": True, "node_seconds": {name: round(seconds, 6)}})
 
-    def super_step(self, checkpoint: dict[str, Any], metadata: dict[str, Any]) -> None:
-        """LangGraph checkpointed the graph after a super-step: that super-step's step (a
-        functional graph's steps are its tasks')."""
+    def super_step(self, checkpoint: dict[str, Any], metadata: dict[str, Any], ns: str = "") -> None:
+        """LangGraph checkpointed the graph (`ns`: a subgraph) after a super-step: that super-step's
+        step, or one step per task when it ran a `Send` fan-out (a functional graph's steps are its
+        tasks')."""
+        ran = [r for r in self._ran if r.place.graph_ns == ns]
+        self._ran = [r for r in self._ran if r.place.graph_ns != ns]
         if self.functional:
-            self._ran, self._node_seconds = [], {}
             return
         superstep = metadata.get("step")
-        if not self._ran:
+        if not ran:
             return  # the input, or a super-step whose nodes were interrupted: no node completed
-        ran, calls, seconds = self._ran, self.calls, self._node_seconds
-        self._ran, self.calls, self._node_seconds = [], [], {}
-        self._interrupted_calls, self._before_interrupt = [], []
+        calls = [c for c in self.calls if c.get("_ns") == ns]
+        self.calls = [c for c in self.calls if c.get("_ns") != ns]
+        if not ns:
+            self._interrupted_calls, self._before_interrupt = [], []
         if metadata.get("source") != "loop" or not isinstance(superstep, int):
             return
         values = checkpoint.get("channel_values") or {}
-        messages = chat_messages(values.get("messages"))
-        known = self._messages
-        new = messages[len(known):] if messages[:len(known)] == known else messages
-        self._messages = messages
-        if superstep <= self._fork_superstep:
-            return  # the fork's record: this super-step is the lineage's, already a step
-        nodes = sorted(set(ran), key=ran.index)
-        self._run.record_super_step("+".join(nodes), new, graph_state(values), {
-            "graph": self.name, "superstep": superstep, "nodes": nodes, "calls": calls,
-            "node_seconds": {n: round(s, 6) for n, s in seconds.items()}})
+        new: list[dict[str, Any]] = []
+        if not ns:  # the run's messages are the graph's messages channel (a subgraph's are its own)
+            messages = chat_messages(values.get("messages"))
+            known = self._messages
+            new = messages[len(known):] if messages[:len(known)] == known else messages
+            self._messages = messages
+        if any(r.place.send is not None for r in ran):  # a Send fan-out: each task a step of its own
+            steps = [([r], [c for c in calls if c.get("_task") == r.place.task_ns], r.place.send) for r in ran]
+        else:
+            steps = [(ran, calls, None)]
+        for index, (tasks, taken, send) in enumerate(steps):
+            self._steps_seen += 1
+            if self._steps_seen <= self._skip_steps:
+                continue  # the fork's record: this step is the lineage's already
+            nodes = list(dict.fromkeys(r.place.node for r in tasks))
+            seconds: dict[str, float] = {}
+            for r in tasks:
+                seconds[r.place.node] = round(seconds.get(r.place.node, 0.0) + r.seconds, 6)
+            details: dict[str, Any] = {"graph": self.name, "superstep": superstep, "nodes": nodes,
+                                       "calls": _recorded(taken), "node_seconds": seconds}
+            if ns:
+                details["ns"] = ns_label(ns)
+            if send is not None:
+                details["send"] = send
+            self._run.record_super_step("+".join(nodes), new if index == len(steps) - 1 else [],
+                                        graph_state(values), details)
+
+
+def _recorded(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A super-step's call entries as its record keeps them (without this execution's task ids)."""
+    return [{k: v for k, v in c.items() if not k.startswith("_")} for c in calls]
+
+
+def is_graph(bound: Any) -> bool:
+    """Whether a node is a compiled graph (a subgraph)."""
+    try:
+        from langgraph.pregel import Pregel
+    except ImportError:  # pragma: no cover - the extra installs it
+        return False
+    return isinstance(bound, Pregel)
+
+
+def node_names(graph: Any, prefix: str = "") -> list[str]:
+    """A graph's nodes, a subgraph's as `subgraph/node` (and by its own name)."""
+    out = []
+    for name, node in graph.nodes.items():
+        if name.startswith("__"):
+            continue
+        qualified = f"{prefix}/{name}" if prefix else name
+        out.append(qualified)
+        if is_graph(node.bound):
+            inner = node_names(node.bound, qualified)
+            out += inner + [n.rsplit("/", 1)[-1] for n in inner]
+    return list(dict.fromkeys(out))
 
 
 def chat_result(model: Any, message: dict[str, Any], usage: dict[str, Any], model_name: str, run_id: str) -> Any:
@@ -604,7 +719,8 @@ def recording_saver_class() -> type:
             self._runner = runner
 
         async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-            self._runner.super_step(checkpoint, dict(metadata or {}))
+            self._runner.super_step(checkpoint, dict(metadata or {}),
+                                    str(((config or {}).get("configurable") or {}).get("checkpoint_ns") or ""))
             return await super().aput(config, checkpoint, metadata, new_versions)
 
         async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> Any:
@@ -628,4 +744,4 @@ _saver_class: type | None = None
 
 __all__ = ["install", "active_graph_run", "GraphRunner", "current_node", "to_json", "chat_messages", "graph_state",
            "node_calls", "end_node_calls", "chat_result", "chat_key", "tool_key", "tool_arguments", "tool_answer",
-           "task_names"]
+           "task_names", "node_names", "is_graph", "current_place", "Place"]

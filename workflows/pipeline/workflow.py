@@ -300,7 +300,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             module = importlib.import_module(spec.module)
         registered = getattr(module, spec.attribute)
         if spec.kind == "graph":
-            self._graph = GraphRunner(self, spec.name, registered, fork_superstep=self._fork_superstep_of(described),
+            self._graph = GraphRunner(self, spec.name, registered, skip_steps=self._steps_of_record(described),
                                       sets=self._graph_sets(described), module=module)
             graph_input = dict(described.arguments)
             graph_input.update(self._sets_at_start(described))
@@ -528,7 +528,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         (nothing awaits in between, so the ledgers hold this call's spending alone). In a graph
         run the call joins its super-step's step instead (its answer kept for a fork)."""
         if self._graph is not None:
-            entry: dict[str, Any] = {**call.model_dump(exclude={"pipeline"}), "node": node}
+            entry: dict[str, Any] = {**call.model_dump(exclude={"pipeline"}), **self._graph.place()}
             if call.kind == "llm":
                 entry.update(message=messages[-1], model=model)
                 if response is not None:

@@ -83,6 +83,8 @@ class SuperStepMark(BaseModel):
     step: int
     superstep: int
     nodes: list[str] = Field(default_factory=list)
+    ns: str = ""  # a subgraph's super-step: the subgraph's path (`outer/inner`)
+    send: int | None = None  # a Send fan-out's task: its index (each task a step of its own)
 
 
 class PipelineRecord(BaseModel):
