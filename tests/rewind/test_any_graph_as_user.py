@@ -312,3 +312,155 @@ async def test_the_prebuilt_react_agent_with_sync_tools_runs_offline_crashes_and
         shown = await rewind_json(cli, cli_env, "show", "react-brief:main:1")
         [node_call] = shown["pipeline"]["calls"]
         assert node_call["kind"] == "node" and node_call["model_calls"][0]["model"] == "script:brief", node_call
+
+
+FANOUT = '''
+"""A research subgraph, then a Send map-reduce over what it found, then a report."""
+import asyncio
+import operator
+import os
+from pathlib import Path
+from typing import Annotated, TypedDict
+
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
+
+LOG = Path(os.environ["GRAPH_LOG"])
+RELEASE = Path(os.environ["GRAPH_RELEASE"])
+llm = ChatOpenAI(model="gpt-4o-mini")
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+@tool
+async def lookup(item: str) -> str:
+    """Facts about one item."""
+    count(f"lookup {item}")
+    while item == "cake" and not RELEASE.exists():
+        await asyncio.sleep(0.05)
+    count(f"looked {item}")
+    return f"{item} is sweet"
+
+
+class State(TypedDict, total=False):
+    topic: str
+    items: list
+    summaries: Annotated[list, operator.add]
+    report: str
+
+
+async def plan(state):
+    answer = await llm.ainvoke([HumanMessage("List items on " + state["topic"])])
+    return {"items": [i.strip() for i in str(answer.content).split(",")]}
+
+
+def check(state):
+    count("check " + ",".join(state["items"]))  # its own I/O: one activity
+    return {}
+
+
+research_graph = StateGraph(State)
+research_graph.add_node("plan", plan)
+research_graph.add_node("check", check)
+research_graph.add_edge(START, "plan")
+research_graph.add_edge("plan", "check")
+research_graph.add_edge("check", END)
+research = research_graph.compile()
+
+
+async def summarize(task):
+    facts = await lookup.ainvoke({"item": task["item"]})
+    answer = await llm.ainvoke([HumanMessage("Summarize: " + facts)])
+    return {"summaries": [f"{task['item']}: {answer.content}"]}
+
+
+async def write(state):
+    answer = await llm.ainvoke([HumanMessage("Report from: " + "; ".join(sorted(state["summaries"])))])
+    return {"report": str(answer.content)}
+
+
+def fan_out(state):
+    return [Send("summarize", {"item": item}) for item in state["items"]]
+
+
+builder = StateGraph(State)
+builder.add_node("research", research)
+builder.add_node("summarize", summarize)
+builder.add_node("write", write)
+builder.add_edge(START, "research")
+builder.add_conditional_edges("research", fan_out, ["summarize"])
+builder.add_edge("summarize", "write")
+builder.add_edge("write", END)
+graph = builder.compile()
+'''
+
+
+async def test_a_subgraph_and_a_send_fan_out_are_steps_forkable_and_redone_one_by_one(world, tmp_path):
+    folder = world.folder("fanout")
+    (folder / "fanout.py").write_text(FANOUT)
+    log, release = tmp_path / f"fan-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
+    env = world.env(folder, PYTHONPATH=str(folder), GRAPH_LOG=str(log), GRAPH_RELEASE=str(release))
+    model = script(world.model, {"research/plan": [{"content": "tea, cake, jam"}],
+                                 "summarize": [{"content": "fine"}], "write": [{"content": "REPORT"}]})
+    other = script(world.model, {"summarize": [{"content": "finer"}], "write": [{"content": "REPORT 2"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    first = UserWorker(folder / "w1", env, "--tool-modules", "fanout")
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "fanout:graph", "--input", '{"topic": "sweets"}',
+                          "--model", model, "--run-id", "fan-crash")
+        await _explained(cli, cli_env, "fan-crash", first, until(
+            "two sends looked up, the cake's running",
+            _async(lambda: {"looked tea", "looked jam", "lookup cake"} <= set(lines(log)))))
+        first.kill()  # inside one branch of the fan-out
+    finally:
+        first.stop()
+    release.touch()
+    with UserWorker(folder / "w2", env, "--tool-modules", "fanout") as second:
+        await second.wait_ready()
+        view = await finished(cli, cli_env, "fan-crash")
+        assert view["state"] == "completed", (view, second.log()[-3000:])
+        assert json.loads(view["status"]["final_answer"])["report"] == "REPORT"
+        counted = lines(log)
+        assert counted.count("looked tea") == 1 and counted.count("looked jam") == 1, counted  # no call repeated
+        assert counted.count("looked cake") == 1 and counted.count("check tea,cake,jam") == 1, counted
+        assert sorted(labels_asked(world.model, model)) == ["research/plan", "summarize", "summarize", "summarize",
+                                                            "write"]
+        labels = await tree_labels(cli, cli_env, "fan-crash")
+        assert labels == ["start", "research/plan", "research/check", "research", "summarize", "summarize",
+                          "summarize", "write", "result"], labels
+        shown = await rewind_json(cli, cli_env, "show", "fan-crash:main:1")
+        assert shown["pipeline"]["ns"] == "research" and shown["agent_variables"]["items"] == ["tea", "cake", "jam"]
+        sends = [(await rewind_json(cli, cli_env, "show", f"fan-crash:main:{k}"))["pipeline"] for k in (4, 5, 6)]
+        assert sorted(s["send"] for s in sends) == [0, 1, 2], sends
+        assert all(len(s["calls"]) == 2 for s in sends), sends  # each send's own lookup and model call
+        # A fork inside the subgraph, its plan's answer set otherwise: the plan is not asked again.
+        before = len(labels_asked(world.model, model))
+        forked = await rewind_json(cli, cli_env, "fork", "fan-crash", "--step", "1", "--branch", "tea",
+                                   "--set", 'items=["tea"]', "--wait")
+        assert forked["status"]["state"] == "completed", forked
+        assert labels_asked(world.model, model)[before:] == ["summarize", "write"]
+        # The subgraph's check and tea's branch run live again (after the fork point); the plan does not.
+        assert lines(log)[len(counted):] == ["check tea", "lookup tea", "looked tea"], lines(log)
+        assert await tree_labels(cli, cli_env, "fan-crash", "tea") == [
+            "research/check", "research", "summarize", "write", "result"]
+        # One branch of the fan-out redone alone, on another model: the other two are answered from the record.
+        cake = 4 + [s["send"] for s in sends].index(1)
+        done = await rewind_json(cli, cli_env, "redo", "fan-crash", "--step", str(cake), "--model", other,
+                                 "--branch", "cake-again", "--wait")
+        assert done["status"]["state"] == "completed", done
+        asked = [json.dumps(r.get("messages"))[-80:] for r in world.model.requests() if r.get("model") == other]
+        assert labels_asked(world.model, other) == ["summarize"], (asked, sends,
+                                                                    await tree_labels(cli, cli_env, "fan-crash", "cake-again"))
+        assert labels_asked(world.model, model)[before + 2:] == ["write"]  # the report, from the new summary
+        code, out, err = await rewind(cli, cli_env, "diff", "fan-crash", "main", "cake-again")
+        assert code == 0, err
+        stats = await rewind_json(cli, cli_env, "stats", "--run", "fan-crash", "--by", "node")
+        assert stats["groups"]["summarize"]["model_calls"] >= 3 and "research/plan" in stats["groups"], stats

@@ -139,6 +139,8 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         # A fork's record: the lineage's calls up to the fork point, answered again by position.
         self._record: dict[tuple[int, int], RecordedCall] = {}
         self._answered_calls: list[RecordedCall] = []
+        self._consumed: set[tuple[int, int]] = set()  # recorded calls answered already, by (position, attempt)
+        self._twins: dict[tuple[str, str, str, int], list[RecordedCall]] | None = None  # a graph's, by what they asked
         self._sets_applied = 0
         self._pipeline_name = ""
         self._default_model = ""
@@ -173,7 +175,8 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         fork_point = inp.resume.parent_checkpoint if inp.resume is not None else None
         self._fork_step = parse_checkpoint_id(fork_point)[2] if fork_point is not None else -1
         described = await workflow.execute_activity(
-            DESCRIBE_PIPELINE, DescribePipelineRequest(name=plan.name, arguments=plan.arguments, fork_point=fork_point),
+            DESCRIBE_PIPELINE, DescribePipelineRequest(name=plan.name, arguments=plan.arguments,
+                                                       fork_point=plan.record_until or fork_point),
             result_type=PipelineDescription, start_to_close_timeout=timedelta(seconds=120),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), non_retryable_error_types=[CHECKPOINT_CONFLICT]),
         )
@@ -331,10 +334,15 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         """The recorded answer of this call, if the lineage made the same call (position, kind,
         label, digest) before the fork point; the code's own request decides, not the overrides."""
         recorded = self._record.get((call.position, call.attempt))
-        if recorded is None:
-            return None
         inp = self._input
         assert inp is not None and inp.pipeline is not None
+        if self._kind == "graph" and not self._same(recorded, call):
+            # A graph's parallel nodes (a Send fan-out) make their calls in the order their answers
+            # let them: answered from the record, they come in another order than when they ran
+            # live. The same call not yet answered, wherever the record has it, is its answer.
+            recorded = self._twin(call) or recorded
+        if recorded is None or (recorded.position, recorded.attempt) in self._consumed:
+            return None
         if (recorded.kind, recorded.label, recorded.digest) != (call.kind, call.label, call.digest):
             own_after = inp.pipeline.own_after_step
             if own_after is not None and recorded.step > own_after:
@@ -344,7 +352,23 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         if recorded.step in inp.pipeline.redo_steps:
             return None  # `rewind redo`: this one runs again
         self._answered_calls.append(recorded)
+        self._consumed.add((recorded.position, recorded.attempt))
         return recorded
+
+    def _same(self, recorded: RecordedCall | None, call: PipelineCall) -> bool:
+        return (recorded is not None and (recorded.position, recorded.attempt) not in self._consumed
+                and (recorded.kind, recorded.label, recorded.digest) == (call.kind, call.label, call.digest))
+
+    def _twin(self, call: PipelineCall) -> RecordedCall | None:
+        """The first recorded call not yet answered that asked what `call` asks."""
+        if self._twins is None:
+            self._twins = {}
+            for found in sorted(self._record.values(), key=lambda c: (c.position, c.attempt)):
+                self._twins.setdefault((found.kind, found.label, found.digest, found.attempt), []).append(found)
+        for found in self._twins.get((call.kind, call.label, call.digest, call.attempt), []):
+            if (found.position, found.attempt) not in self._consumed:
+                return found
+        return None
 
     def _maybe_set_state(self, live: bool = False) -> None:
         """Each fork's `--set` of the lineage lands in ctx.state at its fork point: once every call

@@ -333,6 +333,10 @@ class PipelineRun(BaseModel):
     # this workflow (a fork's point; -1 for a run started afresh). The calls recorded after it
     # are this workflow's own, so code asking another call there changed under the run.
     own_after_step: int | None = None
+    # `rewind redo` of a graph's step: the branch starts at the step before it and its record
+    # reaches to this checkpoint (the head it was redone from): the steps after the redone one
+    # are answered from it where the graph asks the same calls again.
+    record_until: str | None = None
 
 
 class StateSet(BaseModel):
