@@ -32,6 +32,7 @@ from activities.code.pipelines import PipelineRegistry
 from activities.liveness.heartbeat import heartbeating
 from activities.model.pricing import PriceTable
 from workflows.graph.runner import chat_key, chat_result, end_node_calls, node_calls, tool_answer, tool_arguments, tool_key
+from workflows.graph.store import WriteLog
 from workflows.graph.values import pack, unpack
 from workflows.vocabulary.code_runs import GraphNodeRequest, GraphNodeResult, HandedCall, NodeModelCall
 from workflows.vocabulary.contracts import Usage
@@ -163,7 +164,7 @@ class GraphNodeActivities:
         from langgraph.errors import GraphInterrupt
 
         what = f"{'@task' if request.task else 'node'} {request.node!r} of graph {request.graph}"
-        code = self._code(request, what)
+        code, store = self._code(request, what)
         calls = NodeCalls(request, self._prices)
         started = time.monotonic()
         token = node_calls(calls)
@@ -172,7 +173,7 @@ class GraphNodeActivities:
                 out = await code()
         except GraphInterrupt as interrupted:
             return GraphNodeResult(interrupts=pack(interrupted.args[0], f"the interrupt of {what}"), calls=calls.used,
-                                   seconds=time.monotonic() - started)
+                                   seconds=time.monotonic() - started, store_writes=_writes(store))
         except Exception as exc:  # noqa: BLE001 - the node's own failure: the run's, in one line
             raise ApplicationError(f"{what} raised {type(exc).__name__}{_where(exc)}: {exc}", type=GRAPH_NODE_FAILED,
                                    non_retryable=True) from None
@@ -182,17 +183,20 @@ class GraphNodeActivities:
             update = pack(out, f"what {what} returned")
         except Exception as exc:  # noqa: BLE001 - PipelineError: names the node and the fix
             raise ApplicationError(str(exc), type=GRAPH_NODE_FAILED, non_retryable=True) from None
-        return GraphNodeResult(update=update, calls=calls.used, seconds=time.monotonic() - started)
+        return GraphNodeResult(update=update, calls=calls.used, seconds=time.monotonic() - started,
+                               store_writes=_writes(store))
 
-    def _code(self, request: GraphNodeRequest, what: str) -> Any:
-        """A coroutine function that runs the node (or task) on its input, as LangGraph would."""
+    def _code(self, request: GraphNodeRequest, what: str) -> tuple[Any, WriteLog | None]:
+        """A coroutine function that runs the node (or task) on its input, as LangGraph would, and
+        the run's Store it sees (its writes kept), when the graph has one."""
         found = self._pipelines.get(request.graph)
         graph = getattr(found, "graph", None)
         if graph is None:
             raise ApplicationError(f"{what}: this worker offers no graph {request.graph!r}", type=GRAPH_NODE_FAILED,
                                    non_retryable=True)
         state = unpack(request.state)
-        config = _config(request)
+        store = WriteLog(request.store) if request.store is not None else None
+        config = _config(request, store.store if store is not None else None)
         if request.task:
             func = _task_function(sys.modules.get(self._pipelines.spec(request.graph).module), request.node)
             if func is None:
@@ -208,17 +212,23 @@ class GraphNodeActivities:
                     return await func(*args, **kwargs)
                 return await asyncio.to_thread(func, *args, **kwargs)
 
-            return task
+            return task, store
         node = _node_at(graph, request.node)
         if node is None:
             raise ApplicationError(f"{what}: the graph on this worker has no such node", type=GRAPH_NODE_FAILED,
                                    non_retryable=True)
-        return lambda: node.bound.ainvoke(state, config)
+        async def run() -> Any:
+            from langchain_core.runnables.config import var_child_runnable_config
+
+            var_child_runnable_config.set(config)  # get_config(), get_store() in a sync node's thread too
+            return await node.bound.ainvoke(state, config)
+
+        return run, store
 
 
-def _config(request: GraphNodeRequest) -> dict[str, Any]:
+def _config(request: GraphNodeRequest, store: Any) -> dict[str, Any]:
     """What a node reads of LangGraph's config: its name and super-step, its namespace, the
-    resume values of its interrupt()s, a Runtime (no store, no context from outside)."""
+    resume values of its interrupt()s, a Runtime with the run's Store (no context from outside)."""
     from langgraph._internal._constants import (
         CONFIG_KEY_CHECKPOINT_NS,
         CONFIG_KEY_RUNTIME,
@@ -234,12 +244,16 @@ def _config(request: GraphNodeRequest) -> dict[str, Any]:
                                   interrupt_counter=LazyAtomicCounter(), get_null_resume=lambda consume=False: None,
                                   resume=list(request.resume), subgraph_counter=LazyAtomicCounter())
     return {
-        "configurable": {CONFIG_KEY_SCRATCHPAD: scratchpad, CONFIG_KEY_RUNTIME: Runtime(),
+        "configurable": {CONFIG_KEY_SCRATCHPAD: scratchpad, CONFIG_KEY_RUNTIME: Runtime(store=store),
                          CONFIG_KEY_CHECKPOINT_NS: request.ns, CONFIG_KEY_THREAD_ID: request.run_id,
                          CONFIG_KEY_SEND: lambda writes: None},
         "metadata": {"langgraph_node": request.node, "langgraph_step": request.step},
         "recursion_limit": 10_000,
     }
+
+
+def _writes(store: WriteLog | None) -> str | None:
+    return pack(store.writes, "the node's writes to the graph's store") if store is not None and store.writes else None
 
 
 def _node_at(graph: Any, path: str) -> Any:

@@ -229,7 +229,8 @@ def _graph_calls(entries: list[dict[str, Any]], found: BlockCall) -> list[Record
         elif recorded.kind == "interrupt":
             recorded.message = {"resume": entry.get("resume")}
         elif recorded.kind == "node":  # a node-level node: its update (or interrupts), as LangGraph's serializer packed it
-            recorded.message = {"update": entry.get("update"), "interrupts": entry.get("interrupts")}
+            recorded.message = {"update": entry.get("update"), "interrupts": entry.get("interrupts"),
+                                "store_writes": entry.get("store_writes")}
         else:
             record = by_id.get(entry.get("tool_call_id"))
             if record is None:

@@ -464,3 +464,98 @@ async def test_a_subgraph_and_a_send_fan_out_are_steps_forkable_and_redone_one_b
         assert code == 0, err
         stats = await rewind_json(cli, cli_env, "stats", "--run", "fan-crash", "--by", "node")
         assert stats["groups"]["summarize"]["model_calls"] >= 3 and "research/plan" in stats["groups"], stats
+
+
+STORE_GRAPH = '''
+"""Nodes that remember in LangGraph's Store (get_store()), one of them doing its own I/O."""
+import os
+import time
+from pathlib import Path
+from typing import TypedDict
+
+from langgraph.config import get_store
+from langgraph.graph import END, START, StateGraph
+from langgraph.store.memory import InMemoryStore
+
+LOG = Path(os.environ["GRAPH_LOG"])
+RELEASE = Path(os.environ["GRAPH_RELEASE"])
+memory = InMemoryStore()
+memory.put(("prefs", "ann"), "drink", {"value": "tea"})
+
+
+class State(TypedDict, total=False):
+    user: str
+    visits: int
+    said: str
+
+
+def remember(state):
+    store = get_store()
+    seen = store.get(("visits",), state["user"])
+    visits = (seen.value["n"] if seen else 0) + 1
+    store.put(("visits",), state["user"], {"n": visits})
+    return {"visits": visits}
+
+
+def greet(state):
+    with open(LOG, "a") as f:  # its own I/O: one activity, with the run's store
+        f.write("greet start\\n")
+    while not RELEASE.exists():
+        time.sleep(0.05)
+    store = get_store()
+    drink = store.get(("prefs", state["user"]), "drink").value["value"]
+    store.put(("greeted",), state["user"], {"drink": drink, "visits": state["visits"]})
+    with open(LOG, "a") as f:
+        f.write("greet done\\n")
+    return {"said": f"hello {state['user']}, {drink} again (visit {state['visits']})"}
+
+
+def check(state):
+    greeted = get_store().get(("greeted",), state["user"])
+    return {"said": state["said"] + (" [noted]" if greeted and greeted.value["visits"] == state["visits"] else "")}
+
+
+builder = StateGraph(State)
+builder.add_node("remember", remember)
+builder.add_node("greet", greet)
+builder.add_node("check", check)
+builder.add_edge(START, "remember")
+builder.add_edge("remember", "greet")
+builder.add_edge("greet", "check")
+builder.add_edge("check", END)
+graph = builder.compile(store=memory)
+'''
+
+
+async def test_a_store_using_graph_keeps_its_store_across_a_crash_and_a_fork(world, tmp_path):
+    folder = world.folder("store")
+    (folder / "remembering.py").write_text(STORE_GRAPH)
+    log, release = tmp_path / f"store-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
+    env = world.env(folder, PYTHONPATH=str(folder), GRAPH_LOG=str(log), GRAPH_RELEASE=str(release))
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    first = UserWorker(folder / "w1", env, "--tool-modules", "remembering")
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "remembering:graph", "--input", '{"user": "ann"}',
+                          "--run-id", "store-crash")
+        await _explained(cli, cli_env, "store-crash", first, until(
+            "greet runs", _async(lambda: "greet start" in lines(log))))
+        first.kill()
+    finally:
+        first.stop()
+    release.touch()
+    with UserWorker(folder / "w2", env, "--tool-modules", "remembering") as second:
+        await second.wait_ready()
+        view = await finished(cli, cli_env, "store-crash")
+        assert view["state"] == "completed", (view, second.log()[-3000:])
+        done = json.loads(view["status"]["final_answer"])
+        assert done["said"] == "hello ann, tea again (visit 1) [noted]", done
+        assert lines(log) == ["greet start", "greet start", "greet done"], lines(log)
+        # A fork after the first node: the store holds that node's write, and the fork's own.
+        forked = await rewind_json(cli, cli_env, "fork", "store-crash", "--step", "1", "--branch", "again",
+                                   "--set", "visits=5", "--wait")
+        assert forked["status"]["state"] == "completed", forked
+        assert json.loads(forked["status"]["final_answer"])["said"] == "hello ann, tea again (visit 5) [noted]"
+        stats = await rewind_json(cli, cli_env, "stats", "--run", "store-crash", "--by", "node")
+        assert set(stats["groups"]) == {"remember", "greet", "check"}, stats

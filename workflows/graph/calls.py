@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.graph.store import contents
     from workflows.loop.approvals import INTERRUPT
     from workflows.vocabulary.code_runs import GraphNodeRequest, GraphNodeResult, HandedCall, PipelineDescription
     from workflows.vocabulary.errors import PipelineError
@@ -109,6 +110,7 @@ class GraphRunCalls:
         request = GraphNodeRequest(
             run_id=inp.run_id, graph=inp.pipeline.name, node=node, task=task, state=state, step=step, ns=ns,
             resume=resume, models=dict(inp.pipeline.models), prompt=inp.pipeline.prompts.get(node),
+            store=contents(self._graph.store) if self._graph.store is not None else None,
             handed=[HandedCall(kind=kind, key=key, message=answer[0] if kind == "llm" else None,
                                tool=answer if kind == "tool" else None)
                     for (_, kind, key), answer in handed])
@@ -137,7 +139,8 @@ class GraphRunCalls:
                 continue  # counted when the node made it as workflow code
             self._count_usage(used)
             model = used.model
-        answer = {"update": result.update, "interrupts": result.interrupts}
+        answer = {"update": result.update, "interrupts": result.interrupts,
+                  **({"store_writes": result.store_writes} if result.store_writes else {})}
         self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), **self._graph.place(), **answer,
                                   "seconds": round(result.seconds, 6),
                                   "model_calls": [c.model_dump() for c in result.calls if not c.handed],

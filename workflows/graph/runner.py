@@ -46,6 +46,7 @@ from workflows.graph.guard import (
     unguard,
     unguarded,
 )
+from workflows.graph.store import apply_writes, run_store
 from workflows.graph.values import digest, pack, unpack
 from workflows.vocabulary.errors import PipelineError, ToolCallFailed
 
@@ -278,6 +279,7 @@ class GraphRunner:
         # that needed an activity in this run so far (sent there directly from then on).
         self._options = node_options(module, name, node_names(graph) + task_names(module)) if module is not None else {}
         self._needs_activity: set[str] = set()
+        self.store: Any = None  # the graph's Store in this run, when it was compiled with one
 
     # -- running -------------------------------------------------------------------------
     async def run(self, graph_input: dict[str, Any]) -> Any:
@@ -322,7 +324,10 @@ class GraphRunner:
         (the module's own graph objects are left as they are)."""
         if self.functional:
             self._wrap_tasks()
-        return self._graph.copy(update={"checkpointer": RecordingSaver(self), "nodes": self._wrapped(self._graph, "")})
+        update = {"checkpointer": RecordingSaver(self), "nodes": self._wrapped(self._graph, "")}
+        if getattr(self._graph, "store", None) is not None:  # compiled with store=: the run's own (store.py)
+            self.store = update["store"] = run_store(self._graph.store)
+        return self._graph.copy(update=update)
 
     def _wrapped(self, graph: Any, prefix: str) -> dict[str, Any]:
         from langgraph._internal._runnable import RunnableCallable
@@ -449,6 +454,8 @@ class GraphRunner:
                 name, pack(state, f"the input of {'@task' if task else 'node'} {name!r}"), digest(state),
                 step=int(metadata.get("langgraph_step") or 0), ns=str(configurable.get("checkpoint_ns") or ""),
                 resume=list(getattr(scratchpad, "resume", None) or []), handed=handed, task=task)
+        if result.get("store_writes") and self.store is not None:
+            apply_writes(self.store, unpack(result["store_writes"]))
         if result.get("interrupts"):
             raise GraphInterrupt(unpack(result["interrupts"]))
         return unpack(result["update"]) if result.get("update") else None

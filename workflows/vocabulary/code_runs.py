@@ -116,6 +116,7 @@ class GraphNodeRequest(BaseModel):
     handed: list[HandedCall] = Field(default_factory=list)
     models: dict[str, str] = Field(default_factory=dict)  # a run's or fork's --model: by node, "*" for all
     prompt: str | None = None  # a fork's --prompt for this node: its model calls' system message
+    store: str | None = None  # a graph with a Store: its contents, packed (workflows/graph/store.py)
 
 
 class NodeModelCall(BaseModel):
@@ -135,6 +136,7 @@ class GraphNodeResult(BaseModel):
     interrupts: str | None = None  # the node called interrupt(): LangGraph's Interrupts, packed
     calls: list[NodeModelCall] = Field(default_factory=list)
     seconds: float = 0.0
+    store_writes: str | None = None  # what the node wrote to the graph's Store, packed, in order
 
 
 PipelineDescription.model_rebuild()
