@@ -559,3 +559,148 @@ async def test_a_store_using_graph_keeps_its_store_across_a_crash_and_a_fork(wor
         assert json.loads(forked["status"]["final_answer"])["said"] == "hello ann, tea again (visit 5) [noted]"
         stats = await rewind_json(cli, cli_env, "stats", "--run", "store-crash", "--by", "node")
         assert set(stats["groups"]) == {"remember", "greet", "check"}, stats
+
+
+OTHER_MODELS = '''
+"""LangChain's create_agent (init_chat_model, sync tools), and nodes on other chat models."""
+import os
+import time
+from pathlib import Path
+from typing import Any, TypedDict
+
+from langchain.agents import create_agent
+from langchain.chat_models import init_chat_model
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+
+LOG = Path(os.environ["GRAPH_LOG"])
+RELEASE = Path(os.environ["GRAPH_RELEASE"])
+
+
+def count(line):
+    with open(LOG, "a") as f:
+        f.write(line + "\\n")
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in one city."""
+    count(f"weather {city}")
+    while city == "Paris" and not RELEASE.exists():
+        time.sleep(0.05)
+    return f"{city}: sunny"
+
+
+@tool
+def send_alert(text: str) -> str:
+    """Alert the on-call person."""
+    count(f"alert {text}")
+    return "sent"
+
+
+rewind_tool_options = {"send_alert": {"side_effects": True}}
+agent = create_agent(init_chat_model("openai:gpt-4o-mini"), [get_weather, send_alert],
+                     system_prompt="You watch the weather.")
+
+
+class HouseModel(BaseChatModel):
+    """A chat model of another provider (its own client, its own usage metadata)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "house"
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        count("house model")
+        reply = AIMessage(content="house says hi", usage_metadata={"input_tokens": 11, "output_tokens": 4,
+                                                                   "total_tokens": 15},
+                          response_metadata={"model_name": "house-1"})
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+house = HouseModel()
+responder = ChatOpenAI(model="gpt-4o-mini", use_responses_api=True)
+
+
+class Talk(TypedDict, total=False):
+    topic: str
+    house: str
+    answer: str
+
+
+async def ask_house(state):
+    return {"house": (await house.ainvoke("About " + state["topic"])).content}
+
+
+async def ask_responses(state):
+    answer = await responder.ainvoke("About " + state["topic"])
+    return {"answer": answer.text}
+
+
+builder = StateGraph(Talk)
+builder.add_node("ask_house", ask_house)
+builder.add_node("ask_responses", ask_responses)
+builder.add_edge(START, "ask_house")
+builder.add_edge("ask_house", "ask_responses")
+builder.add_edge("ask_responses", END)
+talk = builder.compile()
+'''
+
+
+async def test_langchains_create_agent_and_other_chat_models_run_with_their_usage_counted(world, tmp_path):
+    folder = world.folder("others")
+    (folder / "others.py").write_text(OTHER_MODELS)
+    log, release = tmp_path / f"others-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
+    env = world.env(folder, PYTHONPATH=str(folder), GRAPH_LOG=str(log), GRAPH_RELEASE=str(release))
+    model = script(world.model, {"model": [
+        {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}},
+                        {"name": "get_weather", "arguments": {"city": "Paris"}}]},
+        {"tool_calls": [{"name": "send_alert", "arguments": {"text": "sun everywhere"}}]},
+        {"content": "Sunny in Oslo and Paris; alert sent."}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    ask = json.dumps({"messages": [{"role": "user", "content": "Weather in Oslo and Paris? Alert if sunny."}]})
+    first = UserWorker(folder / "w1", env, "--tool-modules", "others")
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "others:agent", "--input", ask, "--model", model,
+                          "--run-id", "agent-crash")
+        await _explained(cli, cli_env, "agent-crash", first, until(
+            "Paris's weather is asked", _async(lambda: "weather Paris" in lines(log))))
+        first.kill()
+    finally:
+        first.stop()
+    release.touch()
+    with UserWorker(folder / "w2", env, "--tool-modules", "others") as second:
+        await second.wait_ready()
+        view = await finished(cli, cli_env, "agent-crash")
+        assert view["state"] == "completed", (view, second.log()[-3000:])
+        assert view["status"]["final_answer"] == "Sunny in Oslo and Paris; alert sent."
+        counted = lines(log)
+        assert counted.count("weather Oslo") == 1 and counted.count("weather Paris") == 2, counted  # the killed call again
+        assert counted.count("alert sun everywhere") == 1, counted
+        assert labels_asked(world.model, model) == ["model", "model", "model"]
+        forked = await rewind_json(cli, cli_env, "fork", "agent-crash", "--step", "3", "--branch", "again",
+                                   "--side-effects", "reuse", "--wait")
+        assert forked["status"]["state"] == "completed", forked
+        assert lines(log) == counted, lines(log)
+        # Another provider's model and ChatOpenAI's Responses API: each node one activity, each call counted.
+        other = script(world.model, {"ask_responses": [{"content": "responses say hi"}]})
+        done = await rewind_json(cli, cli_env, "start", "--graph", "others:talk", "--input", '{"topic": "tea"}',
+                                 "--model", other, "--run-id", "talk", "--wait")
+        assert done["status"]["state"] == "completed", done
+        answer = json.loads(done["status"]["final_answer"])
+        assert answer == {"topic": "tea", "house": "house says hi", "answer": "responses say hi"}, answer
+        ledger = done["status"]["ledger"]
+        assert ledger["model_calls"] == 2 and ledger["prompt_tokens"] >= 11, ledger
+        stats = await rewind_json(cli, cli_env, "stats", "--run", "talk", "--by", "node")
+        assert stats["groups"]["ask_house"]["model_calls"] == 1, stats
+        assert stats["groups"]["ask_house"]["total_tokens"] == 15, stats
+        assert stats["groups"]["ask_responses"]["model_calls"] == 1, stats
+        shown = await rewind_json(cli, cli_env, "show", "talk:main:1")
+        assert shown["pipeline"]["calls"][0]["model_calls"][0]["model"] == "house-1", shown["pipeline"]
+        assert [r.get("api") for r in world.model.requests() if r.get("model") == other] == ["responses"]
