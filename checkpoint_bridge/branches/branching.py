@@ -370,6 +370,8 @@ async def fork(
     if taken or started:
         raise RunExistsError(f"run {run_id!r} already has a branch {branch!r}; choose another --branch")
     base = input_for(cp, source.input)
+    if base.pipeline is not None and (set(prompts or {}) | set(models or {})) - {"*"}:
+        await check_labels(store, run_id, from_branch, prompts or {}, models or {})
     if limit_overrides or llm_overrides:
         base = base.model_copy(update={"limits": (limits or base.limits).model_copy(update=limit_overrides or {}),
                                        "llm": base.llm.model_copy(update=llm_overrides or {})})
@@ -384,6 +386,25 @@ async def fork(
                              + (await sibling_effects(store, run_id) if side_effects == "reuse" else []),
                              subagent_overrides=subagent_overrides, side_effects=side_effects,
                              described=source.tools if tools is None else None)
+
+
+async def check_labels(store: CheckpointStore, run_id: str, branch: str, prompts: dict[str, str],
+                       models: dict[str, str]) -> None:
+    """A fork's `--prompt LABEL=` / `--model LABEL=` name labels the branch's calls used (a
+    pipeline's call labels, a graph's nodes): one it never used changes nothing, so it is refused."""
+    head = (await lineage(store, run_id, branch))[-1]
+    used: set[str] = set()
+    for found in await store.recorded_calls(head.checkpoint_id):
+        call = found.call
+        used.update(str(n) for n in call.get("nodes") or [])
+        used.update(str(c.get("label")) for c in call.get("calls") or [] if c.get("kind") in ("llm", "node"))
+        if "superstep" not in call and call.get("kind") == "llm":
+            used.add(str(call.get("label")))
+    for option, given in (("--prompt", prompts), ("--model", models)):
+        unknown = sorted(set(given) - used - {"*"})
+        if unknown:
+            raise UsageError(f"{option} {unknown[0]}=... names a label run {run_id!r} never used on {branch!r}; "
+                             f"its labels: {', '.join(sorted(used)) or 'none'}")
 
 
 async def sibling_effects(store: CheckpointStore, run_id: str) -> list[LineageEffect]:

@@ -53,7 +53,7 @@ from aiohttp import web
 
 from workflows.vocabulary.contracts import DEFAULT_MODEL
 from workflows.vocabulary.errors import ScriptError
-from workflows.vocabulary.wire import LABEL_HEADER
+from workflows.vocabulary.wire import DEMO_TURNS_FINGERPRINT, LABEL_HEADER
 
 __all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
 
@@ -792,7 +792,10 @@ class ScriptedModelServer:
                 reply = _builtin_reply(body, messages)
         except _ApiError as exc:
             return exc.status, exc.body, {}
-        return 200, _completion(body, turn, reply), {}
+        answer = _completion(body, turn, reply)
+        if not model.startswith(SCRIPT_PREFIX):
+            answer["system_fingerprint"] = DEMO_TURNS_FINGERPRINT  # the caller can tell a demo turn
+        return 200, answer, {}
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": CREATED, "owned_by": "rewind"} for m in MODELS]

@@ -12,7 +12,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from as_user import UserWorker, rewind, rewind_json, until
+from as_user import UserWorker, one_line_error, rewind, rewind_json, until
 from test_langgraph_runs_as_user import _explained, finished, labels_asked, lines, script, tree_labels
 
 IO_GRAPH = '''
@@ -179,6 +179,10 @@ async def test_a_graph_whose_nodes_do_their_own_io_runs_unchanged_crashes_and_fo
         assert after == ["stamp start", "stamp done", "save"], after
         code, out, err = await rewind(cli, cli_env, "diff", "io-crash", "main", "short")
         assert code == 0, err
+        # A label the run never used changes nothing: refused, naming those it has.
+        code, out, err = await rewind(cli, cli_env, "fork", "io-crash", "--step", "3", "--branch", "typo",
+                                      "--model", "sumarize=gpt-4o")
+        one_line_error(code, err, "--model sumarize=... names a label", "fetch_price, load_rows, save, stamp, summarize")
         stats = await rewind_json(cli, cli_env, "stats", "--run", "io-crash", "--by", "node")
         assert stats["groups"]["summarize"]["model_calls"] == 1, stats
     server.shutdown()

@@ -422,6 +422,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         sent = list(conversation)  # the whole conversation, the repairs included
         new = list(conversation)  # what this attempt adds to it (its step's messages)
         attempt = 0
+        note = None  # why the answers may not be what the run asked for (LlmResponse.note)
         while True:
             this = call.model_copy(update={"attempt": attempt})
             recorded = self._from_record(this)
@@ -434,7 +435,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
                 await self._within_budget()
                 response = await self.ask_model(this, sent, schemas, chosen, temperature, response_format,
                                                 f"model call {label!r}")
-                message = response.message
+                message, note = response.message, response.note or note
                 problem, value = parse_output(output, message) if output is not None else (None, None)
                 self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen,
                                   invalid=problem)
@@ -444,7 +445,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
                 return value
             if attempt >= repairs:
                 raise OutputInvalid(f"model call {label!r}: the answer is not a valid {output.__name__} after "
-                                    f"{repairs} repair(s): {problem}")
+                                    f"{repairs} repair(s): {problem}" + (f" ({note})" if note else ""))
             attempt += 1
             new = [{"role": "user", "content": REPAIR_PROMPT.format(error=problem)}]
             sent = [*sent, message, *new]

@@ -419,6 +419,9 @@ class LlmResponse(BaseModel):
     attempt: int = 1  # Temporal's attempt number of the activity that answered
     # How the request's carried checkpoints went (None: it carried none).
     checkpoints: "CarriedWrite | None" = None
+    # Why the answer may not be what the run asked for: the scripted offline model answered from
+    # its demo agent's canned turns (the model names no script of it).
+    note: str | None = None
 
     @model_serializer(mode="wrap")
     def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

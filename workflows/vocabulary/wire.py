@@ -64,6 +64,9 @@ MEMO_RESUMED = "resumed_from"  # `rewind resume`: the revision this workflow res
 # A pipeline's model call names its label in this request header (servers ignore it;
 # the scripted model answers by it).
 LABEL_HEADER = "X-Rewind-Label"
+# The scripted offline model's answers from its demo agent's canned turns (a model it has no
+# script for) carry this system_fingerprint: a run whose answer did not fit says why.
+DEMO_TURNS_FINGERPRINT = "rewind-demo-turns"
 
 # -- external payload storage (driver names inside history's payload references) --
 LOCAL_PAYLOAD_DRIVER = "rewind.local"   # rewind/temporal/payloads.py LocalStorageDriver (a payload folder)
@@ -120,7 +123,7 @@ __all__ = [
     "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "SUBAGENT_STATE_SIGNAL", "DECIDE_UPDATE", "EXPERIMENT_STATUS_QUERY", "RAISE_EXPERIMENT_BUDGET_SIGNAL",
     "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED", "SCORER_UNUSABLE", "GRAPH_NODE_FAILED",
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
-    "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
+    "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER", "LABEL_HEADER", "DEMO_TURNS_FINGERPRINT",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
     "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GRAPH_CONTINUE_AS_NEW_PATCH",
     "tool_task_queue",
