@@ -31,11 +31,12 @@ from temporalio.exceptions import ApplicationError
 from activities.code.pipelines import PipelineRegistry
 from activities.liveness.heartbeat import heartbeating
 from activities.model.pricing import PriceTable
+from activities.record.checkpoint_writer import CheckpointWriter, written_beside
 from workflows.graph.runner import chat_key, chat_result, end_node_calls, node_calls, tool_answer, tool_arguments, tool_key
 from workflows.graph.store import WriteLog
 from workflows.graph.values import pack, unpack
 from workflows.vocabulary.code_runs import GraphNodeRequest, GraphNodeResult, HandedCall, NodeModelCall
-from workflows.vocabulary.contracts import Usage
+from workflows.vocabulary.contracts import CarriedWrite, Usage
 from workflows.vocabulary.wire import GRAPH_NODE_FAILED, LABEL_HEADER, RUN_GRAPH_NODE
 
 
@@ -155,12 +156,26 @@ def _openai_compatible(model: Any) -> bool:
 class GraphNodeActivities:
     """The node-level activity of the graphs this worker offers."""
 
-    def __init__(self, pipelines: PipelineRegistry, prices: PriceTable) -> None:
+    def __init__(self, pipelines: PipelineRegistry, prices: PriceTable, checkpoints: CheckpointWriter | None = None) -> None:
         self._pipelines = pipelines
         self._prices = prices
+        self._checkpoints = checkpoints  # writes the step records a node's activity carries
 
     @activity.defn(name=RUN_GRAPH_NODE)
     async def run_graph_node(self, request: GraphNodeRequest) -> GraphNodeResult:
+        async with heartbeating(request.node):
+            # The carried step records are written beside the node, not before it.
+            result, carried = await written_beside(self._run(request), self._write_carried(request)
+                                                   if request.checkpoints else None)
+        result.carried = carried
+        return result
+
+    async def _write_carried(self, request: GraphNodeRequest) -> CarriedWrite:
+        if self._checkpoints is None:
+            return CarriedWrite(error="this worker writes no checkpoints")
+        return await self._checkpoints.save_carried(request.checkpoints)
+
+    async def _run(self, request: GraphNodeRequest) -> GraphNodeResult:
         from langgraph.errors import GraphInterrupt
 
         what = f"{'@task' if request.task else 'node'} {request.node!r} of graph {request.graph}"
@@ -169,8 +184,7 @@ class GraphNodeActivities:
         started = time.monotonic()
         token = node_calls(calls)
         try:
-            async with heartbeating(request.node):
-                out = await code()
+            out = await code()
         except GraphInterrupt as interrupted:
             return GraphNodeResult(interrupts=pack(interrupted.args[0], f"the interrupt of {what}"), calls=calls.used,
                                    seconds=time.monotonic() - started, store_writes=_writes(store))

@@ -281,9 +281,15 @@ async def test_a_fork_at_the_validator_with_a_set_channel_and_another_model_reru
     nodes = {(c["label"], c["kind"]): c for c in diffed["calls"]}
     assert nodes[("formatter", "node")]["a"] == nodes[("formatter", "node")]["b"], nodes
     assert nodes[("validator", "node")]["a"] is None and "validation_passed" in nodes[("validator", "node")]["b"]
-    # `redo` runs a pipeline's call again; a graph's super-step is refused, naming the fork that does it.
-    code, out, err = await rewind(cli, cli_env, "redo", "graph-fork", "--step", str(validator))
-    one_line_error(code, err, f"fork from step {validator - 1}", "is a super-step of graph research_graph:agent")
+    # `redo` runs a graph's step again: the validator's model call; every other call is answered
+    # from the record (the report's save too: the same draft, the same call).
+    asked = len(labels_asked(world.model, model))
+    with UserWorker(folder / "w2", env, "--tool-modules", "research_graph") as worker:
+        await worker.wait_ready()
+        redone = await rewind_json(cli, cli_env, "redo", "graph-fork", "--step", str(validator), "--wait")
+        assert redone["status"]["state"] == "completed", redone
+    assert labels_asked(world.model, model)[asked:] == ["validator"]
+    assert lines(log) == before, lines(log)
 
 
 async def test_stats_by_node_over_three_runs_add_up_to_their_checkpoints_ledgers(world, tmp_path):

@@ -32,6 +32,10 @@ class GraphRunCalls:
         assert self._input is not None
         return self._input.run_id
 
+    def holds_tool(self, name: str) -> bool:
+        """Whether the worker offers tool `name` (a LangChain tool built inside a node does not)."""
+        return self._tools is not None and self._tools.spec(name) is not None
+
     def _marks(self, described: PipelineDescription) -> dict[int, Any]:
         return {m.step: m for m in described.record.supersteps} if described.record is not None else {}
 
@@ -94,7 +98,8 @@ class GraphRunCalls:
                                   "total_tokens": usage.total_tokens}, chosen
 
     async def call_node(self, node: str, state: str, state_digest: str, *, step: int, ns: str, resume: list[Any],
-                        handed: list[tuple[tuple[str, str, str], Any]], task: bool) -> dict[str, Any]:
+                        handed: list[tuple[tuple[str, str, str], Any]], task: bool,
+                        why: str | None = None) -> dict[str, Any]:
         """A node (or @task) run as one activity (node-level durability): its packed update or
         interrupts; from the record when a fork answers it again. Its model calls go into the
         step's ledger, the calls it made as workflow code before it needed the activity are
@@ -111,6 +116,7 @@ class GraphRunCalls:
             run_id=inp.run_id, graph=inp.pipeline.name, node=node, task=task, state=state, step=step, ns=ns,
             resume=resume, models=dict(inp.pipeline.models), prompt=inp.pipeline.prompts.get(node),
             store=contents(self._graph.store) if self._graph.store is not None else None,
+            checkpoints=self._take_held(),
             handed=[HandedCall(kind=kind, key=key, message=answer[0] if kind == "llm" else None,
                                tool=answer if kind == "tool" else None)
                     for (_, kind, key), answer in handed])
@@ -124,15 +130,21 @@ class GraphRunCalls:
                 retry_policy=RetryPolicy(maximum_attempts=options.max_attempts, maximum_interval=timedelta(seconds=10),
                                          non_retryable_error_types=[GRAPH_NODE_FAILED]),
             )
-        except ActivityError as err:
+        except (ActivityError, asyncio.CancelledError) as err:
+            self._carried_back(request.checkpoints, 0)  # whether it wrote them is unknown: the mirror writes them
             self._call_ended(call, None)
+            if isinstance(err, asyncio.CancelledError):
+                raise
             if isinstance(err.cause, CancelledError):
                 raise asyncio.CancelledError() from err
             cause = err.cause
+            because = f" (run as one activity because it {why})" if why else ""
             if isinstance(cause, ApplicationError) and cause.type == GRAPH_NODE_FAILED:
-                raise PipelineError(cause.message) from None
+                raise PipelineError(cause.message + because) from None
             raise PipelineError(f"{'@task' if task else 'node'} {node!r} (run as an activity) failed: "
-                                f"{failure_text(err)}") from None
+                                f"{failure_text(err)}{because}") from None
+        if request.checkpoints:
+            self._carried_back(request.checkpoints, result.carried.written if result.carried is not None else 0)
         model = None
         for used in result.calls:
             if used.handed:
@@ -142,7 +154,7 @@ class GraphRunCalls:
         answer = {"update": result.update, "interrupts": result.interrupts,
                   **({"store_writes": result.store_writes} if result.store_writes else {})}
         self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), **self._graph.place(), **answer,
-                                  "seconds": round(result.seconds, 6),
+                                  "seconds": round(result.seconds, 6), **({"why": why} if why else {}),
                                   "model_calls": [c.model_dump() for c in result.calls if not c.handed],
                                   **({"model": model} if model else {})})
         self._call_ended(call, None, done=True)
@@ -184,6 +196,7 @@ class GraphRunCalls:
                                   tool_call_id=f"interrupt_{call.position}", tool_name=INTERRUPT,
                                   arguments={"node": node, "value": value}, requested_at=workflow.now())
         self._call_started(call)
+        self._flush_held()  # a person may take days: the steps so far are written now
         record, _ = await self._gate.wait(request, None)
         resume = (record.value if record.value is not None else True) if record.verdict == "approved" else False
         self._graph.calls.append({**call.model_dump(exclude={"pipeline"}), **self._graph.place(), "resume": resume,

@@ -93,10 +93,25 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return
     if event not in _IO_EVENTS and not event.startswith(_IO_PREFIXES):
         return
-    if event == "open" and _importing():
+    if event in _READS and _installed_file(args):
+        return  # a library reading its own installed files (data, lazily loaded modules)
+    if _importing():
         return
     what = event if not args else f"{event}({_shown(args[0])})"
     raise guard.stop(f"does I/O itself ({what})")
+
+
+_READS = frozenset({"open", "os.listdir", "os.scandir", "glob.glob"})
+_INSTALLED = tuple(sorted({p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p}))
+
+
+def _installed_file(args: tuple[Any, ...]) -> bool:
+    """A read of a file of the Python installation (its standard library, site-packages)."""
+    if not args or not isinstance(args[0], (str, bytes)):
+        return False
+    path = args[0].decode(errors="replace") if isinstance(args[0], bytes) else args[0]
+    mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
+    return path.startswith(_INSTALLED) and not any(c in mode for c in "wax+")
 
 
 def _importing() -> bool:

@@ -437,9 +437,13 @@ class GraphRunner:
                                 f"{guard.tripped}: declare it {{'durability': 'node'}} (or 'auto') to run it as one "
                                 "activity, or reach the outside only through ChatOpenAI and LangChain tools")
         self._needs_activity.add(name)
-        return await self._as_activity(name, state, config, guard.calls, task)
+        workflow.logger.info("%s %r %s: it runs as one activity from now on", "@task" if task else "node", name,
+                             guard.tripped)
+        why = guard.tripped.removeprefix("does ").removeprefix("calls ")
+        return await self._as_activity(name, state, config, guard.calls, task, why=guard.tripped)
 
-    async def _as_activity(self, name: str, state: Any, config: Any, handed: list[Any], task: bool) -> Any:
+    async def _as_activity(self, name: str, state: Any, config: Any, handed: list[Any], task: bool,
+                           why: str | None = None) -> Any:
         """The node (or @task) as one activity on the worker's own import of the graph's module: its
         update, or LangGraph's interrupt when it called interrupt()."""
         from langchain_core.runnables.config import var_child_runnable_config
@@ -453,7 +457,7 @@ class GraphRunner:
             result = await self._run.call_node(
                 name, pack(state, f"the input of {'@task' if task else 'node'} {name!r}"), digest(state),
                 step=int(metadata.get("langgraph_step") or 0), ns=str(configurable.get("checkpoint_ns") or ""),
-                resume=list(getattr(scratchpad, "resume", None) or []), handed=handed, task=task)
+                resume=list(getattr(scratchpad, "resume", None) or []), handed=handed, task=task, why=why)
         if result.get("store_writes") and self.store is not None:
             apply_writes(self.store, unpack(result["store_writes"]))
         if result.get("interrupts"):
@@ -503,6 +507,9 @@ class GraphRunner:
         return chat_result(model, message, usage, model_name, self._run.run_id)
 
     async def tool(self, base_tool: Any, tool_input: Any) -> Any:
+        guard = current_guard()
+        if guard is not None and not self._run.holds_tool(base_tool.name):
+            raise guard.stop(f"calls tool {base_tool.name!r}, which no tools module of the worker holds")
         call_id, arguments = tool_arguments(base_tool, tool_input, current_node())
         return tool_answer(base_tool.name, call_id, await self._tool_log(base_tool.name, arguments))
 

@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         CHECKPOINT_CONFLICT,
         DESCRIBE_PIPELINE,
         GRAPH_ANSWER_ONCE_PATCH,
+        GRAPH_CARRIED_CHECKPOINTS_PATCH,
         GRAPH_CONTINUE_AS_NEW_PATCH,
         PIPELINE_CARRIED_CHECKPOINTS_PATCH,
         PIPELINE_WORKFLOW,
@@ -283,11 +284,14 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
     def _can_carry(self) -> bool:
         """A pipeline's steps ride on its next model call as the loop's do, or on its next plain
         read-only tool call (two actions a step where it was three), and go to the mirror at once
-        before anything else it waits for; a graph's super-steps do not (their calls are not a
-        step until the super-step ends)."""
+        before anything else it waits for; a graph's super-steps ride on its next model call, plain
+        tool call or node-level node alike."""
         inp = self._input
-        return (inp is not None and not inp.fast and self._kind == "pipeline"
-                and workflow.patched(PIPELINE_CARRIED_CHECKPOINTS_PATCH))
+        if inp is None or inp.fast:
+            return False
+        if self._kind == "graph":  # a graph's super-steps ride on its next model call or node-level node
+            return workflow.patched(GRAPH_CARRIED_CHECKPOINTS_PATCH)
+        return self._kind == "pipeline" and workflow.patched(PIPELINE_CARRIED_CHECKPOINTS_PATCH)
 
     def replaying_record(self) -> bool:
         """The code is still before the last call of its record (a fork's, a continued run's)."""

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from workflows.vocabulary.contracts import ToolCallLog, ToolSpec
+from workflows.vocabulary.contracts import CarriedWrite, StepRecord, ToolCallLog, ToolSpec
 
 # interrupt: a graph's interrupt(); node: a graph's node run as one activity (node-level durability)
 CallKind = Literal["llm", "tool", "agent", "pipeline", "interrupt", "node"]
@@ -117,6 +117,8 @@ class GraphNodeRequest(BaseModel):
     models: dict[str, str] = Field(default_factory=dict)  # a run's or fork's --model: by node, "*" for all
     prompt: str | None = None  # a fork's --prompt for this node: its model calls' system message
     store: str | None = None  # a graph with a Store: its contents, packed (workflows/graph/store.py)
+    # Step records the activity writes as it starts (as a model call carries them: no mirror activity).
+    checkpoints: list[StepRecord] = Field(default_factory=list)
 
 
 class NodeModelCall(BaseModel):
@@ -137,6 +139,7 @@ class GraphNodeResult(BaseModel):
     calls: list[NodeModelCall] = Field(default_factory=list)
     seconds: float = 0.0
     store_writes: str | None = None  # what the node wrote to the graph's Store, packed, in order
+    carried: CarriedWrite | None = None  # how the request's carried step records went
 
 
 PipelineDescription.model_rebuild()

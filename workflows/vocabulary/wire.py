@@ -102,6 +102,9 @@ GRAPH_ANSWER_ONCE_PATCH = "graph-answer-once"
 # A graph run continues as new between super-steps, as a pipeline does between calls: the next run
 # runs the graph again with every call answered from the record.
 GRAPH_CONTINUE_AS_NEW_PATCH = "graph-continue-as-new"
+# A graph's super-step records ride on its next model call, plain tool call or node-level node's
+# activity (which writes them as it starts) instead of a mirror activity each.
+GRAPH_CARRIED_CHECKPOINTS_PATCH = "graph-checkpoints-ride-calls"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -125,6 +128,6 @@ __all__ = [
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER", "LABEL_HEADER", "DEMO_TURNS_FINGERPRINT",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
-    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GRAPH_CONTINUE_AS_NEW_PATCH",
+    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GRAPH_CONTINUE_AS_NEW_PATCH", "GRAPH_CARRIED_CHECKPOINTS_PATCH",
     "tool_task_queue",
 ]
