@@ -14,6 +14,8 @@ from activities.code.pipelines import PipelineRegistry
 from activities.model.llm import ModelEndpoint
 from activities.tools.registry import ToolRegistry
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
+from checkpoint_bridge.projection.mirror import mirror_run
+from helpers import outputs_of
 from rewind.client import graph_input, start_run
 
 LOOP = '''
@@ -112,6 +114,12 @@ async def test_a_long_graph_continues_as_new_without_running_a_call_or_node_twic
             summaries = await store.list_checkpoints(inp.run_id)
             assert [s.step_index for s in summaries] == list(range(2 * turns + 2))
             assert [s.step_label for s in summaries] == ["start", *["work", "note"] * turns, "result"]
+            live = await store.raw_objects(inp.run_id)
+        # `rewind mirror` rebuilds the same objects from history (steps carried by node-level nodes too).
+        async with open_checkpoint_store(f"file://{tmp_path / 'rebuilt'}") as rebuilt:
+            report = await mirror_run(client, rebuilt, inp.run_id, outputs=outputs_of(settings))
+            assert report.checkpoints == 2 * turns + 2
+            assert await rebuilt.raw_objects(inp.run_id) == live
         # A fork from a step the chain's first run recorded: nothing before it runs again.
         async with open_checkpoint_store(settings.store_url) as store:
             forked = await fork(client, settings, store, inp.run_id, 4, branch="early")
