@@ -173,15 +173,15 @@ class NodeOptions:
     max_attempts: int = 5  # attempts after a worker crash or a timeout (the node's own errors are LangGraph's)
 
 
-def node_options(module: Any, module_name: str, names: list[str]) -> dict[str, NodeOptions]:
-    """The module's `rewind_node_options`, checked against its nodes and tasks `names`
-    (raises ToolRegistryError naming what is wrong)."""
+def node_options(module: Any, module_name: str, names: list[str] | None = None) -> dict[str, NodeOptions]:
+    """The module's `rewind_node_options`, checked (against the nodes and tasks of all its
+    graphs, `names`, when given: as the worker starts); raises ToolRegistryError naming what is wrong."""
     declared = getattr(module, NODE_OPTIONS, None) or {}
     where = f"{module_name}.{NODE_OPTIONS}"
     if not isinstance(declared, dict):
         raise ToolRegistryError(f"{where} must be a dict: node name -> options "
                                 "(e.g. {'load_rows': {'durability': 'node'}})")
-    unknown = sorted(set(declared) - set(names))
+    unknown = sorted(set(declared) - set(names)) if names is not None else []
     if unknown:
         raise ToolRegistryError(f"{where} names {', '.join(map(str, unknown))}, which is not a node or @task of the "
                                 f"module's graphs (they are: {', '.join(sorted(names)) or 'none'})")

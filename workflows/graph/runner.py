@@ -277,7 +277,7 @@ class GraphRunner:
         self.answer_in_messages = False
         # Each node's (and @task's) declared way of running (rewind_node_options), and the nodes
         # that needed an activity in this run so far (sent there directly from then on).
-        self._options = node_options(module, name, node_names(graph) + task_names(module)) if module is not None else {}
+        self._options = node_options(module, name) if module is not None else {}
         self._needs_activity: set[str] = set()
         self.store: Any = None  # the graph's Store in this run, when it was compiled with one
 
