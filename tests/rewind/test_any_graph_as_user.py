@@ -6,6 +6,7 @@ each graph's nodes count their executions in files, and the worker is killed ins
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -143,16 +144,10 @@ async def test_a_graph_whose_nodes_do_their_own_io_runs_unchanged_crashes_and_fo
     model = script(world.model, {"summarize": [{"content": "tea and cake, 4 EUR"}]})
     cli = world.folder("cli")
     cli_env = world.env(cli)
-    first = UserWorker(folder, env, "--tool-modules", "io_graph")
-    try:
-        await first.wait_ready()
-        await rewind_json(cli, cli_env, "start", "--graph", "io_graph:graph", "--input", '{"topic": "shop"}',
-                          "--model", model, "--run-id", "io-crash")
-        await _explained(cli, cli_env, "io-crash", first, until(
-            "the stamp node runs", _async(lambda: "stamp start" in lines(log))))
-        first.kill()  # the machine dies inside the stamp node (a node-level node)
-    finally:
-        first.stop()
+    # The machine dies inside the stamp node (a node-level node).
+    await _killed_inside(folder, env, "io_graph", cli, cli_env, "io-crash",
+                         "the stamp node runs", lambda: "stamp start" in lines(log),
+                         "--graph", "io_graph:graph", "--input", '{"topic": "shop"}', "--model", model)
     release.touch()
     with UserWorker(folder, env, "--tool-modules", "io_graph") as second:
         await second.wait_ready()
@@ -193,6 +188,36 @@ def _async(check):
     async def run():
         return check()
     return run
+
+
+def _when(check, cli: Path, env: dict, run_id: str, label: str, done: int):
+    """`check()`, once `done` calls labelled `label` are recorded as completed."""
+    async def run():
+        return check() and await _completed(cli, env, run_id, label) >= done
+    return run
+
+
+async def _completed(cli: Path, env: dict, run_id: str, label: str) -> int:
+    """How many of the run's calls labelled `label` Temporal has recorded as completed (a tool that
+    wrote its last line may not have told Temporal yet when the machine dies)."""
+    view = await rewind_json(cli, env, "status", run_id)
+    return sum(1 for c in (view.get("status") or {}).get("pipeline_calls") or []
+               if c["label"] == label and c["state"] == "completed")
+
+
+async def _killed_inside(worker_dir: Path, env: dict, module: str, cli: Path, cli_env: dict, run_id: str,
+                         what: str, check, *start: str) -> None:
+    """`rewind start ARGS... --run-id RUN_ID` on a worker of `module`, killed (a machine that
+    dies) once `check()` holds: inside the node the test holds there."""
+    first = UserWorker(worker_dir, env, "--tool-modules", module)
+    try:
+        await first.wait_ready()
+        await rewind_json(cli, cli_env, "start", *start, "--run-id", run_id)
+        await _explained(cli, cli_env, run_id, first, until(what, check if asyncio.iscoroutinefunction(check)
+                                                             else _async(check)))
+        first.kill()
+    finally:
+        first.stop()
 
 
 REACT_AGENT = '''
@@ -277,16 +302,11 @@ async def test_the_prebuilt_react_agent_with_sync_tools_runs_offline_crashes_and
     cli = world.folder("cli")
     cli_env = world.env(cli)
     ask = json.dumps({"messages": [{"role": "user", "content": "Buy tea if it is cheaper than cake"}]})
-    first = UserWorker(folder / "w1", env, "--tool-modules", "shop_agent")
-    try:
-        await first.wait_ready()
-        await rewind_json(cli, cli_env, "start", "--graph", "shop_agent:agent", "--input", ask,
-                          "--model", "script:shop", "--run-id", "react-crash")
-        await _explained(cli, cli_env, "react-crash", first, until(
-            "the cake's price is being looked up", _async(lambda: "price cake" in lines(log))))
-        first.kill()  # inside the tools node: one lookup done, the other running
-    finally:
-        first.stop()
+    # The machine dies inside the tools node: one lookup done, the other running.
+    await _killed_inside(folder / "w1", env, "shop_agent", cli, cli_env, "react-crash",
+                         "tea's price recorded, the cake's being looked up",
+                         _when(lambda: "price cake" in lines(log), cli, cli_env, "react-crash", "lookup_price", 1),
+                         "--graph", "shop_agent:agent", "--input", ask, "--model", "script:shop")
     release.touch()
     with UserWorker(folder / "w2", env, "--tool-modules", "shop_agent") as second:
         await second.wait_ready()
@@ -415,17 +435,10 @@ async def test_a_subgraph_and_a_send_fan_out_are_steps_forkable_and_redone_one_b
     other = script(world.model, {"summarize": [{"content": "finer"}], "write": [{"content": "REPORT 2"}]})
     cli = world.folder("cli")
     cli_env = world.env(cli)
-    first = UserWorker(folder / "w1", env, "--tool-modules", "fanout")
-    try:
-        await first.wait_ready()
-        await rewind_json(cli, cli_env, "start", "--graph", "fanout:graph", "--input", '{"topic": "sweets"}',
-                          "--model", model, "--run-id", "fan-crash")
-        await _explained(cli, cli_env, "fan-crash", first, until(
-            "two sends looked up, the cake's running",
-            _async(lambda: {"looked tea", "looked jam", "lookup cake"} <= set(lines(log)))))
-        first.kill()  # inside one branch of the fan-out
-    finally:
-        first.stop()
+    # The machine dies inside one branch of the fan-out.
+    await _killed_inside(folder / "w1", env, "fanout", cli, cli_env, "fan-crash", "two sends looked up, the cake's running",
+                         _when(lambda: "lookup cake" in lines(log), cli, cli_env, "fan-crash", "lookup", 2),
+                         "--graph", "fanout:graph", "--input", '{"topic": "sweets"}', "--model", model)
     release.touch()
     with UserWorker(folder / "w2", env, "--tool-modules", "fanout") as second:
         await second.wait_ready()
@@ -538,16 +551,9 @@ async def test_a_store_using_graph_keeps_its_store_across_a_crash_and_a_fork(wor
     env = world.env(folder, PYTHONPATH=str(folder), GRAPH_LOG=str(log), GRAPH_RELEASE=str(release))
     cli = world.folder("cli")
     cli_env = world.env(cli)
-    first = UserWorker(folder / "w1", env, "--tool-modules", "remembering")
-    try:
-        await first.wait_ready()
-        await rewind_json(cli, cli_env, "start", "--graph", "remembering:graph", "--input", '{"user": "ann"}',
-                          "--run-id", "store-crash")
-        await _explained(cli, cli_env, "store-crash", first, until(
-            "greet runs", _async(lambda: "greet start" in lines(log))))
-        first.kill()
-    finally:
-        first.stop()
+    await _killed_inside(folder / "w1", env, "remembering", cli, cli_env, "store-crash",
+                         "greet runs", lambda: "greet start" in lines(log),
+                         "--graph", "remembering:graph", "--input", '{"user": "ann"}')
     release.touch()
     with UserWorker(folder / "w2", env, "--tool-modules", "remembering") as second:
         await second.wait_ready()
@@ -668,16 +674,10 @@ async def test_langchains_create_agent_and_other_chat_models_run_with_their_usag
     cli = world.folder("cli")
     cli_env = world.env(cli)
     ask = json.dumps({"messages": [{"role": "user", "content": "Weather in Oslo and Paris? Alert if sunny."}]})
-    first = UserWorker(folder / "w1", env, "--tool-modules", "others")
-    try:
-        await first.wait_ready()
-        await rewind_json(cli, cli_env, "start", "--graph", "others:agent", "--input", ask, "--model", model,
-                          "--run-id", "agent-crash")
-        await _explained(cli, cli_env, "agent-crash", first, until(
-            "Paris's weather is asked", _async(lambda: "weather Paris" in lines(log))))
-        first.kill()
-    finally:
-        first.stop()
+    await _killed_inside(folder / "w1", env, "others", cli, cli_env, "agent-crash",
+                         "Oslo's weather recorded, Paris's asked",
+                         _when(lambda: "weather Paris" in lines(log), cli, cli_env, "agent-crash", "get_weather", 1),
+                         "--graph", "others:agent", "--input", ask, "--model", model)
     release.touch()
     with UserWorker(folder / "w2", env, "--tool-modules", "others") as second:
         await second.wait_ready()

@@ -149,7 +149,7 @@ class GraphRunCalls:
         for used in result.calls:
             if used.handed:
                 continue  # counted when the node made it as workflow code
-            self._count_usage(used)
+            self._count_call(used.prompt_tokens, used.completion_tokens, used.total_tokens, used.cost_usd, used.priced)
             model = used.model
         answer = {"update": result.update, "interrupts": result.interrupts,
                   **({"store_writes": result.store_writes} if result.store_writes else {})}
@@ -159,17 +159,6 @@ class GraphRunCalls:
                                   **({"model": model} if model else {})})
         self._call_ended(call, None, done=True)
         return answer
-
-    def _count_usage(self, used: Any) -> None:
-        """A node-level node's model call into this step's ledger (as call_llm's is counted)."""
-        ledger = self._model_ledger
-        ledger.prompt_tokens += used.prompt_tokens
-        ledger.completion_tokens += used.completion_tokens
-        ledger.total_tokens += used.total_tokens
-        ledger.cost_usd += used.cost_usd
-        ledger.model_calls += 1
-        ledger.unpriced_calls += 0 if used.priced else 1
-        self._sync_status()
 
     def record_super_step(self, label: str, new_messages: list[dict[str, Any]], variables: dict[str, Any],
                           details: dict[str, Any]) -> None:

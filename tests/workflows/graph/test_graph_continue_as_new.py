@@ -15,7 +15,7 @@ from activities.model.llm import ModelEndpoint
 from activities.tools.registry import ToolRegistry
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
 from checkpoint_bridge.projection.mirror import mirror_run
-from helpers import outputs_of
+from helpers import chain_events, outputs_of
 from rewind.client import graph_input, start_run
 
 LOOP = '''
@@ -70,14 +70,6 @@ graph = builder.compile()
 '''
 
 
-async def _chain_events(client, workflow_id: str) -> list:
-    events = []
-    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
-        handle = client.get_workflow_handle(workflow_id, run_id=execution.run_id)
-        events += [e async for e in handle.fetch_history_events()]
-    return events
-
-
 async def test_a_long_graph_continues_as_new_without_running_a_call_or_node_twice(client, settings, model, tmp_path,
                                                                                   monkeypatch):
     from rewind.client import fork
@@ -103,7 +95,7 @@ async def test_a_long_graph_continues_as_new_without_running_a_call_or_node_twic
         assert status.state == "completed", status
         assert status.continued_as_new >= 2, status
         assert status.step == 2 * turns + 1, status
-        events = await _chain_events(client, inp.run_id)
+        events = await chain_events(client, inp.run_id)
         scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
                      if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
         assert scheduled.count("call_llm") == turns and scheduled.count("run_tool") == turns, scheduled
