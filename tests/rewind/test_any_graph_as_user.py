@@ -30,6 +30,7 @@ from typing import TypedDict
 from dotenv import load_dotenv
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
+from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
 
 load_dotenv()
@@ -101,6 +102,24 @@ builder.add_edge("summarize", "stamp")
 builder.add_edge("stamp", "save")
 builder.add_edge("save", END)
 graph = builder.compile()
+
+
+@task
+def read_rows(limit: int) -> list:
+    with sqlite3.connect(DB) as db:  # its own I/O: the task runs as one activity
+        return [r[0] for r in db.execute("select name from items order by name limit ?", (limit,))]
+
+
+@task
+async def describe(rows: list) -> str:
+    answer = await llm.ainvoke([HumanMessage("Describe: " + ", ".join(rows))])
+    return str(answer.content)
+
+
+@entrypoint()
+async def flow(inputs: dict) -> str:
+    rows = await read_rows(inputs["limit"])
+    return await describe(rows)
 '''
 
 
@@ -180,6 +199,16 @@ async def test_a_graph_whose_nodes_do_their_own_io_runs_unchanged_crashes_and_fo
         one_line_error(code, err, "--model sumarize=... names a label", "fetch_price, load_rows, save, stamp, summarize")
         stats = await rewind_json(cli, cli_env, "stats", "--run", "io-crash", "--by", "node")
         assert stats["groups"]["summarize"]["model_calls"] == 1, stats
+        # The functional API: an @task that does its own I/O runs as one activity, one that calls
+        # ChatOpenAI stays call-level.
+        described = script(world.model, {"describe": [{"content": "cake, then tea"}]})
+        done = await rewind_json(cli, cli_env, "start", "--graph", "io_graph:flow", "--input", '{"limit": 2}',
+                                 "--model", described, "--run-id", "io-flow", "--wait")
+        assert done["status"]["state"] == "completed" and done["status"]["final_answer"] == "cake, then tea", done
+        assert await tree_labels(cli, cli_env, "io-flow") == ["start", "read_rows", "describe", "result"]
+        shown = await rewind_json(cli, cli_env, "show", "io-flow:main:1")
+        assert [c["kind"] for c in shown["pipeline"]["calls"]] == ["node"], shown["pipeline"]
+        assert "sqlite3.connect" in shown["pipeline"]["calls"][0]["why"], shown["pipeline"]
     server.shutdown()
     assert (folder / "report.txt").read_text().splitlines() == ["tea and cake, 4 EUR", "short"]
 
