@@ -737,3 +737,60 @@ async def test_langchains_create_agent_and_other_chat_models_run_with_their_usag
         shown = await rewind_json(cli, cli_env, "show", "talk:main:1")
         assert shown["pipeline"]["calls"][0]["model_calls"][0]["model"] == "house-1", shown["pipeline"]
         assert [r.get("api") for r in world.model.requests() if r.get("model") == other] == ["responses"]
+
+
+ASKING = '''
+"""A node that does its own I/O and asks a person (interrupt()) before it goes on."""
+import os
+from pathlib import Path
+from typing import TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+LOG = Path(os.environ["GRAPH_LOG"])
+
+
+class State(TypedDict, total=False):
+    amount: int
+    decision: str
+
+
+def confirm(state):
+    with open(LOG, "a") as f:  # its own I/O: one activity, run again when the person answers
+        f.write(f"confirm {state['amount']}\\n")
+    answer = interrupt({"question": f"pay {state['amount']}?"})
+    return {"decision": f"paid {state['amount']}" if answer == "yes" else "not paid"}
+
+
+builder = StateGraph(State)
+builder.add_node("confirm", confirm)
+builder.add_edge(START, "confirm")
+builder.add_edge("confirm", END)
+graph = builder.compile()
+'''
+
+
+async def test_a_node_level_node_that_calls_interrupt_waits_for_a_person_and_resumes_with_the_answer(world, tmp_path):
+    folder = world.folder("asking")
+    (folder / "asking.py").write_text(ASKING)
+    log = tmp_path / f"asking-{uuid.uuid4().hex[:6]}.txt"
+    env = world.env(folder, PYTHONPATH=str(folder), GRAPH_LOG=str(log))
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "asking") as worker:
+        await worker.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "asking:graph", "--input", '{"amount": 12}',
+                          "--run-id", "asking")
+
+        async def waiting():
+            view = await rewind_json(cli, cli_env, "status", "asking")
+            return view if view["state"] == "waiting_for_approval" else None
+        view = await _explained(cli, cli_env, "asking", worker, until("the interrupt waits", waiting))
+        [pending] = view["status"]["pending_approvals"]
+        assert pending["arguments"]["value"] == {"question": "pay 12?"}, pending
+        await rewind_json(cli, cli_env, "approve", "asking", pending["tool_call_id"], "--value", '"yes"')
+        view = await finished(cli, cli_env, "asking")
+    assert view["state"] == "completed", view
+    assert json.loads(view["status"]["final_answer"])["decision"] == "paid 12"
+    assert lines(log) == ["confirm 12", "confirm 12"]  # asked, then run again with the answer (LangGraph's way)
