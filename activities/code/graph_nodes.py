@@ -32,7 +32,7 @@ from activities.code.pipelines import PipelineRegistry
 from activities.liveness.heartbeat import heartbeating
 from activities.model.pricing import PriceTable
 from activities.record.checkpoint_writer import CheckpointWriter, written_beside
-from workflows.graph.runner import chat_key, chat_result, end_node_calls, node_calls, tool_answer, tool_arguments, tool_key
+from workflows.graph.routing import chat_key, chat_result, end_node_calls, node_calls, tool_answer, tool_arguments, tool_key
 from workflows.graph.store import WriteLog
 from workflows.graph.values import pack, unpack
 from workflows.vocabulary.code_runs import GraphNodeRequest, GraphNodeResult, HandedCall, NodeModelCall

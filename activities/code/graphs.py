@@ -89,7 +89,8 @@ def graphs_in(module: Any, module_name: str) -> list[tuple[str, RegisteredGraph]
                                                      description=doc or f"LangGraph graph {attribute}")))
     if found:
         from workflows.graph.guard import node_options
-        from workflows.graph.runner import install, node_names, task_names
+        from workflows.graph.places import node_names, task_names
+        from workflows.graph.routing import install
 
         install()
         # rewind_node_options checked as the worker starts: a node it names that no graph has is a typo.

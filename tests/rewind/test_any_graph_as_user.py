@@ -354,6 +354,8 @@ async def test_the_prebuilt_react_agent_with_sync_tools_runs_offline_crashes_and
                                    "--side-effects", "reuse", "--wait")
         assert forked["status"]["state"] == "completed", forked
         assert lines(log) == counted, lines(log)
+        code, out, err = await rewind(cli, cli_env, "diff", "react-crash", "main", "again")
+        assert code == 0 and "agent" in out, out + err
         # A sync node calling llm.invoke runs as one activity; its model call is in the ledger, by node.
         done = await rewind_json(cli, cli_env, "start", "--graph", "shop_agent:brief", "--input",
                                  '{"topic": "tea"}', "--model", "script:brief", "--run-id", "react-brief", "--wait")
@@ -596,6 +598,8 @@ async def test_a_store_using_graph_keeps_its_store_across_a_crash_and_a_fork(wor
                                    "--set", "visits=5", "--wait")
         assert forked["status"]["state"] == "completed", forked
         assert json.loads(forked["status"]["final_answer"])["said"] == "hello ann, tea again (visit 5) [noted]"
+        diffed = await rewind_json(cli, cli_env, "diff", "store-crash", "main", "again")
+        assert {c["label"] for c in diffed["calls"]} >= {"greet", "check"}, diffed["calls"]
         stats = await rewind_json(cli, cli_env, "stats", "--run", "store-crash", "--by", "node")
         assert set(stats["groups"]) == {"remember", "greet", "check"}, stats
 
@@ -721,6 +725,8 @@ async def test_langchains_create_agent_and_other_chat_models_run_with_their_usag
                                    "--side-effects", "reuse", "--wait")
         assert forked["status"]["state"] == "completed", forked
         assert lines(log) == counted, lines(log)
+        code, out, err = await rewind(cli, cli_env, "diff", "agent-crash", "main", "again")
+        assert code == 0 and "model" in out, out + err
         # Another provider's model and ChatOpenAI's Responses API: each node one activity, each call counted.
         other = script(world.model, {"ask_responses": [{"content": "responses say hi"}]})
         done = await rewind_json(cli, cli_env, "start", "--graph", "others:talk", "--input", '{"topic": "tea"}',

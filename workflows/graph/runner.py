@@ -19,17 +19,16 @@ calls (`RecordingSaver`): labelled by the node(s), its `messages` the graph's
 `pipeline` field the super-step and the calls made in it (their answers, which a
 fork answers again).
 
-The routing is a patch of LangChain's base classes that acts only inside a graph
-run's workflow (a context variable says which run); everywhere else (the user's
-own process, the tool activities of this worker) LangChain is untouched.
+A node that does its own I/O runs as one activity instead (workflows/graph/guard.py says
+when, calls.py runs it); the routing of LangChain's calls is routing.py's, where a node
+runs is places.py's.
 """
+
 
 from __future__ import annotations
 
 import asyncio
 import json
-from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -41,158 +40,27 @@ from workflows.graph.guard import (
     NodeOptions,
     current_guard,
     guarding,
-    install_guard,
     node_options,
     unguard,
     unguarded,
+)
+from workflows.graph.places import Ran, current_node, current_place, is_graph, ns_label
+from workflows.graph.routing import (
+    chat_key,
+    chat_result,
+    restricted_call,
+    running,
+    stopped,
+    tool_answer,
+    tool_key,
+    tool_arguments,
 )
 from workflows.graph.store import apply_writes, run_store
 from workflows.graph.values import digest, pack, unpack
 from workflows.vocabulary.errors import PipelineError, ToolCallFailed
 
-# The graph run whose workflow code is running (None: not inside a graph run).
-_RUNNER: ContextVar["GraphRunner | None"] = ContextVar("rewind_graph_runner", default=None)
-# A node-level node's activity: what handles its model and tool calls (None: not inside one).
-_NODE_CALLS: ContextVar[Any] = ContextVar("rewind_node_calls", default=None)
-_installed = False
-
 # Channels that are LangGraph's own bookkeeping, not the graph's state.
 _INTERNAL = ("branch:", "__", "start:")
-
-
-def install() -> None:
-    """Route LangChain chat models and tools through the graph run they are called in (once
-    per process; outside a graph run's workflow the original methods run, or a node-level
-    node's activity's handler of them: `node_calls`)."""
-    global _installed
-    if _installed:
-        return
-    from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.tools import BaseTool, StructuredTool, Tool
-
-    install_guard()
-    agenerate = BaseChatModel._agenerate_with_cache
-    generate = BaseChatModel._generate_with_cache
-    tool_invoke = BaseTool.invoke
-
-    async def _agenerate_with_cache(self: Any, messages: Any, stop: Any = None, run_manager: Any = None,
-                                    **kwargs: Any) -> Any:
-        runner = _RUNNER.get()
-        if runner is not None:
-            return await runner.chat(self, messages, stop, kwargs)
-        handler = _NODE_CALLS.get()
-        if handler is not None:
-            return await handler.achat(self, messages, stop, run_manager, kwargs, agenerate)
-        return await agenerate(self, messages, stop, run_manager, **kwargs)
-
-    def _generate_with_cache(self: Any, messages: Any, stop: Any = None, run_manager: Any = None,
-                             **kwargs: Any) -> Any:
-        runner = _RUNNER.get()
-        if runner is not None:
-            runner.sync_call("calls the model synchronously (.invoke)", "await llm.ainvoke(...)")
-        handler = _NODE_CALLS.get()
-        if handler is not None:
-            return handler.chat(self, messages, stop, run_manager, kwargs, generate)
-        return generate(self, messages, stop, run_manager, **kwargs)
-
-    def routed_ainvoke(original: Any) -> Any:
-        # A tool class's own ainvoke (StructuredTool's runs a sync tool's invoke in a thread): in a
-        # graph run's workflow every tool's ainvoke is the run's call of that tool, sync or async.
-        async def ainvoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-            runner = _RUNNER.get()
-            if runner is not None:
-                return await runner.tool(self, input)
-            handler = _NODE_CALLS.get()
-            if handler is not None:
-                return await handler.atool(self, input, config, kwargs, original)
-            return await original(self, input, config, **kwargs)
-
-        return ainvoke
-
-    def invoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        runner = _RUNNER.get()
-        if runner is not None:
-            runner.sync_call(f"calls tool {self.name!r} synchronously (.invoke)", "await tool.ainvoke(...) (or a ToolNode)")
-        handler = _NODE_CALLS.get()
-        if handler is not None:
-            return handler.tool(self, input, config, kwargs, tool_invoke)
-        return tool_invoke(self, input, config, **kwargs)
-
-    BaseChatModel._agenerate_with_cache = _agenerate_with_cache  # type: ignore[method-assign]
-    BaseChatModel._generate_with_cache = _generate_with_cache  # type: ignore[method-assign]
-    for cls in (BaseTool, StructuredTool, Tool):
-        if "ainvoke" in vars(cls):
-            cls.ainvoke = routed_ainvoke(vars(cls)["ainvoke"])  # type: ignore[method-assign]
-    BaseTool.invoke = invoke  # type: ignore[method-assign]
-    _installed = True
-
-
-def node_calls(handler: Any) -> Any:
-    """Hand a node-level node's model and tool calls to `handler` (its activity's: `achat`,
-    `chat`, `atool`, `tool`) from here; reset with `_NODE_CALLS.reset(token)`."""
-    return _NODE_CALLS.set(handler)
-
-
-def end_node_calls(token: Any) -> None:
-    _NODE_CALLS.reset(token)
-
-
-def active_graph_run() -> "GraphRunner | None":
-    """The graph run whose node code is running here (None: anywhere else)."""
-    return _RUNNER.get()
-
-
-def current_node() -> str:
-    """The node (or task) whose code is running, as LangGraph's config says (a subgraph's node
-    as `SUBGRAPH/NODE`)."""
-    return current_place().node
-
-
-@dataclass
-class Place:
-    """Where in the graph a node's code runs: the node (a subgraph's as `SUBGRAPH/NODE`), the
-    graph it belongs to and its own task (LangGraph's checkpoint namespaces: ids of this
-    execution, never recorded) and, for a `Send`'s task, its index in the fan-out."""
-
-    node: str
-    graph_ns: str = ""
-    task_ns: str = ""
-    send: int | None = None
-
-    @property
-    def subgraph(self) -> str:
-        return ns_label(self.graph_ns)
-
-
-def current_place() -> Place:
-    from langchain_core.runnables.config import var_child_runnable_config
-
-    config = var_child_runnable_config.get() or {}
-    metadata = config.get("metadata") or {}
-    task_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or metadata.get("langgraph_checkpoint_ns")
-                  or "")
-    graph_ns = task_ns.rsplit("|", 1)[0] if "|" in task_ns else ""
-    runner = _RUNNER.get()
-    if runner is not None and runner.functional:
-        graph_ns = ""  # an @entrypoint's tasks run in its namespace: they are the graph's own steps
-    name = str(metadata.get("langgraph_node") or "graph")
-    prefix = ns_label(graph_ns)
-    path = metadata.get("langgraph_path") or ()
-    send = path[1] if len(path) > 1 and path[0] == "__pregel_push" and isinstance(path[1], int) else None
-    return Place(node=f"{prefix}/{name}" if prefix else name, graph_ns=graph_ns, task_ns=task_ns, send=send)
-
-
-def ns_label(graph_ns: str) -> str:
-    """A subgraph's namespace as its nodes' path (`outer/inner`), without LangGraph's task ids."""
-    return "/".join(part.split(":", 1)[0] for part in graph_ns.split("|")) if graph_ns else ""
-
-
-@dataclass
-class Ran:
-    """A node that completed in the super-step in flight (of its graph: `place.graph_ns`)."""
-
-    place: Place
-    seconds: float
 
 
 def to_json(value: Any) -> Any:
@@ -289,7 +157,7 @@ class GraphRunner:
         config = {"configurable": {"thread_id": self._run.run_id}, "recursion_limit": 10_000}
         loop = asyncio.get_running_loop()
         loop.run_in_executor = _inline_executor(loop)  # type: ignore[method-assign]
-        token = _RUNNER.set(self)
+        token = running(self)
         try:
             self._messages = chat_messages(graph_input.get("messages"))
             out = await app.ainvoke(graph_input, config, durability="sync")
@@ -303,7 +171,7 @@ class GraphRunner:
                 resumes = {i.id: await self._run.graph_interrupted(node, to_json(i.value)) for node, i in waiting}
                 out = await app.ainvoke(Command(resume=resumes), config, durability="sync")
         finally:
-            _RUNNER.reset(token)
+            stopped(token)
 
     def _answer(self, out: Any) -> str:
         """The run's answer: the last assistant message's text when the graph has a `messages`
@@ -439,7 +307,6 @@ class GraphRunner:
         self._needs_activity.add(name)
         workflow.logger.info("%s %r %s: it runs as one activity from now on", "@task" if task else "node", name,
                              guard.tripped)
-        why = guard.tripped.removeprefix("does ").removeprefix("calls ")
         return await self._as_activity(name, state, config, guard.calls, task, why=guard.tripped)
 
     async def _as_activity(self, name: str, state: Any, config: Any, handed: list[Any], task: bool,
@@ -616,92 +483,6 @@ def _recorded(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in c.items() if not k.startswith("_")} for c in calls]
 
 
-def is_graph(bound: Any) -> bool:
-    """Whether a node is a compiled graph (a subgraph)."""
-    try:
-        from langgraph.pregel import Pregel
-    except ImportError:  # pragma: no cover - the extra installs it
-        return False
-    return isinstance(bound, Pregel)
-
-
-def node_names(graph: Any, prefix: str = "") -> list[str]:
-    """A graph's nodes, a subgraph's as `subgraph/node` (and by its own name)."""
-    out = []
-    for name, node in graph.nodes.items():
-        if name.startswith("__"):
-            continue
-        qualified = f"{prefix}/{name}" if prefix else name
-        out.append(qualified)
-        if is_graph(node.bound):
-            inner = node_names(node.bound, qualified)
-            out += inner + [n.rsplit("/", 1)[-1] for n in inner]
-    return list(dict.fromkeys(out))
-
-
-def chat_result(model: Any, message: dict[str, Any], usage: dict[str, Any], model_name: str, run_id: str) -> Any:
-    """The ChatResult a ChatOpenAI call returns, made of the run's answer to it."""
-    completion = {"id": f"rewind-{run_id}", "object": "chat.completion", "created": 0, "model": model_name,
-                  "choices": [{"index": 0, "message": message,
-                               "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-                  "usage": usage}
-    return model._create_chat_result(completion)
-
-
-def chat_key(payload: dict[str, Any]) -> str:
-    """What a model call asked (its messages and tools), as the key of its answer."""
-    return json.dumps([payload.get("messages"), payload.get("tools")], sort_keys=True, default=str)
-
-
-def tool_key(name: str, arguments: dict[str, Any]) -> str:
-    return json.dumps([name, arguments], sort_keys=True, default=str)
-
-
-def tool_arguments(base_tool: Any, tool_input: Any, node: str) -> tuple[str | None, dict[str, Any]]:
-    """(the tool call's id when a ToolNode calls it, its arguments) of a LangChain tool's input."""
-    if isinstance(tool_input, dict) and tool_input.get("type") == "tool_call":
-        return tool_input.get("id"), dict(tool_input.get("args") or {})
-    if isinstance(tool_input, dict):
-        return None, dict(tool_input)
-    if isinstance(tool_input, str) and len(base_tool.args) == 1:
-        return None, {next(iter(base_tool.args)): tool_input}
-    raise PipelineError(f"node {node!r} calls tool {base_tool.name!r} with a {type(tool_input).__name__}: give its "
-                        "arguments as a dict")
-
-
-def tool_answer(name: str, call_id: str | None, log: Any) -> Any:
-    """What a LangChain tool's ainvoke returns for the run's call of it (`log`): its output (or
-    ToolCallFailed), or a ToolMessage when a ToolNode called it with a tool call."""
-    from langchain_core.messages import ToolMessage
-
-    if call_id is None:
-        if log.error is not None:
-            raise ToolCallFailed(f"{name}: {log.error}")
-        return log.output
-    failed = log.error is not None or (log.approval is not None and log.approval.verdict == "rejected")
-    content = log.error if log.error is not None else log.output
-    return ToolMessage(content=content if isinstance(content, str) else json.dumps(content), name=name,
-                       tool_call_id=call_id, status="error" if failed else "success")
-
-
-def restricted_call(exc: BaseException) -> str | None:
-    """What the workflow sandbox refused (`datetime.datetime.now`, `open`), when `exc` is its refusal."""
-    if type(exc).__name__ != "RestrictedWorkflowAccessError":
-        return None
-    what = getattr(exc, "qualified_name", "") or str(exc).split(" from inside", 1)[0].removeprefix("Cannot access ")
-    return what.removesuffix(".__call__").removeprefix("__builtins__.").removeprefix("builtins.")
-
-
-def task_names(module: Any) -> list[str]:
-    """The @task functions of a functional graph's module, by name."""
-    try:
-        from langgraph.func import _TaskFunction
-    except ImportError:  # pragma: no cover - the extra installs it
-        return []
-    return [getattr(v.func, "_rewind_task", v.func).__name__ for v in vars(module).values()
-            if isinstance(v, _TaskFunction)]
-
-
 def _seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds())
 
@@ -756,6 +537,4 @@ def RecordingSaver(runner: GraphRunner) -> Any:  # noqa: N802 - a class made onc
 _saver_class: type | None = None
 
 
-__all__ = ["install", "active_graph_run", "GraphRunner", "current_node", "to_json", "chat_messages", "graph_state",
-           "node_calls", "end_node_calls", "chat_result", "chat_key", "tool_key", "tool_arguments", "tool_answer",
-           "task_names", "node_names", "is_graph", "current_place", "Place"]
+__all__ = ["GraphRunner", "to_json", "chat_messages", "graph_state"]
