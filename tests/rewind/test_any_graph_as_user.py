@@ -800,3 +800,78 @@ async def test_a_node_level_node_that_calls_interrupt_waits_for_a_person_and_res
     assert view["state"] == "completed", view
     assert json.loads(view["status"]["final_answer"])["decision"] == "paid 12"
     assert lines(log) == ["confirm 12", "confirm 12"]  # asked, then run again with the answer (LangGraph's way)
+
+
+ESCAPING = '''
+"""A node whose input comes from a value read where no guard sees it (a helper module's global,
+read from a file when that module was imported): on replay it asks another model call."""
+import asyncio
+import os
+from pathlib import Path
+from typing import TypedDict
+
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+
+import facts_cache
+
+RELEASE = Path(os.environ["GRAPH_RELEASE"])
+LOG = Path(os.environ["GRAPH_LOG"])
+llm = ChatOpenAI(model="gpt-4o-mini")
+
+
+@tool
+async def wait_a_bit(note: str) -> str:
+    """Hold on."""
+    with open(LOG, "a") as f:
+        f.write("waiting\\n")
+    while not RELEASE.exists():
+        await asyncio.sleep(0.05)
+    return "ok"
+
+
+class State(TypedDict, total=False):
+    verdict: str
+
+
+async def assess(state):
+    answer = await llm.ainvoke("Assess: " + facts_cache.FACTS)
+    await wait_a_bit.ainvoke({"note": str(answer.content)})
+    return {"verdict": str(answer.content)}
+
+
+builder = StateGraph(State)
+builder.add_node("assess", assess)
+builder.add_edge(START, "assess")
+builder.add_edge("assess", END)
+graph = builder.compile()
+'''
+
+
+async def test_a_node_whose_input_escapes_every_guard_stops_in_one_line_naming_it(world, tmp_path):
+    folder = world.folder("escaping")
+    (folder / "escaping.py").write_text(ESCAPING)
+    facts = tmp_path / "facts.txt"
+    facts.write_text("tea is cheap")
+    (folder / "facts_cache.py").write_text(f"from pathlib import Path\nFACTS = Path({str(facts)!r}).read_text()\n")
+    log, release = tmp_path / f"esc-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
+    env = world.env(folder, PYTHONPATH=str(folder), GRAPH_LOG=str(log), GRAPH_RELEASE=str(release))
+    model = script(world.model, {"assess": [{"content": "fine"}]})
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    await _killed_inside(folder / "w1", env, "escaping", cli, cli_env, "escaping", "the node's tool waits",
+                         lambda: "waiting" in lines(log), "--graph", "escaping:graph", "--input", "{}",
+                         "--model", model)
+    facts.write_text("tea is dear")  # what the node read has changed when the run replays it
+    release.touch()
+    with UserWorker(folder / "w2", env, "--tool-modules", "escaping") as second:
+        await second.wait_ready()
+        view = await finished(cli, cli_env, "escaping")
+        code, out, err = await rewind(cli, cli_env, "status", "escaping")
+    assert view["state"] == "failed", view
+    said = view["code_change"] or ""
+    assert "call 0 (llm call 'assess') asked other arguments" in said, view
+    assert "rewind_node_options" in said and "changed since" in said, said
+    assert said in out, out
+    assert labels_asked(world.model, model) == ["assess"]  # not answered with the recorded call's answer
