@@ -21,6 +21,7 @@ from activities.code.pipelines import PipelineRegistry
 from activities.tools.registry import ToolRegistry
 from bench.common import TOOLS_MODULE, Section, log, rewind_worker
 from rewind.client import graph_input, pipeline_input, start_run
+from workflows.vocabulary.status import RunLimits
 
 SUGGESTED_EVENTS = 4_000  # where Temporal's dev server suggests continue-as-new (TEMPORAL-NOTES.md)
 
@@ -44,7 +45,7 @@ async def _pipeline(client, settings, model, calls: int) -> dict:  # type: ignor
     name = f"long-{uuid.uuid4().hex[:8]}"
     model.add_script(name, {"think": [{"content": "ok"}]})
     inp = pipeline_input(settings, "blob_pairs", {"pairs": calls // 2, "size": 64}, model=f"script:{name}",
-                         run_id=f"bench-long-pipe-{uuid.uuid4().hex[:6]}")
+                         run_id=f"bench-long-pipe-{uuid.uuid4().hex[:6]}", limits=RunLimits(max_steps=calls + 10))
     async with rewind_worker(client, settings, model, pipelines=PipelineRegistry.from_modules(["bench.pipelines"])):
         t = time.perf_counter()
         result = await (await start_run(client, settings, inp)).result()
@@ -63,7 +64,7 @@ async def _graph(client, settings, model, calls: int) -> dict:  # type: ignore[n
     model.add_script(name, {"work": [{"content": "ok"}]})
     nodes = calls // 2
     inp = graph_input(settings, "bench.graphs:graph", {"n": 0, "limit": nodes}, model=f"script:{name}",
-                      run_id=f"bench-long-graph-{uuid.uuid4().hex[:6]}")
+                      run_id=f"bench-long-graph-{uuid.uuid4().hex[:6]}", limits=RunLimits(max_steps=calls + 10))
     registry = ToolRegistry.from_modules([TOOLS_MODULE, "bench.graphs"], finders=[find_langchain])
     async with build_worker(client, settings, registry, ModelEndpoint(base_url=model.base_url, api_key="x"),
                             pipelines=PipelineRegistry.from_modules(["bench.graphs"])):
