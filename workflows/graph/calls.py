@@ -87,6 +87,7 @@ class GraphRunCalls:
         chosen = inp.pipeline.models.get(label) or inp.pipeline.models.get("*") or asked
         recorded = self._from_record(call)
         if recorded is not None and recorded.message is not None:
+            await self.breathe()
             return recorded.message, {}, chosen
         await self._within_budget()
         response = await self.ask_model(call, conversation, schemas, chosen, payload.get("temperature"),
@@ -109,6 +110,7 @@ class GraphRunCalls:
         call = self._next_call(node, "node", {"state": state_digest, "resume": resume, "task": task})
         recorded = self._from_record(call)
         if recorded is not None and recorded.message is not None:
+            await self.breathe()
             return recorded.message
         await self._within_budget()
         options = self._graph.options(node)

@@ -432,23 +432,27 @@ class GraphRunner:
             "graph": self.name, "superstep": self._tasks_done, "nodes": [name], "calls": _recorded(taken),
             "task": True, "node_seconds": {name: round(seconds, 6)}})
 
-    def super_step(self, checkpoint: dict[str, Any], metadata: dict[str, Any], ns: str = "") -> None:
+    async def answered_step(self) -> None:
+        """A super-step the record holds already went by (the run breathes now and then)."""
+        await self._run.breathe(10)
+
+    def super_step(self, checkpoint: dict[str, Any], metadata: dict[str, Any], ns: str = "") -> bool:
         """LangGraph checkpointed the graph (`ns`: a subgraph) after a super-step: that super-step's
         step, or one step per task when it ran a `Send` fan-out (a functional graph's steps are its
         tasks')."""
         ran = [r for r in self._ran if r.place.graph_ns == ns]
         self._ran = [r for r in self._ran if r.place.graph_ns != ns]
         if self.functional:
-            return
+            return False
         superstep = metadata.get("step")
         if not ran:
-            return  # the input, or a super-step whose nodes were interrupted: no node completed
+            return False  # the input, or a super-step whose nodes were interrupted: no node completed
         calls = [c for c in self.calls if c.get("_ns") == ns]
         self.calls = [c for c in self.calls if c.get("_ns") != ns]
         if not ns:
             self._interrupted_calls, self._before_interrupt = [], []
         if metadata.get("source") != "loop" or not isinstance(superstep, int):
-            return
+            return False
         values = checkpoint.get("channel_values") or {}
         new: list[dict[str, Any]] = []
         if not ns:  # the run's messages are the graph's messages channel (a subgraph's are its own)
@@ -460,9 +464,11 @@ class GraphRunner:
             steps = [([r], [c for c in calls if c.get("_task") == r.place.task_ns], r.place.send) for r in ran]
         else:
             steps = [(ran, calls, None)]
+        skipped = False
         for index, (tasks, taken, send) in enumerate(steps):
             self._steps_seen += 1
             if self._steps_seen <= self._skip_steps:
+                skipped = True
                 continue  # the fork's record: this step is the lineage's already
             nodes = list(dict.fromkeys(r.place.node for r in tasks))
             seconds: dict[str, float] = {}
@@ -476,6 +482,7 @@ class GraphRunner:
                 details["send"] = send
             self._run.record_super_step("+".join(nodes), new if index == len(steps) - 1 else [],
                                         graph_state(values), details)
+        return skipped
 
 
 def _recorded(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -514,8 +521,10 @@ def recording_saver_class() -> type:
             self._runner = runner
 
         async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-            self._runner.super_step(checkpoint, dict(metadata or {}),
-                                    str(((config or {}).get("configurable") or {}).get("checkpoint_ns") or ""))
+            skipped = self._runner.super_step(checkpoint, dict(metadata or {}),
+                                              str(((config or {}).get("configurable") or {}).get("checkpoint_ns") or ""))
+            if skipped:
+                await self._runner.answered_step()
             return await super().aput(config, checkpoint, metadata, new_versions)
 
         async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> Any:

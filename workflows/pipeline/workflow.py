@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         DESCRIBE_PIPELINE,
         GRAPH_ANSWER_ONCE_PATCH,
         GRAPH_CARRIED_CHECKPOINTS_PATCH,
+        RECORD_BREATHES_PATCH,
         GRAPH_CONTINUE_AS_NEW_PATCH,
         PIPELINE_CARRIED_CHECKPOINTS_PATCH,
         PIPELINE_WORKFLOW,
@@ -141,6 +142,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         self._record: dict[tuple[int, int], RecordedCall] = {}
         self._answered_calls: list[RecordedCall] = []
         self._consumed: set[tuple[int, int]] = set()  # recorded calls answered already, by (position, attempt)
+        self._breaths = 0  # calls (and a graph's super-steps) answered from the record since the last breath
         self._twins: dict[tuple[str, str, str, int], list[RecordedCall]] | None = None  # a graph's, by what they asked
         self._sets_applied = 0
         self._pipeline_name = ""
@@ -359,6 +361,16 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         self._consumed.add((recorded.position, recorded.attempt))
         return recorded
 
+    async def breathe(self, weight: int = 1) -> None:
+        """A call (`weight` 1) or a graph's super-step (`weight` 10: LangGraph's loop costs more)
+        answered from the record: every `_BREATHE_EVERY` of them the run waits on a 1 ms timer, so a
+        long record answered again in one go (a fork late in a long run, a continued run) ends its
+        workflow task before Temporal's deadlock detector (2 s) takes the code for stuck."""
+        self._breaths += weight
+        if self._breaths >= _BREATHE_EVERY and workflow.patched(RECORD_BREATHES_PATCH):
+            self._breaths = 0
+            await workflow.sleep(timedelta(milliseconds=1))
+
     def _same(self, recorded: RecordedCall | None, call: PipelineCall) -> bool:
         return (recorded is not None and (recorded.position, recorded.attempt) not in self._consumed
                 and (recorded.kind, recorded.label, recorded.digest) == (call.kind, call.label, call.digest))
@@ -433,6 +445,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
             if recorded is not None and recorded.message is not None:  # answered from a fork's record
                 message = recorded.message
                 self._maybe_set_state()
+                await self.breathe()
                 problem, value = parse_output(output, message) if output is not None else (None, None)
             else:
                 self._maybe_set_state(live=True)
@@ -515,6 +528,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         if recorded is not None and recorded.tool is not None:
             log = recorded.tool
             self._maybe_set_state()
+            await self.breathe()
         else:
             self._maybe_set_state(live=True)
             await self._within_budget()
@@ -620,6 +634,10 @@ def _kind_of(spec: Any) -> str:
         return "tool"
     return "pipeline" if spec.agent.pipeline else "agent"
 
+
+# Calls answered from the record between two 1 ms timers (PipelineWorkflow.breathe): an answered
+# call costs well under a millisecond, a graph's super-step run again a few (it weighs 10).
+_BREATHE_EVERY = 1000
 
 # A run makes this many live calls before it hands over to a new run (continue-as-new), and
 # as many more before it tries again when the store could not take its steps first.

@@ -105,6 +105,9 @@ GRAPH_CONTINUE_AS_NEW_PATCH = "graph-continue-as-new"
 # A graph's super-step records ride on its next model call, plain tool call or node-level node's
 # activity (which writes them as it starts) instead of a mirror activity each.
 GRAPH_CARRIED_CHECKPOINTS_PATCH = "graph-checkpoints-ride-calls"
+# A pipeline or graph answering a long record again (a fork late in a run, a continued run) waits on a
+# 1 ms timer every few hundred answers, so one workflow task never outlasts the deadlock detector.
+RECORD_BREATHES_PATCH = "record-answers-breathe"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -128,6 +131,6 @@ __all__ = [
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER", "LABEL_HEADER", "DEMO_TURNS_FINGERPRINT",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
-    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GRAPH_CONTINUE_AS_NEW_PATCH", "GRAPH_CARRIED_CHECKPOINTS_PATCH",
+    "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GRAPH_CONTINUE_AS_NEW_PATCH", "GRAPH_CARRIED_CHECKPOINTS_PATCH", "RECORD_BREATHES_PATCH",
     "tool_task_queue",
 ]
