@@ -54,7 +54,7 @@ from rewind.temporal import tracing
 from rewind.worker import startup
 from rewind.worker.sandbox import workflow_runner
 from rewind.client import connect
-from rewind.settings.config import Settings
+from rewind.settings.config import Settings, lend_offline_model
 from rewind.stores import check_stores, checkpoint_objects, object_store
 from rewind.temporal.runtime import core_runtime
 from workflows.loop.agent import AgentWorkflow
@@ -87,7 +87,6 @@ def model_endpoint(settings: Settings) -> tuple[ModelEndpoint, Any]:
     for name, turns in _scripts(settings).items():
         server.add_script(name, turns)
     base_url = server.start_in_thread()
-    log.warning("OPENAI_API_KEY is not set: serving model calls from the scripted offline model at %s", base_url)
     return ModelEndpoint(base_url=base_url, api_key="offline"), server
 
 
@@ -311,15 +310,6 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
             offline.stop_thread()
 
 
-def lend_offline_model(base_url: str) -> None:
-    """The user's own code in this worker (a graph module's `ChatOpenAI()`, a tool's OpenAI client)
-    reaches the scripted offline model as it would reach OpenAI: OPENAI_BASE_URL is the model's
-    address and OPENAI_API_KEY a placeholder (the worker is offline: it has no key). Written
-    once, in this process only, after the settings were read."""
-    os.environ["OPENAI_BASE_URL"] = base_url
-    os.environ.setdefault("OPENAI_API_KEY", "rewind-offline-model")
-
-
 async def _import_and_serve(settings: Settings, tool_modules: list[str], endpoint: ModelEndpoint, offline: Any,
                             announce_json: bool, group: WorkerGroup | None) -> None:
     registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars, finders=[find_langchain])
@@ -348,6 +338,9 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
                  offline: Any) -> None:
     runtime = metrics_runtime(settings)
     client = await startup.when_up(lambda: connect(settings, runtime, service="rewind-worker"), give_up)
+    if offline is not None:  # said once the stores and Temporal answered (a refused start is one line)
+        log.warning("OPENAI_API_KEY is not set: serving model calls from the scripted offline model at %s",
+                    endpoint.base_url)
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
     worker = build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines)
