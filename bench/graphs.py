@@ -1,6 +1,7 @@
 """The graph the LangGraph-graphs benchmark runs (`--tool-modules bench.graphs`): one node,
 `work`, run `limit` times in a row (a conditional edge back to itself), each time one
-ChatOpenAI call and one LangChain tool call, as one step of the loop does."""
+ChatOpenAI call and one LangChain tool call, as one step of the loop does; `node_graph` is the
+same graph with its node declared node-level (one activity a node)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, StateGraph
 
-__all__ = ["graph", "builder", "State", "blob_text", "NODE"]
+__all__ = ["graph", "builder", "State", "blob_text", "NODE", "node_graph", "NODE_LEVEL"]
 
 NODE = "work"
 # The Rewind run sends its calls through Rewind's model path; the benchmark points this one at the
@@ -51,3 +52,22 @@ def builder(metadata: dict | None = None) -> StateGraph:
 
 
 graph = builder().compile()
+
+# The same node declared node-level: one activity per node, its model and tool calls made inside it.
+NODE_LEVEL = "work_at_once"
+rewind_node_options = {NODE_LEVEL: {"durability": "node"}}
+
+
+def node_level_builder() -> StateGraph:
+    b = StateGraph(State)
+    b.add_node(NODE_LEVEL, work)
+    b.add_edge(START, NODE_LEVEL)
+    b.add_conditional_edges(NODE_LEVEL, _route_node_level, {NODE_LEVEL: NODE_LEVEL, END: END})
+    return b
+
+
+async def _route_node_level(state: State) -> str:
+    return NODE_LEVEL if state["n"] < state["limit"] else END
+
+
+node_graph = node_level_builder().compile()

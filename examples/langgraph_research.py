@@ -29,11 +29,11 @@ from examples import research_agent as research
 
 __all__ = ["agent", "build_research_agent_graph", "SCRIPT_NAME", "script", "TASK"]
 
-# In a Rewind run ChatOpenAI's own client is never used: Rewind's model path makes the call, with
-# the worker's OPENAI_API_KEY and OPENAI_BASE_URL (or the offline model). ChatOpenAI wants a key to
-# be built all the same, and the module is imported where there may be none (a worker on the
-# offline model; the workflow sandbox, which does not let workflow code read os.environ), so the
-# key here is a placeholder.
+# In a Rewind run these nodes' ChatOpenAI calls go through Rewind's model path (the worker's
+# OPENAI_API_KEY and OPENAI_BASE_URL, or the offline model), so ChatOpenAI's own client is never
+# used. The key here is a placeholder only so that the module also imports where nothing sets
+# OPENAI_API_KEY (`rewind demo --langgraph`'s in-process worker); `ChatOpenAI(model=...)` alone
+# works under `rewind worker`, which gives an offline worker's user code a placeholder key.
 llm = ChatOpenAI(model="gpt-4o-mini", api_key="unused-rewind-makes-the-calls")
 
 

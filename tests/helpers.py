@@ -77,3 +77,12 @@ def outputs_of(settings):  # type: ignore[no-untyped-def]
     from checkpoint_bridge.checkpoints.outputs import OutputStore
 
     return OutputStore(open_object_store(settings.payload_url))
+
+
+async def chain_events(client: Client, workflow_id: str) -> list:
+    """Every event of every run of the workflow (its continue-as-new chain)."""
+    events = []
+    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        handle = client.get_workflow_handle(workflow_id, run_id=execution.run_id)
+        events += [e async for e in handle.fetch_history_events()]
+    return events

@@ -88,9 +88,13 @@ def graphs_in(module: Any, module_name: str) -> list[tuple[str, RegisteredGraph]
             found.append((attribute, RegisteredGraph(graph=value, name=f"{module_name}:{attribute}",
                                                      description=doc or f"LangGraph graph {attribute}")))
     if found:
-        from workflows.graph.runner import install
+        from workflows.graph.guard import node_options
+        from workflows.graph.places import node_names, task_names
+        from workflows.graph.routing import install
 
         install()
+        # rewind_node_options checked as the worker starts: a node it names that no graph has is a typo.
+        node_options(module, module_name, [n for _, g in found for n in node_names(g.graph)] + task_names(module))
     return found
 
 

@@ -202,7 +202,8 @@ async def pipeline_record(store: CheckpointStore, checkpoint_id: str) -> Pipelin
     for found in await store.recorded_calls(checkpoint_id):
         call, step = found.call, found.step
         if "superstep" in call:  # a graph's super-step: every call made in it
-            supersteps.append(SuperStepMark(step=step, superstep=call["superstep"], nodes=call.get("nodes") or []))
+            supersteps.append(SuperStepMark(step=step, superstep=call["superstep"], nodes=call.get("nodes") or [],
+                                            ns=call.get("ns") or "", send=call.get("send")))
             calls.extend(_graph_calls(call.get("calls") or [], found))
             continue
         recorded = RecordedCall(position=call["position"], attempt=call.get("attempt", 0), kind=call["kind"],
@@ -227,6 +228,9 @@ def _graph_calls(entries: list[dict[str, Any]], found: BlockCall) -> list[Record
             recorded.message = entry.get("message")
         elif recorded.kind == "interrupt":
             recorded.message = {"resume": entry.get("resume")}
+        elif recorded.kind == "node":  # a node-level node: its update (or interrupts), as LangGraph's serializer packed it
+            recorded.message = {"update": entry.get("update"), "interrupts": entry.get("interrupts"),
+                                "store_writes": entry.get("store_writes")}
         else:
             record = by_id.get(entry.get("tool_call_id"))
             if record is None:

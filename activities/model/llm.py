@@ -45,7 +45,7 @@ from workflows.vocabulary.errors import StoreUnavailableError
 from workflows.vocabulary.text import scrub_surrogates
 from workflows.loop import tracing as names
 from workflows.vocabulary.events import model_call_key
-from workflows.vocabulary.wire import CALL_LLM, LABEL_HEADER, LLM_REJECTED
+from workflows.vocabulary.wire import CALL_LLM, DEMO_TURNS_FINGERPRINT, LABEL_HEADER, LLM_REJECTED
 
 log = logging.getLogger("rewind.model")
 
@@ -389,4 +389,8 @@ class LlmActivities:
             tools_ref=tools_ref if request.tools_ref is None else None,
             model_view=model_view,
             attempt=activity.info().attempt,
+            note=(f"the scripted offline model has no script for model {request.model!r} and answered with its demo "
+                  "agent's canned turns: start the run with --model script:NAME (a script of REWIND_SCRIPTS, or "
+                  "`rewind dev --scripts`), or give the worker an OPENAI_API_KEY"
+                  if data.get("system_fingerprint") == DEMO_TURNS_FINGERPRINT else None),
         )

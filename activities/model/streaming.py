@@ -38,13 +38,14 @@ async def assembled(stream: AsyncIterable[Any], events: CallEvents, redactor: Re
     calls: dict[int, dict[str, Any]] = {}
     shown_text = StreamRedactor(redactor)
     shown_args: dict[int, StreamRedactor] = {}
-    finish, usage, response_id, chunks = None, None, None, 0
+    finish, usage, response_id, fingerprint, chunks = None, None, None, None, 0
     try:
         async for chunk in stream:
             chunks += 1
             if not isinstance(chunk, dict):
                 raise TypeError(f"a streamed chunk is not a JSON object: {str(chunk)[:200]!r}")
             response_id = response_id or chunk.get("id")
+            fingerprint = fingerprint or chunk.get("system_fingerprint")
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or ():
                 if not isinstance(choice, dict) or choice.get("index", 0) != 0:
@@ -77,8 +78,11 @@ async def assembled(stream: AsyncIterable[Any], events: CallEvents, redactor: Re
     message.update({key: "".join(parts) for key, parts in extra.items()})  # a null one says nothing
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return {"id": response_id, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": usage}
+    answer = {"id": response_id, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+              "usage": usage}
+    if fingerprint is not None:
+        answer["system_fingerprint"] = fingerprint
+    return answer
 
 
 def _text_delta(events: CallEvents, shown: str) -> None:

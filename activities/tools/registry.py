@@ -21,7 +21,7 @@ from typing import Annotated, Any, Awaitable, Callable, Sequence
 import pydantic
 from temporalio import activity
 
-from workflows.graph.runner import active_graph_run
+from workflows.graph.routing import active_graph_run
 from workflows.vocabulary.contracts import AgentSpec, ToolSpec
 from workflows.vocabulary.errors import ToolError, ToolRegistryError
 

@@ -131,8 +131,16 @@ SHAPES["pipeline-fork"] = Shape("pipeline-fork", {"summarize": [{"content": "mai
                                 pipeline=PipelineRun(name="soak_pipeline", arguments={"topic": "q"}),
                                 extra_scripts={"alt": {"summarize": [{"content": "the fork's summary"}]}})
 
+# A LangGraph graph (soak_tools.soak_graph): a call-level node, a node-level node (its own sqlite3
+# database: one activity) and a call-level node with an effect; its answer is its final state.
+SHAPES["graph"] = Shape("graph", {"gather_facts": [{"content": "both facts hold"}],
+                                  "summarize_graph": [{"content": "three facts, summarized"}]},
+                        ["lookup", "send_message"],
+                        pipeline=PipelineRun(name="soak_tools:soak_graph", arguments={"topic": "g"},
+                                             models={"*": "script:soak-graph"}))
+
 WEIGHTS = {"parallel": 3, "approve": 2, "reject": 1, "budget": 1, "fork": 2, "rollback": 2, "long": 1, "subagents": 2,
-           "mcp": 2, "pipeline": 2, "pipeline-fork": 2}
+           "mcp": 2, "pipeline": 2, "pipeline-fork": 2, "graph": 2}
 
 
 def scripts() -> dict[str, list[dict] | dict[str, list[dict]]]:

@@ -151,3 +151,55 @@ async def soak_pipeline(ctx, topic: str) -> str:
     await ctx.tool("send_message", to="ops", body=summary)
     again = await ctx.tool("lookup", term=f"{topic}-0")  # answered from the run's cache
     return f"{summary} / {again[:24]}"
+
+
+# A graph (LangGraph): a call-level node (a Rewind tool and a ChatOpenAI call, each an activity),
+# a node that does its own I/O (an sqlite3 database: one activity, run again whole after a crash
+# inside it) and a call-level node after it. Its answer is its final state: the same however it
+# was interrupted on the way.
+from typing import TypedDict  # noqa: E402 - the graph's part of the module
+
+from langchain_core.messages import HumanMessage  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+from langgraph.graph import END, START, StateGraph  # noqa: E402
+
+soak_llm = ChatOpenAI(model="soak", api_key="unused")  # the run's model answers (--model, the shape's script)
+
+
+class SoakGraphState(TypedDict, total=False):
+    topic: str
+    facts: list[str]
+    rows: int
+    summary: str
+
+
+async def gather_facts(state: SoakGraphState) -> dict:
+    facts = [await lookup(term=f"{state['topic']}-{i}") for i in range(2)]
+    answer = await soak_llm.ainvoke([HumanMessage("Pick the facts: " + "; ".join(facts))])
+    return {"facts": [*facts, str(answer.content)]}
+
+
+def count_rows(state: SoakGraphState) -> dict:
+    import sqlite3
+
+    with sqlite3.connect(":memory:") as db:  # its own I/O: the node runs as one activity
+        db.execute("create table facts (text)")
+        db.executemany("insert into facts values (?)", [(f,) for f in state["facts"]])
+        return {"rows": db.execute("select count(*) from facts").fetchone()[0]}
+
+
+async def summarize_graph(state: SoakGraphState) -> dict:
+    answer = await soak_llm.ainvoke([HumanMessage(f"Summarize {state['rows']} facts")])
+    await send_message(to="graph", body=str(answer.content))
+    return {"summary": str(answer.content)}
+
+
+_soak_builder = StateGraph(SoakGraphState)
+_soak_builder.add_node("gather_facts", gather_facts)
+_soak_builder.add_node("count_rows", count_rows)
+_soak_builder.add_node("summarize_graph", summarize_graph)
+_soak_builder.add_edge(START, "gather_facts")
+_soak_builder.add_edge("gather_facts", "count_rows")
+_soak_builder.add_edge("count_rows", "summarize_graph")
+_soak_builder.add_edge("summarize_graph", END)
+soak_graph = _soak_builder.compile()

@@ -370,6 +370,8 @@ async def fork(
     if taken or started:
         raise RunExistsError(f"run {run_id!r} already has a branch {branch!r}; choose another --branch")
     base = input_for(cp, source.input)
+    if base.pipeline is not None and (set(prompts or {}) | set(models or {})) - {"*"}:
+        await check_labels(store, run_id, from_branch, prompts or {}, models or {})
     if limit_overrides or llm_overrides:
         base = base.model_copy(update={"limits": (limits or base.limits).model_copy(update=limit_overrides or {}),
                                        "llm": base.llm.model_copy(update=llm_overrides or {})})
@@ -384,6 +386,25 @@ async def fork(
                              + (await sibling_effects(store, run_id) if side_effects == "reuse" else []),
                              subagent_overrides=subagent_overrides, side_effects=side_effects,
                              described=source.tools if tools is None else None)
+
+
+async def check_labels(store: CheckpointStore, run_id: str, branch: str, prompts: dict[str, str],
+                       models: dict[str, str]) -> None:
+    """A fork's `--prompt LABEL=` / `--model LABEL=` name labels the branch's calls used (a
+    pipeline's call labels, a graph's nodes): one it never used changes nothing, so it is refused."""
+    head = (await lineage(store, run_id, branch))[-1]
+    used: set[str] = set()
+    for found in await store.recorded_calls(head.checkpoint_id):
+        call = found.call
+        used.update(str(n) for n in call.get("nodes") or [])
+        used.update(str(c.get("label")) for c in call.get("calls") or [] if c.get("kind") in ("llm", "node"))
+        if "superstep" not in call and call.get("kind") == "llm":
+            used.add(str(call.get("label")))
+    for option, given in (("--prompt", prompts), ("--model", models)):
+        unknown = sorted(set(given) - used - {"*"})
+        if unknown:
+            raise UsageError(f"{option} {unknown[0]}=... names a label run {run_id!r} never used on {branch!r}; "
+                             f"its labels: {', '.join(sorted(used)) or 'none'}")
 
 
 async def sibling_effects(store: CheckpointStore, run_id: str) -> list[LineageEffect]:
@@ -710,9 +731,7 @@ async def _redo_call(client: Client, launcher: Launcher, store: CheckpointStore,
     this one; what depends on its new answer runs live, the rest keeps its answers."""
     call = cp.pipeline or {}
     if code_kind(call) == "graph":
-        raise UsageError(f"step {cp.step_index} is a super-step of graph {call.get('graph')}: redo runs a pipeline's "
-                         f"call again; to run the graph again from before it, fork from step {cp.step_index - 1} "
-                         f"(`rewind fork {cp.run_id} --step {cp.step_index - 1} --branch NAME`)")
+        return await _redo_graph_step(client, launcher, store, cp, from_branch, branch, model, side_effects)
     record = cp.tool_call_cache[-1] if call.get("kind") != "llm" and cp.tool_call_cache else None
     if record is not None and record.side_effects and not record.subagent:
         raise UsageError(f"step {cp.step_index} is {record.tool_name}, a side effect; redo runs model calls, sub-agents "
@@ -742,6 +761,35 @@ async def _redo_call(client: Client, launcher: Launcher, store: CheckpointStore,
 
     return await start_from(client, launcher, head, base, name, name, subagent_overrides=agent, adjust=adjust,
                              effects=lineage_effects_of(head, source) + await subagent_effects(store, head),
+                             side_effects=side_effects)
+
+
+async def _redo_graph_step(client: Client, launcher: Launcher, store: CheckpointStore, cp: AgentCheckpoint,
+                           from_branch: str, branch: str | None, model: str | None, side_effects: str) -> ForkResult:
+    """`rewind redo` of a graph's step (a super-step, one task of a Send fan-out, a subgraph's
+    super-step): a new branch from the step before it, whose calls recorded at that step run
+    again while every other call recorded on `from_branch` up to its head is answered from the
+    record where the graph asks it again (the other sends of a fan-out, and what comes after
+    when the redone step's answers lead to the same calls)."""
+    call = cp.pipeline or {}
+    if cp.parent_id is None:
+        raise StepNotFoundError(f"step {cp.step_index} is the run's start: it made no calls to redo")
+    name = branch or f"redo-{cp.step_index}"
+    validate_branch_name(name)
+    if await _branch_taken(client, store, cp.run_id, name):
+        raise RunExistsError(f"run {cp.run_id!r} already has a branch {name!r}; choose another --branch")
+    line = await lineage(store, cp.run_id, from_branch)
+    before = usable(await store.load(cp.parent_id))
+    source = await source_input(client, workflow_id_for(cp.run_id, line[-1].branch_id))
+    base = input_for(before, source)
+    assert base.pipeline is not None
+    nodes = [str(n) for n in call.get("nodes") or []]
+    models = {n: model for n in nodes} if model else {}
+    base = base.model_copy(update={"pipeline": base.pipeline.model_copy(update={
+        "redo_steps": [*base.pipeline.redo_steps, cp.step_index], "models": {**base.pipeline.models, **models},
+        "record_until": line[-1].checkpoint_id})})
+    return await start_from(client, launcher, before, base, name, name,
+                             effects=lineage_effects_of(cp, source) + await subagent_effects(store, cp),
                              side_effects=side_effects)
 
 

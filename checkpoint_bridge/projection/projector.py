@@ -3,7 +3,8 @@
 Every step of a run ends with a `StepRecord` that says what the step added
 (messages, tool calls, totals), as the input of the activity that writes its
 checkpoint: the next model call, which carries it (`LlmRequest.checkpoints`; a
-pipeline's tool call too, `ToolRequest.checkpoints`), or the mirror activity (`mirror_steps`, `mirror_step` in older runs). Those
+pipeline's tool call too, `ToolRequest.checkpoints`, and a graph's node-level node,
+`GraphNodeRequest.checkpoints`), or the mirror activity (`mirror_steps`, `mirror_step` in older runs). Those
 inputs are in the workflow's history as soon as the step ends, whatever
 happens to the write afterwards. Projecting a run is therefore a fold of its
 step records, in step order, over the previous checkpoint: the live mirror
@@ -36,7 +37,8 @@ from workflows.vocabulary.contracts import (
 from workflows.vocabulary.errors import ProjectionError
 from workflows.vocabulary.ids import checkpoint_id
 from workflows.vocabulary.tool_calls import with_system_prompt
-from workflows.vocabulary.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_TOOL
+from workflows.vocabulary.code_runs import GraphNodeRequest
+from workflows.vocabulary.wire import CALL_LLM, MIRROR_STEP, MIRROR_STEPS, RUN_GRAPH_NODE, RUN_TOOL
 
 
 
@@ -200,6 +202,9 @@ async def step_records(events: Sequence[HistoryEvent], converter: DataConverter)
         elif attrs.activity_type.name == RUN_TOOL:
             (call,) = await converter.decode(attrs.input.payloads, [ToolRequest])
             records.extend(StepRecord.model_validate(r) for r in call.checkpoints)  # a pipeline's tool call's
+        elif attrs.activity_type.name == RUN_GRAPH_NODE:
+            (node,) = await converter.decode(attrs.input.payloads, [GraphNodeRequest])
+            records.extend(node.checkpoints)  # a graph's node-level node's
     return records
 
 

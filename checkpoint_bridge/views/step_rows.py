@@ -165,7 +165,10 @@ def _nodes(graph: dict[str, Any]) -> list[NodeFacts]:
     seconds = graph.get("node_seconds") or {}
     out = []
     for name in graph.get("nodes") or []:
-        mine = [e for e in graph.get("calls") or [] if e.get("node") == name and e.get("kind") == "llm"]
+        calls = [e for e in graph.get("calls") or [] if e.get("node") == name]
+        # Its model calls: each routed one, and those of its node-level activities.
+        mine = [e for e in calls if e.get("kind") == "llm"] + [m for e in calls if e.get("kind") == "node"
+                                                                 for m in e.get("model_calls") or []]
         out.append(NodeFacts(name=name, seconds=float(seconds.get(name) or 0.0), model_calls=len(mine),
                              prompt_tokens=sum(int(e.get("prompt_tokens") or 0) for e in mine),
                              completion_tokens=sum(int(e.get("completion_tokens") or 0) for e in mine),

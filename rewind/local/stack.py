@@ -20,7 +20,7 @@ from activities.model.llm import ModelEndpoint
 from activities.code.graphs import find_langchain
 from activities.tools.registry import ToolRegistry
 from rewind.client import connect
-from rewind.settings.config import Settings
+from rewind.settings.config import Settings, lend_offline_model
 from rewind.temporal.dev_server import DevServer, running_server
 from rewind.settings.temporal import TemporalConnection
 
@@ -76,7 +76,8 @@ async def embedded_stack(settings: Settings, tool_modules: list[str], out: TextI
             settings.temporal_address = shared  # type: ignore[assignment]
             print(f"Temporal dev server already running on {shared} (state in {db_file}): using it", file=out)
         endpoint, offline = model_endpoint(settings)
-        if offline is not None:
+        if offline is not None:  # the tools modules' own clients (a graph's ChatOpenAI()) reach it too
+            lend_offline_model(endpoint.base_url)
             for name, turns in (scripts or {}).items():
                 offline.add_script(name, turns)
             if pace is not None:

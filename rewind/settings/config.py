@@ -435,4 +435,13 @@ class Settings:
         return Redactor.build(found, parse_patterns(self.redact_patterns))
 
 
-__all__ = ["Settings", "drop_empty_library_variables", "skip_pydantic_plugins", "OPENAI_DEFAULT_BASE_URL", "DEFAULT_SECRET_ENV"]
+def lend_offline_model(base_url: str) -> None:
+    """The user's own code in a worker (a graph module's `ChatOpenAI()`, a tool's OpenAI client)
+    reaches the scripted offline model as it would reach OpenAI: OPENAI_BASE_URL is the model's
+    address and OPENAI_API_KEY a placeholder (the worker is offline: it has no key). Written
+    once, in the worker's process only, after its settings were read."""
+    os.environ["OPENAI_BASE_URL"] = base_url
+    os.environ.setdefault("OPENAI_API_KEY", "rewind-offline-model")
+
+
+__all__ = ["Settings", "drop_empty_library_variables", "lend_offline_model", "skip_pydantic_plugins", "OPENAI_DEFAULT_BASE_URL", "DEFAULT_SECRET_ENV"]

@@ -42,6 +42,7 @@ from activities.model.pricing import PriceTable
 from activities.record.redaction import Redactor
 from activities.tools.runner import ToolActivities
 from activities.code.graphs import find_langchain
+from activities.code.graph_nodes import GraphNodeActivities
 from activities.tools.registry import ToolRegistry
 from activities.model.transcript import TranscriptStore
 from activities.record.checkpoint_writer import CheckpointWriter
@@ -55,7 +56,7 @@ from rewind.worker.events import EventsInterceptor
 from rewind.worker import startup
 from rewind.worker.sandbox import workflow_runner
 from rewind.client import connect
-from rewind.settings.config import Settings
+from rewind.settings.config import Settings, lend_offline_model
 from rewind.stores import check_stores, checkpoint_objects, events_bus, object_store
 from rewind.temporal.runtime import core_runtime
 from workflows.loop.agent import AgentWorkflow
@@ -89,7 +90,6 @@ def model_endpoint(settings: Settings) -> tuple[ModelEndpoint, Any]:
     for name, turns in _scripts(settings).items():
         server.add_script(name, turns)
     base_url = server.start_in_thread()
-    log.warning("OPENAI_API_KEY is not set: serving model calls from the scripted offline model at %s", base_url)
     return ModelEndpoint(base_url=base_url, api_key="offline"), server
 
 
@@ -197,6 +197,7 @@ def build_worker(
     experiment = ExperimentActivities(checkpoints, Launcher(settings.task_queue, TranscriptStore(payloads),
                                                             redactor.redact_text))
     pipeline = PipelineActivities(pipelines, registry, checkpoints)
+    graph_nodes = GraphNodeActivities(pipelines, PriceTable.parse(settings.prices), checkpoints=writer)
     tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool, tools.check_tool_call]
     options: dict[str, Any] = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     # Rewind's own workflow code runs without the sandbox unless REWIND_WORKFLOW_SANDBOX=1:
@@ -219,7 +220,7 @@ def build_worker(
         # before tool queues (they schedule tool calls here).
         activities=[llm.call_llm, mirror.mirror_step, mirror.mirror_steps, *tool_activities,
                     experiment.start_branch, experiment.watch_branch, experiment.score_branch,
-                    pipeline.describe_pipeline],
+                    pipeline.describe_pipeline, graph_nodes.run_graph_node],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_s),
         graceful_shutdown_timeout=timedelta(seconds=5),
         # A bug in workflow code fails the run visibly instead of retrying its
@@ -311,6 +312,20 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
     # `--tool-modules mymod` finds mymod.py in the current directory, as `python -m` would.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    # The offline model first: a tools module that builds its model client at import (a graph's
+    # `ChatOpenAI()` reading OPENAI_API_KEY) finds it in the environment, as at home.
+    endpoint, offline = model_endpoint(settings)
+    try:
+        if offline is not None:
+            lend_offline_model(endpoint.base_url)
+        await _import_and_serve(settings, tool_modules, endpoint, offline, announce_json, group)
+    finally:
+        if offline is not None:
+            offline.stop_thread()
+
+
+async def _import_and_serve(settings: Settings, tool_modules: list[str], endpoint: ModelEndpoint, offline: Any,
+                            announce_json: bool, group: WorkerGroup | None) -> None:
     registry = ToolRegistry.from_modules(tool_modules, max_arg_chars=settings.max_arg_chars, finders=[find_langchain])
     pipelines = PipelineRegistry.from_modules(tool_modules)
     servers = settings.mcp_servers()
@@ -326,19 +341,22 @@ async def run_worker(settings: Settings, tool_modules: list[str], *, announce_js
             registry.add(mcp_tool)
         log.info("MCP servers: %s (stdio servers' stderr in %s/mcp-NAME.log)", "; ".join(hub.describe()), settings.home)
     try:
-        await _serve(settings, registry, hub, announce_json, group, give_up, pipelines)
+        await _serve(settings, registry, hub, announce_json, group, give_up, pipelines, endpoint, offline)
     finally:
         if hub is not None:
             await hub.close()
 
 
 async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_json: bool,
-                 group: WorkerGroup | None, give_up: float, pipelines: PipelineRegistry) -> None:
+                 group: WorkerGroup | None, give_up: float, pipelines: PipelineRegistry, endpoint: ModelEndpoint,
+                 offline: Any) -> None:
     runtime = metrics_runtime(settings)
     client = await startup.when_up(lambda: connect(settings, runtime, service="rewind-worker"), give_up)
+    if offline is not None:  # said once the stores and Temporal answered (a refused start is one line)
+        log.warning("OPENAI_API_KEY is not set: serving model calls from the scripted offline model at %s",
+                    endpoint.base_url)
     if settings.tracing:
         log.info("tracing on: spans exported over OTLP (%s)", settings.otel_protocol)
-    endpoint, offline = model_endpoint(settings)
     bus, publisher = await live_events(settings)
     worker = build_worker(client, settings, registry, endpoint, mcp=hub, pipelines=pipelines, events=publisher)
     stop = asyncio.Event()
@@ -378,8 +396,6 @@ async def _serve(settings: Settings, registry: ToolRegistry, hub: Any, announce_
                 health.remove()
     finally:
         await bus.aclose()
-        if offline is not None:
-            offline.stop_thread()
         tracing.shutdown()  # the spans still buffered
 
 

@@ -23,6 +23,9 @@ Models:
                   a sub-agent: one call per company, then a synthesis of their answers) and
                   the company researcher (search_company alone: one search, then a profile)
 
+Chat completions (/v1/chat/completions) and, for `ChatOpenAI(use_responses_api=True)`, a
+response of the Responses API (/v1/responses) with the same answer.
+
 Dialects (`dialect=` / `--dialect` / REWIND_SCRIPTED_DIALECT for the CLI):
     openai    (default) the checks below, as OpenAI answers them
     vllm      also vLLM's rejections of request messages, with its status and error body
@@ -59,7 +62,7 @@ from rewind.worker import scripted_stream
 from rewind.worker.scripted_stream import Pace
 from workflows.vocabulary.contracts import DEFAULT_MODEL
 from workflows.vocabulary.errors import ScriptError
-from workflows.vocabulary.wire import LABEL_HEADER
+from workflows.vocabulary.wire import DEMO_TURNS_FINGERPRINT, LABEL_HEADER
 
 __all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
 
@@ -407,6 +410,20 @@ _Reply = tuple[str | None, list[tuple[str, str]]]  # content, [(tool name, argum
 def _tool_results_since_last_assistant(messages: list[dict]) -> str:
     last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
     return "\n".join(_text(m.get("content")) for m in messages[last + 1:] if m["role"] == "tool")
+
+
+def _responses_input(given: Any, instructions: Any) -> list[dict]:
+    """A Responses API request's input as chat messages (text parts joined)."""
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given or [])
+    out = [{"role": "system", "content": str(instructions)}] if instructions else []
+    for item in items:
+        if not isinstance(item, dict) or item.get("role") not in ("system", "developer", "user", "assistant"):
+            continue
+        content = item.get("content")
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        out.append({"role": "system" if item["role"] == "developer" else item["role"], "content": str(content or "")})
+    return out
 
 
 def _script_step(turns: list[dict], messages: list[dict], turn: int, seed: Any = None) -> dict:
@@ -768,6 +785,39 @@ class ScriptedModelServer:
             return response
         return web.json_response(payload, status=status, headers=headers)
 
+    async def _responses(self, request: web.Request) -> web.Response:
+        """OpenAI's Responses API (`ChatOpenAI(use_responses_api=True)`): its input as chat
+        messages, answered as a chat completion is, the answer as a response object."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response(_error_body(400, "Request body is not valid JSON."), status=400)
+        b = body if isinstance(body, dict) else {}
+        messages = _responses_input(b.get("input"), b.get("instructions"))
+        label = request.headers.get(LABEL_HEADER)
+        status, payload, headers, _ = await self._answer({"model": b.get("model"), "messages": messages}, label)
+        with self._lock:
+            self._log.append({"label": label, "model": b.get("model"), "messages": messages, "tools": [],
+                              "status": status, "response": payload, "at": time.time(), "api": "responses"})
+        if status != 200:
+            return web.json_response(payload, status=status, headers=headers)
+        message = payload["choices"][0]["message"]
+        output: list[dict] = []
+        if message.get("content"):
+            output.append({"type": "message", "id": f"msg_{payload['id']}", "role": "assistant", "status": "completed",
+                           "content": [{"type": "output_text", "text": message["content"], "annotations": []}]})
+        for call in message.get("tool_calls") or []:
+            output.append({"type": "function_call", "id": f"fc_{call['id']}", "call_id": call["id"],
+                           "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+                           "status": "completed"})
+        usage = payload.get("usage") or {}
+        return web.json_response({
+            "id": f"resp_{payload['id']}", "object": "response", "created_at": CREATED, "model": payload["model"],
+            "status": "completed", "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0),
+                      "total_tokens": usage.get("total_tokens", 0), "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}}, headers=headers)
+
     async def _answer(self, body: Any, label: str | None = None) -> tuple[int, dict, dict[str, str], "_Delivery"]:
         if self.latency_ms:
             await asyncio.sleep(self.latency_ms / 1000)
@@ -810,13 +860,16 @@ class ScriptedModelServer:
                 reply, pace = _builtin_reply(body, messages), self.pace
         except _ApiError as exc:
             return exc.status, exc.body, {}, _Delivery()
+        answer = _completion(body, turn, reply)
+        if not model.startswith(SCRIPT_PREFIX):
+            answer["system_fingerprint"] = DEMO_TURNS_FINGERPRINT  # the caller can tell a demo turn
         if not body.get("stream"):
-            return 200, _completion(body, turn, reply), {}, _Delivery(cut_after=cut_after)
+            return 200, answer, {}, _Delivery(cut_after=cut_after)
         if pace.mode == "refuse":
             refusal = (_error_body(400, scripted_stream.REFUSAL, "unsupported_value", "stream") if self.dialect == "openai"
                        else DIALECTS[self.dialect].error_body(400, scripted_stream.REFUSAL))
             return 400, refusal, {}, _Delivery("refused")
-        return 200, _completion(body, turn, reply), {}, _Delivery(pace.mode, pace, cut_after)
+        return 200, answer, {}, _Delivery(pace.mode, pace, cut_after)
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "created": CREATED, "owned_by": "rewind"} for m in MODELS]
@@ -850,6 +903,7 @@ class ScriptedModelServer:
     async def start(self) -> str:
         app = web.Application(middlewares=[_openai_errors])
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/_admin/scripts/{name}", self._admin)
         app.router.add_post("/_admin/faults", self._admin)

@@ -129,6 +129,8 @@ def chunks(completion: dict[str, Any], dialect: str, include_usage: bool, usage_
     content, calls = message.get("content"), message.get("tool_calls") or []
     base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
             "model": completion["model"]}
+    if completion.get("system_fingerprint"):  # OpenAI's chunks carry the completion's fingerprint
+        base["system_fingerprint"] = completion["system_fingerprint"]
     usage = completion["usage"]
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -22,11 +22,12 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent)]
 
 from activities.model.llm import ModelEndpoint  # noqa: E402
+from activities.code.graphs import find_langchain  # noqa: E402
 from activities.code.pipelines import PipelineRegistry  # noqa: E402
 from activities.tools.registry import ToolRegistry  # noqa: E402
 from rewind import fork, redo, rollback  # noqa: E402
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store  # noqa: E402
-from rewind.client import connect, pipeline_input, start_run  # noqa: E402
+from rewind.client import connect, graph_input, pipeline_input, start_run  # noqa: E402
 from rewind.settings.config import Settings  # noqa: E402
 from rewind.temporal.dev_server import DevServer  # noqa: E402
 from rewind.worker.scripted_model import ScriptedModelServer  # noqa: E402
@@ -81,7 +82,9 @@ async def main(only: set[str]) -> None:
         client = await connect(settings)
         registry = ToolRegistry.from_modules(["examples.research_agent", "agent_tools"])
         endpoint = ModelEndpoint(base_url=model.base_url, api_key="x")
-        pipelines = PipelineRegistry.from_modules(["agent_pipelines"])
+        pipelines = PipelineRegistry.from_modules(["agent_pipelines", "agent_graphs"])
+        registry = ToolRegistry.from_modules(["examples.research_agent", "agent_tools", "agent_graphs"],
+                                             finders=[find_langchain])
         async with build_worker(client, settings, registry, endpoint, pipelines=pipelines):
             short = await start_run(client, settings, AgentInput(run_id="hist-short", task=TASK))
             await short.result()
@@ -237,6 +240,21 @@ async def main(only: set[str]) -> None:
                 await _save_chain(client, drafts.id, "pipeline-carried")
             if want("pipeline-forked"):
                 await _save_chain(client, redrafted.workflow_id, "pipeline-forked")
+
+            # A graph (tests/agent_graphs.py): a call-level node, a node-level node, a Send fan-out, the
+            # Store; its steps ride on its calls (GRAPH_CARRIED_CHECKPOINTS_PATCH); then a fork of it.
+            model.add_script("graph", {"plan": [{"content": "tea, cake"}], "explain": [{"content": "sweet"}]})
+            graphed = await start_run(client, settings, graph_input(settings, "agent_graphs:graph", {"topic": "food"},
+                                                                    model="script:graph", run_id="hist-graph"))
+            await graphed.result()
+            async with open_checkpoint_store(settings.store_url) as store:
+                regraphed = await fork(client, settings, store, "hist-graph", 3, branch="again",
+                                       variables={"sizes": [9, 9]})
+                await regraphed.handle.result()
+            if want("graph-run"):
+                await _save_chain(client, graphed.id, "graph-run")
+            if want("graph-forked"):
+                await _save_chain(client, regraphed.workflow_id, "graph-forked")
     finally:
         model.stop_thread()
         server.stop()

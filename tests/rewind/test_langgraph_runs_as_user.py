@@ -281,9 +281,15 @@ async def test_a_fork_at_the_validator_with_a_set_channel_and_another_model_reru
     nodes = {(c["label"], c["kind"]): c for c in diffed["calls"]}
     assert nodes[("formatter", "node")]["a"] == nodes[("formatter", "node")]["b"], nodes
     assert nodes[("validator", "node")]["a"] is None and "validation_passed" in nodes[("validator", "node")]["b"]
-    # `redo` runs a pipeline's call again; a graph's super-step is refused, naming the fork that does it.
-    code, out, err = await rewind(cli, cli_env, "redo", "graph-fork", "--step", str(validator))
-    one_line_error(code, err, f"fork from step {validator - 1}", "is a super-step of graph research_graph:agent")
+    # `redo` runs a graph's step again: the validator's model call; every other call is answered
+    # from the record (the report's save too: the same draft, the same call).
+    asked = len(labels_asked(world.model, model))
+    with UserWorker(folder / "w2", env, "--tool-modules", "research_graph") as worker:
+        await worker.wait_ready()
+        redone = await rewind_json(cli, cli_env, "redo", "graph-fork", "--step", str(validator), "--wait")
+        assert redone["status"]["state"] == "completed", redone
+    assert labels_asked(world.model, model)[asked:] == ["validator"]
+    assert lines(log) == before, lines(log)
 
 
 async def test_stats_by_node_over_three_runs_add_up_to_their_checkpoints_ledgers(world, tmp_path):
@@ -559,7 +565,8 @@ async def test_an_interrupt_waits_as_an_approval_and_resumes_with_the_value_afte
     assert decided and decided[0]["resume"] == "checked: fine" and decided[0]["by"] == "ann", shown["pipeline"]
 
 
-async def test_a_node_that_does_io_itself_fails_the_run_in_one_line(world, tmp_path):
+async def test_a_node_that_does_io_itself_runs_as_an_activity_and_routing_code_that_does_fails_in_one_line(
+        world, tmp_path):
     folder = world.folder("io")
     (folder / "io_graph.py").write_text('''
 from typing import TypedDict
@@ -572,7 +579,12 @@ class State(TypedDict, total=False):
 
 async def read(state):
     with open("/etc/hostname") as f:
-        return {"text": f.read()}
+        return {"text": f.read().strip()}
+
+
+def route(state):
+    with open("/etc/hostname") as f:
+        return END if f.read() else "read"
 
 
 builder = StateGraph(State)
@@ -580,22 +592,33 @@ builder.add_node("read", read)
 builder.add_edge(START, "read")
 builder.add_edge("read", END)
 graph = builder.compile()
+
+routed = StateGraph(State)
+routed.add_node("read", read)
+routed.add_edge(START, "read")
+routed.add_conditional_edges("read", route)
+routed_graph = routed.compile()
 ''')
     env = {**world.env(folder), "PYTHONPATH": str(folder)}
     cli = world.folder("cli")
     cli_env = world.env(cli)
     with UserWorker(folder / "w", env, "--tool-modules", "io_graph") as worker:
         await worker.wait_ready()
-        code, out, err = await rewind(cli, cli_env, "start", "--graph", "io_graph:graph", "--wait")
+        done = await rewind_json(cli, cli_env, "start", "--graph", "io_graph:graph", "--run-id", "io-node", "--wait")
+        assert done["status"]["state"] == "completed", done
+        assert json.loads(done["status"]["final_answer"])["text"] == Path("/etc/hostname").read_text().strip()
+        shown = await rewind_json(cli, cli_env, "show", "io-node:main:1")
+        assert [c["kind"] for c in shown["pipeline"]["calls"]] == ["node"], shown["pipeline"]
+        code, out, err = await rewind(cli, cli_env, "start", "--graph", "io_graph:routed_graph", "--run-id",
+                                      "io-route", "--wait")
         assert code != 0
-        view = await finished(cli, cli_env, out.split()[1] if out.startswith("run ") else
-                              (await rewind_json(cli, cli_env, "runs"))["runs"][0]["run_id"])
+        view = await finished(cli, cli_env, "io-route")
         code, out, err = await rewind(cli, cli_env, "start", "--graph", "io_graph:graph", "--input", '{"nope": 1}',
                                       "--wait")
         assert code != 0 and "nope is not a channel of the graph" in out + err, out + err
     assert view["state"] == "failed"
-    assert view["failure"].startswith("AgentRunFailed: graph io_graph:graph called open in read (io_graph.py:"), view
-    assert "put I/O in a LangChain tool" in view["failure"]
+    assert view["failure"].startswith("AgentRunFailed: graph io_graph:routed_graph called open in route (io_graph.py:"), view
+    assert "do that in a node" in view["failure"]
     code, out, err = await rewind(cli, cli_env, "start", "--graph", "io_graph", "--input", "{}")
     assert code == 2 and "MODULE:ATTR" in err, err
 

@@ -735,3 +735,20 @@ async def test_an_agent_loop_of_your_own_as_a_pipeline(world, tmp_path):
     assert labels == ["start", "think", "search_company", "search_company", "think", "save_report", "think",
                       "result"], labels
     assert len(list((tmp_path / "outbox").glob("*.md"))) == 1
+
+
+async def test_a_run_without_a_script_on_the_scripted_model_says_so_when_its_structured_output_fails(world, tmp_path):
+    """Only the scripted model configured, no `--model script:NAME`: the model answers with its demo
+    agent's turns, and the structured output that cannot fit them says why, and what to do."""
+    folder = world.folder("noscript")
+    write_module(folder, tmp_path, repairs=0)
+    env = {**world.env(folder), "PYTHONPATH": str(folder)}
+    cli = world.folder("cli")
+    cli_env = world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "research") as worker:
+        await worker.wait_ready()
+        done = await rewind_json(cli, cli_env, "start", "--pipeline", "competitive_report", "--input",
+                                 json.dumps({"companies": ["Acme"]}), "--wait")
+    answer = done["status"]["final_answer"]
+    assert answer.startswith("no verdict: model call 'validate'"), answer
+    assert "has no script for model" in answer and "--model script:NAME" in answer, answer

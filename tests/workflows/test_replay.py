@@ -30,17 +30,21 @@ def test_histories_cover_the_shapes_of_a_run():
     assert {"short", "long", "continued-as-new", "forked", "bad-output", "budget-continue",
             "outputs-by-reference", "approval", "reused-effect", "indexed", "experiment",
             "subagents", "subagent-child", "redo", "forked-seeded-tools", "carried-checkpoints",
-            "pipeline-carried", "pipeline-forked", "said-once"} <= names
+            "pipeline-carried", "pipeline-forked", "said-once", "graph-run", "graph-forked"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
 async def test_recorded_history_replays(path: Path):
+    import agent_graphs
+    from activities.code.graphs import graphs_in
+
+    graphs_in(agent_graphs, "agent_graphs")  # as a worker that offers the graph: LangChain's calls routed
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     # Pipelines replay in the sandbox their worker runs them in, their module imported inside it.
     replayer = Replayer(workflows=[AgentWorkflow, CompensationWorkflow, ExperimentWorkflow, ScoreWorkflow,
                                    PipelineWorkflow],
                         data_converter=pydantic_data_converter,
-                        workflow_runner=workflow_runner(PIPELINE_WORKFLOW, ["agent_pipelines"], False))
+                        workflow_runner=workflow_runner(PIPELINE_WORKFLOW, ["agent_pipelines", "agent_graphs"], False))
     # A pipeline whose code no longer matches its history can wait for ever in replay, not fail:
     # a replay that does not end is a failure too (it ends in well under a second when it matches).
     try:

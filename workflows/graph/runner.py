@@ -19,91 +19,48 @@ calls (`RecordingSaver`): labelled by the node(s), its `messages` the graph's
 `pipeline` field the super-step and the calls made in it (their answers, which a
 fork answers again).
 
-The routing is a patch of LangChain's base classes that acts only inside a graph
-run's workflow (a context variable says which run); everywhere else (the user's
-own process, the tool activities of this worker) LangChain is untouched.
+A node that does its own I/O runs as one activity instead (workflows/graph/guard.py says
+when, calls.py runs it); the routing of LangChain's calls is routing.py's, where a node
+runs is places.py's.
 """
+
 
 from __future__ import annotations
 
 import asyncio
 import json
-from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
 
+from workflows.graph.guard import (
+    NODE_OPTIONS,
+    NodeNeedsActivity,
+    NodeOptions,
+    current_guard,
+    guarding,
+    node_options,
+    unguard,
+    unguarded,
+)
+from workflows.graph.places import Ran, current_node, current_place, is_graph, ns_label
+from workflows.graph.routing import (
+    chat_key,
+    chat_result,
+    restricted_call,
+    running,
+    stopped,
+    tool_answer,
+    tool_key,
+    tool_arguments,
+)
+from workflows.graph.store import apply_writes, run_store
+from workflows.graph.values import digest, pack, unpack
 from workflows.vocabulary.errors import PipelineError, ToolCallFailed
-
-# The graph run whose workflow code is running (None: not inside a graph run).
-_RUNNER: ContextVar["GraphRunner | None"] = ContextVar("rewind_graph_runner", default=None)
-_installed = False
 
 # Channels that are LangGraph's own bookkeeping, not the graph's state.
 _INTERNAL = ("branch:", "__", "start:")
-
-
-def install() -> None:
-    """Route LangChain chat models and tools through the graph run they are called in (once
-    per process; outside a graph run's workflow the original methods run)."""
-    global _installed
-    if _installed:
-        return
-    from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.tools import BaseTool
-
-    agenerate = BaseChatModel._agenerate_with_cache
-    generate = BaseChatModel._generate_with_cache
-    tool_ainvoke = BaseTool.ainvoke
-    tool_invoke = BaseTool.invoke
-
-    async def _agenerate_with_cache(self: Any, messages: Any, stop: Any = None, run_manager: Any = None,
-                                    **kwargs: Any) -> Any:
-        runner = _RUNNER.get()
-        if runner is None:
-            return await agenerate(self, messages, stop, run_manager, **kwargs)
-        return await runner.chat(self, messages, stop, kwargs)
-
-    def _generate_with_cache(self: Any, messages: Any, stop: Any = None, run_manager: Any = None,
-                             **kwargs: Any) -> Any:
-        runner = _RUNNER.get()
-        if runner is None:
-            return generate(self, messages, stop, run_manager, **kwargs)
-        raise PipelineError(f"node {current_node()!r} calls the model synchronously (.invoke): in a Rewind graph "
-                            "run a node calls models with `await llm.ainvoke(...)` (make the node `async def`)")
-
-    async def ainvoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        runner = _RUNNER.get()
-        if runner is None:
-            return await tool_ainvoke(self, input, config, **kwargs)
-        return await runner.tool(self, input)
-
-    def invoke(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        runner = _RUNNER.get()
-        if runner is None:
-            return tool_invoke(self, input, config, **kwargs)
-        raise PipelineError(f"node {current_node()!r} calls tool {self.name!r} synchronously (.invoke): in a Rewind "
-                            "graph run a node calls tools with `await tool.ainvoke(...)` (or a ToolNode)")
-
-    BaseChatModel._agenerate_with_cache = _agenerate_with_cache  # type: ignore[method-assign]
-    BaseChatModel._generate_with_cache = _generate_with_cache  # type: ignore[method-assign]
-    BaseTool.ainvoke = ainvoke  # type: ignore[method-assign]
-    BaseTool.invoke = invoke  # type: ignore[method-assign]
-    _installed = True
-
-
-def active_graph_run() -> "GraphRunner | None":
-    """The graph run whose node code is running here (None: anywhere else)."""
-    return _RUNNER.get()
-
-
-def current_node() -> str:
-    """The node (or task) whose code is running, as LangGraph's config says."""
-    from langchain_core.runnables.config import var_child_runnable_config
-
-    config = var_child_runnable_config.get() or {}
-    return str((config.get("metadata") or {}).get("langgraph_node") or "graph")
 
 
 def to_json(value: Any) -> Any:
@@ -161,8 +118,8 @@ class GraphRunner:
     and graph_interrupted it calls): wraps the graph's nodes, keeps the super-step's
     calls, and records a step when LangGraph checkpoints a super-step."""
 
-    def __init__(self, run: Any, name: str, graph: Any, *, fork_superstep: int,
-                 sets: list[tuple[int, str, dict[str, Any]]], module: Any = None) -> None:
+    def __init__(self, run: Any, name: str, graph: Any, *, skip_steps: int,
+                 sets: list[tuple[str, int, str, int | None, dict[str, Any]]], module: Any = None) -> None:
         self._run = run
         self.name = name
         self._graph = graph
@@ -175,15 +132,22 @@ class GraphRunner:
         # those its re-run may still take, by (node, kind, request).
         self._interrupted_calls: list[tuple[tuple[str, str, str], Any]] = []
         self._before_interrupt: list[tuple[tuple[str, str, str], Any]] = []
-        self._fork_superstep = fork_superstep  # super-steps up to this one are the fork's record
-        self._sets = sets  # (super-step, node, values): a fork's --set, merged into that node's update
-        self.calls: list[dict[str, Any]] = []  # the calls of the super-step in flight
-        self._ran: list[str] = []
-        self._node_seconds: dict[str, float] = {}
+        # The first steps this run records again are the record's (a fork's, a continued run's): the
+        # graph runs the same way up to there, so they are told apart by their count.
+        self._skip_steps, self._steps_seen = skip_steps, 0
+        # A fork's --set: (subgraph, super-step, node, send, values), merged into that node's update.
+        self._sets = sets
+        self.calls: list[dict[str, Any]] = []  # the calls of the super-steps in flight (each names its graph)
+        self._ran: list[Ran] = []
         self._messages: list[dict[str, Any]] = []  # the messages channel as last recorded
         self.final_state: dict[str, Any] = {}
         # Whether the run's answer is the last message of its messages channel (not its state as JSON).
         self.answer_in_messages = False
+        # Each node's (and @task's) declared way of running (rewind_node_options), and the nodes
+        # that needed an activity in this run so far (sent there directly from then on).
+        self._options = node_options(module, name) if module is not None else {}
+        self._needs_activity: set[str] = set()
+        self.store: Any = None  # the graph's Store in this run, when it was compiled with one
 
     # -- running -------------------------------------------------------------------------
     async def run(self, graph_input: dict[str, Any]) -> Any:
@@ -193,7 +157,7 @@ class GraphRunner:
         config = {"configurable": {"thread_id": self._run.run_id}, "recursion_limit": 10_000}
         loop = asyncio.get_running_loop()
         loop.run_in_executor = _inline_executor(loop)  # type: ignore[method-assign]
-        token = _RUNNER.set(self)
+        token = running(self)
         try:
             self._messages = chat_messages(graph_input.get("messages"))
             out = await app.ainvoke(graph_input, config, durability="sync")
@@ -207,7 +171,7 @@ class GraphRunner:
                 resumes = {i.id: await self._run.graph_interrupted(node, to_json(i.value)) for node, i in waiting}
                 out = await app.ainvoke(Command(resume=resumes), config, durability="sync")
         finally:
-            _RUNNER.reset(token)
+            stopped(token)
 
     def _answer(self, out: Any) -> str:
         """The run's answer: the last assistant message's text when the graph has a `messages`
@@ -224,20 +188,32 @@ class GraphRunner:
         return json.dumps(self.final_state, sort_keys=True)
 
     def _prepared(self) -> Any:
-        """A copy of the graph with Rewind's checkpointer and every node wrapped (the module's
-        own graph object is left as it is)."""
+        """A copy of the graph with Rewind's checkpointer and every node wrapped, a subgraph's too
+        (the module's own graph objects are left as they are)."""
+        if self.functional:
+            self._wrap_tasks()
+        update = {"checkpointer": RecordingSaver(self), "nodes": self._wrapped(self._graph, "")}
+        if getattr(self._graph, "store", None) is not None:  # compiled with store=: the run's own (store.py)
+            self.store = update["store"] = run_store(self._graph.store)
+        return self._graph.copy(update=update)
+
+    def _wrapped(self, graph: Any, prefix: str) -> dict[str, Any]:
         from langgraph._internal._runnable import RunnableCallable
 
         nodes = {}
-        for name, node in self._graph.nodes.items():
+        for name, node in graph.nodes.items():
             if name.startswith("__"):
                 nodes[name] = node
                 continue
-            nodes[name] = node.copy(update={"bound": RunnableCallable(None, self._node(name, node.bound), name=name,
-                                                                      trace=False)})
-        if self.functional:
-            self._wrap_tasks()
-        return self._graph.copy(update={"checkpointer": RecordingSaver(self), "nodes": nodes})
+            qualified = f"{prefix}/{name}" if prefix else name
+            bound = node.bound
+            inner = is_graph(bound) and self.options(qualified).durability != "node"
+            if inner:  # a subgraph as a node: its own super-steps are steps of the run
+                bound = bound.copy(update={"nodes": self._wrapped(bound, qualified)})
+            nodes[name] = node.copy(update={"bound": RunnableCallable(
+                None, self._node(qualified, bound, guarded=not inner and not self.functional), name=name,
+                trace=False)})
+        return nodes
 
     def _wrap_tasks(self) -> None:
         """Each @task of the entrypoint's module tells this run when it returns (the module is
@@ -254,32 +230,36 @@ class GraphRunner:
             func = getattr(value.func, "_rewind_task", value.func)
             name = func.__name__
 
-            if inspect.iscoroutinefunction(func):
-                @functools.wraps(func)
-                async def timed(*args: Any, _func: Any = func, _name: str = name, **kwargs: Any) -> Any:
-                    started = workflow.now()
-                    out = await _func(*args, **kwargs)
-                    self._finished.append((_name, _seconds(started, workflow.now())))
-                    return out
-            else:
-                @functools.wraps(func)
-                def timed(*args: Any, _func: Any = func, _name: str = name, **kwargs: Any) -> Any:
-                    started = workflow.now()
+            # Async whatever the task: an @entrypoint awaits its tasks, and a task may run as an activity.
+            @functools.wraps(func)
+            async def timed(*args: Any, _func: Any = func, _name: str = name, **kwargs: Any) -> Any:
+                started = workflow.now()
+
+                async def code() -> Any:
                     out = _func(*args, **kwargs)
-                    self._finished.append((_name, _seconds(started, workflow.now())))
-                    return out
+                    return await out if inspect.isawaitable(out) else out
+
+                out = await self._run_node(_name, code, [list(args), kwargs], None, task=True)
+                self._finished.append((_name, _seconds(started, workflow.now())))
+                return out
             timed._rewind_task = func  # type: ignore[attr-defined]
             value.func = timed
 
-    def _node(self, name: str, bound: Any) -> Any:
+    def _node(self, name: str, bound: Any, *, guarded: bool) -> Any:
+        """`name`'s node as the run runs it: as workflow code or as an activity (`guarded`: a node
+        of the user's; not a subgraph, whose nodes are, nor an @entrypoint's own code)."""
+
         async def node(state: Any, config: Any) -> Any:
             started = workflow.now()
-            out = await bound.ainvoke(state, config)
-            self._ran.append(name)
-            self._node_seconds[name] = self._node_seconds.get(name, 0.0) + _seconds(started, workflow.now())
+            place = current_place()
+            if guarded:  # (a subgraph declared node-level is one too: one activity)
+                out = await self._run_node(name, lambda: bound.ainvoke(state, config), state, config)
+            else:
+                out = await bound.ainvoke(state, config)
+            self._ran.append(Ran(place=place, seconds=_seconds(started, workflow.now())))
             superstep = (config.get("metadata") or {}).get("langgraph_step")
-            for at, who, values in self._sets:
-                if at == superstep and who == name:
+            for subgraph, at, who, send, values in self._sets:
+                if (subgraph, at, who) == (place.subgraph, superstep, name) and send in (None, place.send):
                     out = _merged(out, values)
             return out
 
@@ -288,6 +268,77 @@ class GraphRunner:
         node.__annotations__["config"] = RunnableConfig  # what LangGraph looks for to pass the config
         return node
 
+    def place(self) -> dict[str, Any]:
+        """What a call's entry in its super-step's record says of where it was made (the `_`
+        keys only while the super-step is in flight)."""
+        place = current_place()
+        return {"node": place.node, "_ns": place.graph_ns, "_task": place.task_ns}
+
+    def options(self, name: str) -> NodeOptions:
+        """A node's declared options: by its path (`subgraph/node`) or its own name."""
+        return self._options.get(name) or self._options.get(name.rsplit("/", 1)[-1]) or NodeOptions()
+
+    async def _run_node(self, name: str, code: Any, state: Any, config: Any, task: bool = False) -> Any:
+        """The node's update: its code run as workflow code (call-level), or the node run as one
+        activity (node-level) when declared so or when its code does what workflow code must
+        not (workflows/graph/guard.py); declared call-level, that is the run's error."""
+        way = self.options(name).durability
+        if way == "node" or name in self._needs_activity:
+            return await self._as_activity(name, state, config, [], task)
+        guard, token = guarding(name)
+        try:
+            out = await code()
+        except NodeNeedsActivity:
+            pass
+        except Exception as exc:
+            what = restricted_call(exc)
+            if what is None and guard.tripped is None:
+                raise
+            if what is not None:
+                guard.stop(f"calls {what}, which workflow code must not")
+        finally:
+            unguard(token)
+        if guard.tripped is None:
+            return out
+        if way == "calls":
+            raise PipelineError(f"{'@task' if task else 'node'} {name!r} is declared call-level in {NODE_OPTIONS} but "
+                                f"{guard.tripped}: declare it {{'durability': 'node'}} (or 'auto') to run it as one "
+                                "activity, or reach the outside only through ChatOpenAI and LangChain tools")
+        self._needs_activity.add(name)
+        workflow.logger.info("%s %r %s: it runs as one activity from now on", "@task" if task else "node", name,
+                             guard.tripped)
+        return await self._as_activity(name, state, config, guard.calls, task, why=guard.tripped)
+
+    async def _as_activity(self, name: str, state: Any, config: Any, handed: list[Any], task: bool,
+                           why: str | None = None) -> Any:
+        """The node (or @task) as one activity on the worker's own import of the graph's module: its
+        update, or LangGraph's interrupt when it called interrupt()."""
+        from langchain_core.runnables.config import var_child_runnable_config
+        from langgraph.errors import GraphInterrupt
+
+        config = config if config is not None else (var_child_runnable_config.get() or {})
+        configurable = (config or {}).get("configurable") or {}
+        scratchpad = configurable.get("__pregel_scratchpad")
+        metadata = (config or {}).get("metadata") or {}
+        with unguarded():
+            result = await self._run.call_node(
+                name, pack(state, f"the input of {'@task' if task else 'node'} {name!r}"), digest(state),
+                step=int(metadata.get("langgraph_step") or 0), ns=str(configurable.get("checkpoint_ns") or ""),
+                resume=list(getattr(scratchpad, "resume", None) or []), handed=handed, task=task, why=why)
+        if result.get("store_writes") and self.store is not None:
+            apply_writes(self.store, unpack(result["store_writes"]))
+        if result.get("interrupts"):
+            raise GraphInterrupt(unpack(result["interrupts"]))
+        return unpack(result["update"]) if result.get("update") else None
+
+    def sync_call(self, what: str, instead: str) -> None:
+        """A node calls a model or tool synchronously: as an activity (auto), else the run's error."""
+        guard = current_guard()
+        if guard is not None:
+            raise guard.stop(what)
+        raise PipelineError(f"node {current_node()!r} {what}: in a Rewind graph run a node's code that is workflow "
+                            f"code calls them with `{instead}`")
+
     # -- what nodes call -----------------------------------------------------------------
     async def chat(self, model: Any, messages: Any, stop: Any, kwargs: dict[str, Any]) -> Any:
         try:
@@ -295,61 +346,53 @@ class GraphRunner:
         except ImportError:  # pragma: no cover - the extra installs it
             BaseChatOpenAI = None  # noqa: N806
         node = current_node()
+        guard = current_guard()
         if BaseChatOpenAI is None or not isinstance(model, BaseChatOpenAI):
-            raise PipelineError(f"node {node!r} calls a {type(model).__name__}: a Rewind graph run sends model calls "
-                                "through an OpenAI-compatible chat model (langchain_openai.ChatOpenAI, any base_url)")
+            if guard is not None:  # not through Rewind's model path: the node runs as an activity
+                raise guard.stop(f"calls a {type(model).__name__}")
+            raise PipelineError(f"node {node!r} calls a {type(model).__name__} in the graph's own code: a Rewind graph "
+                                "run sends such model calls from a node (run as an activity), or through an "
+                                "OpenAI-compatible chat model (langchain_openai.ChatOpenAI, any base_url)")
         payload = model._get_request_payload(messages, stop=stop, **kwargs)
         if model._use_responses_api(payload):
-            raise PipelineError(f"node {node!r}: ChatOpenAI's Responses API is not supported in a Rewind graph run; "
-                                "leave use_responses_api unset")
+            if guard is not None:
+                raise guard.stop("calls ChatOpenAI's Responses API")
+            raise PipelineError(f"node {node!r}: ChatOpenAI's Responses API is sent from a node (run as an activity), "
+                                "not from the graph's own code")
         response_format = payload.get("response_format")
         if response_format is not None and not isinstance(response_format, dict):
             response_format = _convert_to_openai_response_format(response_format)
-        key = (node, "llm", json.dumps([payload.get("messages"), payload.get("tools")], sort_keys=True, default=str))
+        key = (node, "llm", chat_key(payload))
         answered = self._answered_again(key)
         if answered is None:
-            answered = await self._run.call_chat(node, node, payload, response_format)
+            with unguarded():
+                answered = await self._run.call_chat(node, node, payload, response_format)
         self._interrupted_calls.append((key, answered))
+        if guard is not None:
+            guard.calls.append((key, answered))
         message, usage, model_name = answered
-        completion = {"id": f"rewind-{self._run.run_id}", "object": "chat.completion", "created": 0,
-                      "model": model_name, "choices": [{"index": 0, "message": message,
-                                                        "finish_reason": "tool_calls" if message.get("tool_calls")
-                                                        else "stop"}],
-                      "usage": usage}
-        return model._create_chat_result(completion)
+        return chat_result(model, message, usage, model_name, self._run.run_id)
 
     async def tool(self, base_tool: Any, tool_input: Any) -> Any:
-        from langchain_core.messages import ToolMessage
-
-        call_id = None
-        if isinstance(tool_input, dict) and tool_input.get("type") == "tool_call":
-            call_id, arguments = tool_input.get("id"), dict(tool_input.get("args") or {})
-        elif isinstance(tool_input, dict):
-            arguments = dict(tool_input)
-        elif isinstance(tool_input, str) and len(base_tool.args) == 1:
-            arguments = {next(iter(base_tool.args)): tool_input}
-        else:
-            raise PipelineError(f"node {current_node()!r} calls tool {base_tool.name!r} with a "
-                                f"{type(tool_input).__name__}: give its arguments as a dict")
-        log = await self._tool_log(base_tool.name, arguments)
-        if call_id is None:
-            if log.error is not None:
-                raise ToolCallFailed(f"{base_tool.name}: {log.error}")
-            return log.output
-        failed = log.error is not None or (log.approval is not None and log.approval.verdict == "rejected")
-        content = log.error if log.error is not None else log.output
-        return ToolMessage(content=content if isinstance(content, str) else json.dumps(content), name=base_tool.name,
-                           tool_call_id=call_id, status="error" if failed else "success")
+        guard = current_guard()
+        if guard is not None and not self._run.holds_tool(base_tool.name):
+            raise guard.stop(f"calls tool {base_tool.name!r}, which no tools module of the worker holds")
+        call_id, arguments = tool_arguments(base_tool, tool_input, current_node())
+        return tool_answer(base_tool.name, call_id, await self._tool_log(base_tool.name, arguments))
 
     async def _tool_log(self, name: str, arguments: dict[str, Any]) -> Any:
         """The run's call of tool `name` from the node running (its log), or the answer it had
         before the node's interrupt()."""
         node = current_node()
-        key = (node, "tool", json.dumps([name, arguments], sort_keys=True, default=str))
+        key = (node, "tool", tool_key(name, arguments))
         log = self._answered_again(key)
         if log is None:
-            log = await self._run.tool_log(name, arguments, node=node)
+            with unguarded():
+                log = await self._run.tool_log(name, arguments, node=node)
         self._interrupted_calls.append((key, log))
+        guard = current_guard()
+        if guard is not None:
+            guard.calls.append((key, log))
         return log
 
     def _answered_again(self, key: tuple[str, str, str]) -> Any:
@@ -382,37 +425,69 @@ class GraphRunner:
         entry = set(self._graph.nodes)  # the entrypoint's own code, between its tasks
         taken = [c for c in self.calls if c.get("node") == name or c.get("node") in entry]
         self.calls = [c for c in self.calls if not (c.get("node") == name or c.get("node") in entry)]
-        if self._tasks_done <= self._fork_superstep:
+        self._steps_seen += 1
+        if self._steps_seen <= self._skip_steps:
             return  # the fork's record
         self._run.record_super_step(name, [], {"result": to_json(value)}, {
-            "graph": self.name, "superstep": self._tasks_done, "nodes": [name], "calls": taken, "task": True,
-            "node_seconds": {name: round(seconds, 6)}})
+            "graph": self.name, "superstep": self._tasks_done, "nodes": [name], "calls": _recorded(taken),
+            "task": True, "node_seconds": {name: round(seconds, 6)}})
 
-    def super_step(self, checkpoint: dict[str, Any], metadata: dict[str, Any]) -> None:
-        """LangGraph checkpointed the graph after a super-step: that super-step's step (a
-        functional graph's steps are its tasks')."""
+    async def answered_step(self) -> None:
+        """A super-step the record holds already went by (the run breathes now and then)."""
+        await self._run.breathe(10)
+
+    def super_step(self, checkpoint: dict[str, Any], metadata: dict[str, Any], ns: str = "") -> bool:
+        """LangGraph checkpointed the graph (`ns`: a subgraph) after a super-step: that super-step's
+        step, or one step per task when it ran a `Send` fan-out (a functional graph's steps are its
+        tasks')."""
+        ran = [r for r in self._ran if r.place.graph_ns == ns]
+        self._ran = [r for r in self._ran if r.place.graph_ns != ns]
         if self.functional:
-            self._ran, self._node_seconds = [], {}
-            return
+            return False
         superstep = metadata.get("step")
-        if not self._ran:
-            return  # the input, or a super-step whose nodes were interrupted: no node completed
-        ran, calls, seconds = self._ran, self.calls, self._node_seconds
-        self._ran, self.calls, self._node_seconds = [], [], {}
-        self._interrupted_calls, self._before_interrupt = [], []
+        if not ran:
+            return False  # the input, or a super-step whose nodes were interrupted: no node completed
+        calls = [c for c in self.calls if c.get("_ns") == ns]
+        self.calls = [c for c in self.calls if c.get("_ns") != ns]
+        if not ns:
+            self._interrupted_calls, self._before_interrupt = [], []
         if metadata.get("source") != "loop" or not isinstance(superstep, int):
-            return
+            return False
         values = checkpoint.get("channel_values") or {}
-        messages = chat_messages(values.get("messages"))
-        known = self._messages
-        new = messages[len(known):] if messages[:len(known)] == known else messages
-        self._messages = messages
-        if superstep <= self._fork_superstep:
-            return  # the fork's record: this super-step is the lineage's, already a step
-        nodes = sorted(set(ran), key=ran.index)
-        self._run.record_super_step("+".join(nodes), new, graph_state(values), {
-            "graph": self.name, "superstep": superstep, "nodes": nodes, "calls": calls,
-            "node_seconds": {n: round(s, 6) for n, s in seconds.items()}})
+        new: list[dict[str, Any]] = []
+        if not ns:  # the run's messages are the graph's messages channel (a subgraph's are its own)
+            messages = chat_messages(values.get("messages"))
+            known = self._messages
+            new = messages[len(known):] if messages[:len(known)] == known else messages
+            self._messages = messages
+        if any(r.place.send is not None for r in ran):  # a Send fan-out: each task a step of its own
+            steps = [([r], [c for c in calls if c.get("_task") == r.place.task_ns], r.place.send) for r in ran]
+        else:
+            steps = [(ran, calls, None)]
+        skipped = False
+        for index, (tasks, taken, send) in enumerate(steps):
+            self._steps_seen += 1
+            if self._steps_seen <= self._skip_steps:
+                skipped = True
+                continue  # the fork's record: this step is the lineage's already
+            nodes = list(dict.fromkeys(r.place.node for r in tasks))
+            seconds: dict[str, float] = {}
+            for r in tasks:
+                seconds[r.place.node] = round(seconds.get(r.place.node, 0.0) + r.seconds, 6)
+            details: dict[str, Any] = {"graph": self.name, "superstep": superstep, "nodes": nodes,
+                                       "calls": _recorded(taken), "node_seconds": seconds}
+            if ns:
+                details["ns"] = ns_label(ns)
+            if send is not None:
+                details["send"] = send
+            self._run.record_super_step("+".join(nodes), new if index == len(steps) - 1 else [],
+                                        graph_state(values), details)
+        return skipped
+
+
+def _recorded(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A super-step's call entries as its record keeps them (without this execution's task ids)."""
+    return [{k: v for k, v in c.items() if not k.startswith("_")} for c in calls]
 
 
 def _seconds(start: datetime, end: datetime) -> float:
@@ -446,7 +521,10 @@ def recording_saver_class() -> type:
             self._runner = runner
 
         async def aput(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
-            self._runner.super_step(checkpoint, dict(metadata or {}))
+            skipped = self._runner.super_step(checkpoint, dict(metadata or {}),
+                                              str(((config or {}).get("configurable") or {}).get("checkpoint_ns") or ""))
+            if skipped:
+                await self._runner.answered_step()
             return await super().aput(config, checkpoint, metadata, new_versions)
 
         async def aput_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> Any:
@@ -468,4 +546,4 @@ def RecordingSaver(runner: GraphRunner) -> Any:  # noqa: N802 - a class made onc
 _saver_class: type | None = None
 
 
-__all__ = ["install", "active_graph_run", "GraphRunner", "current_node", "to_json", "chat_messages", "graph_state"]
+__all__ = ["GraphRunner", "to_json", "chat_messages", "graph_state"]

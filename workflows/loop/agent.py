@@ -529,14 +529,20 @@ class AgentWorkflow:
     def _count_model(self, response: LlmResponse) -> None:
         """A model call's tokens, cost and retries into this step's ledger."""
         usage = response.usage
+        self._count_call(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens, response.cost_usd,
+                         response.priced, response.attempt - 1)
+
+    def _count_call(self, prompt: int, completion: int, total: int, cost_usd: float, priced: bool,
+                    retries: int = 0) -> None:
+        """One model call into this step's ledger (call_llm's, or one a graph's node-level node made)."""
         ledger = self._model_ledger
-        ledger.prompt_tokens += usage.prompt_tokens
-        ledger.completion_tokens += usage.completion_tokens
-        ledger.total_tokens += usage.total_tokens
-        ledger.cost_usd += response.cost_usd
+        ledger.prompt_tokens += prompt
+        ledger.completion_tokens += completion
+        ledger.total_tokens += total
+        ledger.cost_usd += cost_usd
         ledger.model_calls += 1
-        ledger.model_retries += response.attempt - 1
-        ledger.unpriced_calls += 0 if response.priced else 1
+        ledger.model_retries += retries
+        ledger.unpriced_calls += 0 if priced else 1
         self._sync_status()
 
     def _add_messages(self, *messages: dict[str, Any]) -> None:

@@ -80,6 +80,16 @@ def code_change_line(recorded: dict[str, Any], now: dict[str, Any], run_id: str,
              if fork_step is not None else
              f"`rewind fork {run_id} --step K --branch NAME` with K a step before call {recorded['position']} "
              f"(`rewind tree {run_id}` lists them) continues from there")
+    if (recorded["kind"], recorded["label"]) == (now["kind"], now["label"]):
+        # The same call with other arguments: new code, or (the usual cause in a graph run) a value
+        # the code read outside the run that is not what it was when the call was recorded.
+        return (f"call {recorded['position']} ({recorded['kind']} call {recorded['label']!r}) asked other arguments "
+                f"({now['digest']}) on replay than the run recorded ({recorded['digest']}): the code changed under "
+                "the run, or what the call sends came from outside the run and changed since (a database, a file, "
+                "the clock, a global); a graph node that reads such things runs as one activity when "
+                f"rewind_node_options declares it {{'durability': 'node'}} (node {recorded['label']!r} or the one "
+                f"that wrote what it sends); {where} on the code as it is now, every call before it answered from "
+                "the record")
     return (f"the pipeline's code changed under the run: call {recorded['position']} is "
             f"{describe_call(recorded)} in the record, and the code now makes {describe_call(now)}; {where} "
             "on the new code, every call before it answered from the record")

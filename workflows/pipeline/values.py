@@ -91,9 +91,10 @@ def pipeline_failure(name: str, module: str, exc: BaseException, kind: str = "pi
     if restricted and kind == "graph":
         what = getattr(exc, "qualified_name", "") or str(exc).split(" from inside", 1)[0].removeprefix("Cannot access ")
         what = what.removesuffix(".__call__").removeprefix("__builtins__.").removeprefix("builtins.")
-        return (f"graph {name} called {what}{where}: a graph's nodes run as durable workflow code and must not "
-                "read the clock, draw random numbers or do I/O themselves; put I/O in a LangChain tool the node "
-                "calls (a tool of the worker, run as an activity) and model calls in a ChatOpenAI")
+        return (f"graph {name} called {what}{where}: outside its nodes (in its routing code, a conditional "
+                "edge's function, or an @entrypoint's own code) a graph runs as durable workflow code, which must "
+                "not read the clock, draw random numbers or do I/O; do that in a node (or an @task), which runs as "
+                "an activity when it does")
     if restricted:
         what = getattr(exc, "qualified_name", "") or str(exc).split(" from inside", 1)[0].removeprefix("Cannot access ")
         what = what.removesuffix(".__call__").removeprefix("__builtins__.").removeprefix("builtins.")

@@ -71,6 +71,9 @@ with workflow.unsafe.imports_passed_through():
         DESCRIBE_PIPELINE,
         GATHER_MIRROR_PATCH,
         GRAPH_ANSWER_ONCE_PATCH,
+        GRAPH_CARRIED_CHECKPOINTS_PATCH,
+        RECORD_BREATHES_PATCH,
+        GRAPH_CONTINUE_AS_NEW_PATCH,
         PIPELINE_CARRIED_CHECKPOINTS_PATCH,
         PIPELINE_WORKFLOW,
     )
@@ -145,6 +148,9 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         # A fork's record: the lineage's calls up to the fork point, answered again by position.
         self._record: dict[tuple[int, int], RecordedCall] = {}
         self._answered_calls: list[RecordedCall] = []
+        self._consumed: set[tuple[int, int]] = set()  # recorded calls answered already, by (position, attempt)
+        self._breaths = 0  # calls (and a graph's super-steps) answered from the record since the last breath
+        self._twins: dict[tuple[str, str, str, int], list[RecordedCall]] | None = None  # a graph's, by what they asked
         self._sets_applied = 0
         self._pipeline_name = ""
         self._default_model = ""
@@ -180,7 +186,8 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         fork_point = inp.resume.parent_checkpoint if inp.resume is not None else None
         self._fork_step = parse_checkpoint_id(fork_point)[2] if fork_point is not None else -1
         described = await workflow.execute_activity(
-            DESCRIBE_PIPELINE, DescribePipelineRequest(name=plan.name, arguments=plan.arguments, fork_point=fork_point),
+            DESCRIBE_PIPELINE, DescribePipelineRequest(name=plan.name, arguments=plan.arguments,
+                                                       fork_point=plan.record_until or fork_point),
             result_type=PipelineDescription, start_to_close_timeout=timedelta(seconds=120),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5), non_retryable_error_types=[CHECKPOINT_CONFLICT]),
         )
@@ -243,7 +250,8 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         history starts small and no call runs twice."""
         task = asyncio.ensure_future(code)
         while True:
-            await workflow.wait_condition(lambda: task.done() or (self._continuing and not self._running()))
+            await workflow.wait_condition(lambda: task.done() or (self._continuing and not self._running()
+                                                                  and not self._super_step_open()))
             if task.done():
                 return task.result()
             await self._drain_mirror(min(inp.mirror_drain_s, 10.0))
@@ -266,6 +274,19 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         self._events.live("code", f"c{self._emitted}", "custom", None,
                           {"data": json.loads(json.dumps(value, default=str)), "source": self._kind})
 
+    def _super_step_open(self) -> bool:
+        """A graph's super-step has calls that are not a step yet (a run hands over between super-steps)."""
+        return self._graph is not None and bool(self._graph.calls)
+
+    def hand_over_soon(self) -> None:
+        """A graph's super-step is a step: the run hands over to its next run here, between super-steps
+        (the nodes of the next one wait before their first live call), when Temporal suggests it."""
+        inp = self._input
+        assert inp is not None
+        if (not self._continuing and self._live_calls >= self._handover_at and self._should_continue_as_new(inp)
+                and workflow.patched(GRAPH_CONTINUE_AS_NEW_PATCH)):
+            self._continuing = True
+
     def draw(self) -> float:
         """ctx.random(): the run seed's next number."""
         self._draws += 1
@@ -280,11 +301,14 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
     def _can_carry(self) -> bool:
         """A pipeline's steps ride on its next model call as the loop's do, or on its next plain
         read-only tool call (two actions a step where it was three), and go to the mirror at once
-        before anything else it waits for; a graph's super-steps do not (their calls are not a
-        step until the super-step ends)."""
+        before anything else it waits for; a graph's super-steps ride on its next model call, plain
+        tool call or node-level node alike."""
         inp = self._input
-        return (inp is not None and not inp.fast and self._kind == "pipeline"
-                and workflow.patched(PIPELINE_CARRIED_CHECKPOINTS_PATCH))
+        if inp is None or inp.fast:
+            return False
+        if self._kind == "graph":  # a graph's super-steps ride on its next model call or node-level node
+            return workflow.patched(GRAPH_CARRIED_CHECKPOINTS_PATCH)
+        return self._kind == "pipeline" and workflow.patched(PIPELINE_CARRIED_CHECKPOINTS_PATCH)
 
     def replaying_record(self) -> bool:
         """The code is still before the last call of its record (a fork's, a continued run's)."""
@@ -294,10 +318,13 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         """The pipeline's function, imported here (inside the sandbox), and its arguments as
         its type hints want them (validated again: the worker checked the JSON). A graph's code
         is its runner's, on the graph the module defines (compiled afresh for this run)."""
-        module = importlib.import_module(spec.module)
+        # The module imports as in the user's own process (its environment, .env files, paths,
+        # clients built at import): only its nodes' and pipeline's code is guarded.
+        with workflow.unsafe.sandbox_unrestricted():
+            module = importlib.import_module(spec.module)
         registered = getattr(module, spec.attribute)
         if spec.kind == "graph":
-            self._graph = GraphRunner(self, spec.name, registered, fork_superstep=self._fork_superstep_of(described),
+            self._graph = GraphRunner(self, spec.name, registered, skip_steps=self._steps_of_record(described),
                                       sets=self._graph_sets(described), module=module)
             graph_input = dict(described.arguments)
             graph_input.update(self._sets_at_start(described))
@@ -311,7 +338,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         spent budget pauses the run until `rewind continue` raises it."""
         inp = self._input
         assert inp is not None
-        # A graph run does not hand over mid-way: its super-step's calls are not a step until it ends.
+        # A graph run hands over between super-steps (hand_over_soon): its calls are not a step until one ends.
         if (self._graph is None and not self._continuing and self._live_calls >= self._handover_at
                 and self._should_continue_as_new(inp)):
             self._continuing = True
@@ -328,10 +355,15 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         """The recorded answer of this call, if the lineage made the same call (position, kind,
         label, digest) before the fork point; the code's own request decides, not the overrides."""
         recorded = self._record.get((call.position, call.attempt))
-        if recorded is None:
-            return None
         inp = self._input
         assert inp is not None and inp.pipeline is not None
+        if self._kind == "graph" and not self._same(recorded, call):
+            # A graph's parallel nodes (a Send fan-out) make their calls in the order their answers
+            # let them: answered from the record, they come in another order than when they ran
+            # live. The same call not yet answered, wherever the record has it, is its answer.
+            recorded = self._twin(call) or recorded
+        if recorded is None or (recorded.position, recorded.attempt) in self._consumed:
+            return None
         if (recorded.kind, recorded.label, recorded.digest) != (call.kind, call.label, call.digest):
             own_after = inp.pipeline.own_after_step
             if own_after is not None and recorded.step > own_after:
@@ -341,7 +373,33 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         if recorded.step in inp.pipeline.redo_steps:
             return None  # `rewind redo`: this one runs again
         self._answered_calls.append(recorded)
+        self._consumed.add((recorded.position, recorded.attempt))
         return recorded
+
+    async def breathe(self, weight: int = 1) -> None:
+        """A call (`weight` 1) or a graph's super-step (`weight` 10: LangGraph's loop costs more)
+        answered from the record: every `_BREATHE_EVERY` of them the run waits on a 1 ms timer, so a
+        long record answered again in one go (a fork late in a long run, a continued run) ends its
+        workflow task before Temporal's deadlock detector (2 s) takes the code for stuck."""
+        self._breaths += weight
+        if self._breaths >= _BREATHE_EVERY and workflow.patched(RECORD_BREATHES_PATCH):
+            self._breaths = 0
+            await workflow.sleep(timedelta(milliseconds=1))
+
+    def _same(self, recorded: RecordedCall | None, call: PipelineCall) -> bool:
+        return (recorded is not None and (recorded.position, recorded.attempt) not in self._consumed
+                and (recorded.kind, recorded.label, recorded.digest) == (call.kind, call.label, call.digest))
+
+    def _twin(self, call: PipelineCall) -> RecordedCall | None:
+        """The first recorded call not yet answered that asked what `call` asks."""
+        if self._twins is None:
+            self._twins = {}
+            for found in sorted(self._record.values(), key=lambda c: (c.position, c.attempt)):
+                self._twins.setdefault((found.kind, found.label, found.digest, found.attempt), []).append(found)
+        for found in self._twins.get((call.kind, call.label, call.digest, call.attempt), []):
+            if (found.position, found.attempt) not in self._consumed:
+                return found
+        return None
 
     def _maybe_set_state(self, live: bool = False) -> None:
         """Each fork's `--set` of the lineage lands in ctx.state at its fork point: once every call
@@ -368,6 +426,9 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
     def _answered_upto(self, step: int) -> int:
         return sum(1 for c in self._answered_calls if c.step <= step)
 
+    def _activity_id(self, call: PipelineCall) -> str:
+        return call_activity_id(call)
+
     def _next_call(self, label: str, kind: str, request: Any) -> PipelineCall:
         position = self._positions
         self._positions += 1
@@ -392,19 +453,21 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         sent = list(conversation)  # the whole conversation, the repairs included
         new = list(conversation)  # what this attempt adds to it (its step's messages)
         attempt = 0
+        note = None  # why the answers may not be what the run asked for (LlmResponse.note)
         while True:
             this = call.model_copy(update={"attempt": attempt})
             recorded = self._from_record(this)
             if recorded is not None and recorded.message is not None:  # answered from a fork's record
                 message = recorded.message
                 self._maybe_set_state()
+                await self.breathe()
                 problem, value = parse_output(output, message) if output is not None else (None, None)
             else:
                 self._maybe_set_state(live=True)
                 await self._within_budget()
                 response = await self.ask_model(this, sent, schemas, chosen, temperature, response_format,
                                                 f"model call {label!r}")
-                message = response.message
+                message, note = response.message, response.note or note
                 problem, value = parse_output(output, message) if output is not None else (None, None)
                 self._record_call(this, [*new, message], [], model_view=response.model_view, model=chosen,
                                   invalid=problem)
@@ -414,7 +477,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
                 return value
             if attempt >= repairs:
                 raise OutputInvalid(f"model call {label!r}: the answer is not a valid {output.__name__} after "
-                                    f"{repairs} repair(s): {problem}")
+                                    f"{repairs} repair(s): {problem}" + (f" ({note})" if note else ""))
             attempt += 1
             new = [{"role": "user", "content": REPAIR_PROMPT.format(error=problem)}]
             sent = [*sent, message, *new]
@@ -480,6 +543,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         if recorded is not None and recorded.tool is not None:
             log = recorded.tool
             self._maybe_set_state()
+            await self.breathe()
         else:
             self._maybe_set_state(live=True)
             await self._within_budget()
@@ -522,7 +586,7 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         (nothing awaits in between, so the ledgers hold this call's spending alone). In a graph
         run the call joins its super-step's step instead (its answer kept for a fork)."""
         if self._graph is not None:
-            entry: dict[str, Any] = {**call.model_dump(exclude={"pipeline"}), "node": node}
+            entry: dict[str, Any] = {**call.model_dump(exclude={"pipeline"}), **self._graph.place()}
             if call.kind == "llm":
                 entry.update(message=messages[-1], model=model)
                 if response is not None:
@@ -590,6 +654,10 @@ def _kind_of(spec: Any) -> str:
         return "tool"
     return "pipeline" if spec.agent.pipeline else "agent"
 
+
+# Calls answered from the record between two 1 ms timers (PipelineWorkflow.breathe): an answered
+# call costs well under a millisecond, a graph's super-step run again a few (it weighs 10).
+_BREATHE_EVERY = 1000
 
 # A run makes this many live calls before it hands over to a new run (continue-as-new), and
 # as many more before it tries again when the store could not take its steps first.

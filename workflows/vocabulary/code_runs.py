@@ -13,9 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from workflows.vocabulary.contracts import ToolCallLog, ToolSpec
+from workflows.vocabulary.contracts import CarriedWrite, StepRecord, ToolCallLog, ToolSpec
 
-CallKind = Literal["llm", "tool", "agent", "pipeline", "interrupt"]  # interrupt: a graph's interrupt()
+# interrupt: a graph's interrupt(); node: a graph's node run as one activity (node-level durability)
+CallKind = Literal["llm", "tool", "agent", "pipeline", "interrupt", "node"]
 
 
 class PipelineSpec(BaseModel):
@@ -82,11 +83,63 @@ class SuperStepMark(BaseModel):
     step: int
     superstep: int
     nodes: list[str] = Field(default_factory=list)
+    ns: str = ""  # a subgraph's super-step: the subgraph's path (`outer/inner`)
+    send: int | None = None  # a Send fan-out's task: its index (each task a step of its own)
 
 
 class PipelineRecord(BaseModel):
     calls: list[RecordedCall] = Field(default_factory=list)
     supersteps: list[SuperStepMark] = Field(default_factory=list)  # a graph run's (empty for a pipeline)
+
+
+class HandedCall(BaseModel):
+    """A call a node made as workflow code before it needed an activity: answered with what it
+    returned when the node, run again as an activity, makes it again (not paid twice)."""
+
+    kind: Literal["llm", "tool"]
+    key: str  # what was asked: a model call's messages and tools, a tool's name and arguments (JSON)
+    message: dict[str, Any] | None = None  # a model call's assistant message
+    tool: ToolCallLog | None = None  # a tool call's log
+
+
+class GraphNodeRequest(BaseModel):
+    """One node (or @task) of a graph run as an activity (`run_graph_node`)."""
+
+    run_id: str
+    graph: str  # "module:attribute", as the worker offers it
+    node: str  # the node's name, or the @task's function name
+    task: bool = False  # a functional-API @task (its arguments in `state`, as (args, kwargs))
+    state: str  # the node's input, packed by LangGraph's serializer (workflows/graph/values.py)
+    step: int = 0  # LangGraph's super-step (the node's config metadata says it)
+    ns: str = ""  # LangGraph's checkpoint namespace of the node's task (an interrupt's id derives from it)
+    resume: list[Any] = Field(default_factory=list)  # values of the node's interrupt()s, in order
+    handed: list[HandedCall] = Field(default_factory=list)
+    models: dict[str, str] = Field(default_factory=dict)  # a run's or fork's --model: by node, "*" for all
+    prompt: str | None = None  # a fork's --prompt for this node: its model calls' system message
+    store: str | None = None  # a graph with a Store: its contents, packed (workflows/graph/store.py)
+    # Step records the activity writes as it starts (as a model call carries them: no mirror activity).
+    checkpoints: list[StepRecord] = Field(default_factory=list)
+
+
+class NodeModelCall(BaseModel):
+    """A chat model call a node-level node made: what the ledger counts of it."""
+
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = 0.0
+    priced: bool = True
+    handed: bool = False  # answered from a call the node made before it needed an activity (not paid again)
+
+
+class GraphNodeResult(BaseModel):
+    update: str | None = None  # the node's return value, packed
+    interrupts: str | None = None  # the node called interrupt(): LangGraph's Interrupts, packed
+    calls: list[NodeModelCall] = Field(default_factory=list)
+    seconds: float = 0.0
+    store_writes: str | None = None  # what the node wrote to the graph's Store, packed, in order
+    carried: CarriedWrite | None = None  # how the request's carried step records went
 
 
 PipelineDescription.model_rebuild()

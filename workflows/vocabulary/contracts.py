@@ -333,6 +333,10 @@ class PipelineRun(BaseModel):
     # this workflow (a fork's point; -1 for a run started afresh). The calls recorded after it
     # are this workflow's own, so code asking another call there changed under the run.
     own_after_step: int | None = None
+    # `rewind redo` of a graph's step: the branch starts at the step before it and its record
+    # reaches to this checkpoint (the head it was redone from): the steps after the redone one
+    # are answered from it where the graph asks the same calls again.
+    record_until: str | None = None
 
 
 class StateSet(BaseModel):
@@ -415,6 +419,9 @@ class LlmResponse(BaseModel):
     attempt: int = 1  # Temporal's attempt number of the activity that answered
     # How the request's carried checkpoints went (None: it carried none).
     checkpoints: "CarriedWrite | None" = None
+    # Why the answer may not be what the run asked for: the scripted offline model answered from
+    # its demo agent's canned turns (the model names no script of it).
+    note: str | None = None
 
     @model_serializer(mode="wrap")
     def _said_once(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -30,6 +30,7 @@ START_EXPERIMENT_BRANCH = "start_experiment_branch"  # fork one branch of an exp
 WATCH_EXPERIMENT_BRANCH = "watch_experiment_branch"  # until the branch ends or pauses for its budget
 SCORE_BRANCH = "score_branch"                        # a user's scorer on a branch's final checkpoint
 DESCRIBE_PIPELINE = "describe_pipeline"  # a pipeline's code location and checked arguments, the tools it may call
+RUN_GRAPH_NODE = "run_graph_node"  # one node (or @task) of a graph run as an activity: node-level durability
 
 # -- queries and signals of AgentWorkflow -------------------------------------
 STATUS_QUERY = "status"
@@ -46,6 +47,7 @@ CHECKPOINT_CONFLICT = "CheckpointConflict"   # a checkpoint that can never be st
 AGENT_RUN_FAILED = "AgentRunFailed"          # the run's own failure, with its reason
 DECISION_REFUSED = "DecisionRefused"         # an approval decision the run cannot take (it is unchanged)
 SCORER_UNUSABLE = "ScorerUnusable"           # a scorer that cannot be loaded or returns no score: not retried
+GRAPH_NODE_FAILED = "GraphNodeFailed"        # a node-level node raised: LangGraph's own retry policy, not Temporal's
 
 # -- search attributes (Keyword, registered by the client before a run starts) --
 # `temporal workflow list --query "RewindRunId='r1'"` finds every branch of a run.
@@ -62,6 +64,9 @@ MEMO_RESUMED = "resumed_from"  # `rewind resume`: the revision this workflow res
 # A pipeline's model call names its label in this request header (servers ignore it;
 # the scripted model answers by it).
 LABEL_HEADER = "X-Rewind-Label"
+# The scripted offline model's answers from its demo agent's canned turns (a model it has no
+# script for) carry this system_fingerprint: a run whose answer did not fit says why.
+DEMO_TURNS_FINGERPRINT = "rewind-demo-turns"
 
 # -- external payload storage (driver names inside history's payload references) --
 LOCAL_PAYLOAD_DRIVER = "rewind.local"   # rewind/temporal/payloads.py LocalStorageDriver (a payload folder)
@@ -98,6 +103,15 @@ GRAPH_ANSWER_ONCE_PATCH = "graph-answer-once"
 # step written at once by the mirror activity, instead of waiting for the next call to carry it: the
 # finished call shows in `rewind show` / `tree` while the group goes on.
 GATHER_MIRROR_PATCH = "finished-calls-mirrored-while-group-runs"
+# A graph run continues as new between super-steps, as a pipeline does between calls: the next run
+# runs the graph again with every call answered from the record.
+GRAPH_CONTINUE_AS_NEW_PATCH = "graph-continue-as-new"
+# A graph's super-step records ride on its next model call, plain tool call or node-level node's
+# activity (which writes them as it starts) instead of a mirror activity each.
+GRAPH_CARRIED_CHECKPOINTS_PATCH = "graph-checkpoints-ride-calls"
+# A pipeline or graph answering a long record again (a fork late in a run, a continued run) waits on a
+# 1 ms timer every few hundred answers, so one workflow task never outlasts the deadlock detector.
+RECORD_BREATHES_PATCH = "record-answers-breathe"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -115,12 +129,13 @@ def tool_task_queue(task_queue: str, tool_name: str) -> str:
 __all__ = [
     "AGENT_WORKFLOW", "COMPENSATION_WORKFLOW", "EXPERIMENT_WORKFLOW", "SCORE_WORKFLOW", "DESCRIBE_TOOLS_WORKFLOW",
     "CALL_LLM", "DESCRIBE_TOOLS", "RUN_TOOL", "COMPENSATE_TOOL", "MIRROR_STEP", "MIRROR_STEPS", "CHECK_TOOL_CALL",
-    "START_EXPERIMENT_BRANCH", "WATCH_EXPERIMENT_BRANCH", "SCORE_BRANCH",
+    "START_EXPERIMENT_BRANCH", "WATCH_EXPERIMENT_BRANCH", "SCORE_BRANCH", "RUN_GRAPH_NODE",
     "STATUS_QUERY", "RAISE_LIMITS_SIGNAL", "SUBAGENT_STATE_SIGNAL", "DECIDE_UPDATE", "EXPERIMENT_STATUS_QUERY", "RAISE_EXPERIMENT_BUDGET_SIGNAL",
-    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED", "SCORER_UNUSABLE",
+    "LLM_REJECTED", "TOOL_NOT_REGISTERED", "CHECKPOINT_CONFLICT", "AGENT_RUN_FAILED", "DECISION_REFUSED", "SCORER_UNUSABLE", "GRAPH_NODE_FAILED",
     "SA_RUN_ID", "SA_BRANCH", "SA_MODEL", "SA_STATE", "SEARCH_ATTRIBUTES",
-    "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER",
+    "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER", "LABEL_HEADER", "DEMO_TURNS_FINGERPRINT",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
     "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GATHER_MIRROR_PATCH",
+    "GRAPH_CONTINUE_AS_NEW_PATCH", "GRAPH_CARRIED_CHECKPOINTS_PATCH", "RECORD_BREATHES_PATCH",
     "tool_task_queue",
 ]

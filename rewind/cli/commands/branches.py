@@ -202,11 +202,13 @@ def register(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("run", help=RUN_HELP)
     p.add_argument("--step", type=COUNT, required=True, help="the step whose model call asked for the tool calls")
     p.add_argument("--call", metavar="CALL_ID", help="the tool call to run again (`rewind show` lists them); a "
-                                                     "pipeline's step is one call: --step alone says which")
+                                                     "pipeline's step is one call, a graph's step its super-step "
+                                                     "(one send of a fan-out): --step alone says which")
     p.add_argument("--from-branch", default="main", help="the branch the step is on")
     p.add_argument("--branch", help="name of the new branch (default: redo-STEP-CALL)")
     p.add_argument("--system-prompt", help="the redone sub-agent's system prompt instead of its declaration's")
-    p.add_argument("--model", help="the redone sub-agent's model instead of its declaration's")
+    p.add_argument("--model", help="the redone sub-agent's model instead of its declaration's (a graph's step: "
+                                   "its nodes' model calls')")
     _side_effects_argument(p)
     p.add_argument("--wait", action="store_true", help=WAIT_HELP)
 

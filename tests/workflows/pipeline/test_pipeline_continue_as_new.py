@@ -16,18 +16,9 @@ from activities.code.pipelines import PipelineRegistry
 from activities.tools.registry import ToolRegistry
 from activities.model.llm import ModelEndpoint
 from checkpoint_bridge.checkpoints.store import open_checkpoint_store
-from helpers import outputs_of, read_events
+from helpers import chain_events, outputs_of, read_events
 from rewind.client import pipeline_input, start_run
 from workflows.vocabulary.status import RunLimits
-
-
-async def _chain_events(client, workflow_id: str) -> list:
-    """Every event of every run of the workflow (its continue-as-new chain)."""
-    events = []
-    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
-        handle = client.get_workflow_handle(workflow_id, run_id=execution.run_id)
-        events += [e async for e in handle.fetch_history_events()]
-    return events
 
 
 async def test_a_long_pipeline_continues_as_new_without_running_a_call_twice(client, settings, model, tmp_path,
@@ -52,7 +43,7 @@ async def test_a_long_pipeline_continues_as_new_without_running_a_call_twice(cli
     assert status.continued_as_new >= 2, status
     assert status.step == 2 * pairs + 1 and status.llm_calls == pairs and status.tool_calls_done == pairs, status
 
-    events = await _chain_events(client, inp.run_id)
+    events = await chain_events(client, inp.run_id)
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
                  if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
     assert scheduled.count("call_llm") == pairs and scheduled.count("run_tool") == pairs, scheduled
