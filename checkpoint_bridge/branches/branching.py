@@ -59,6 +59,7 @@ from workflows.vocabulary.contracts import (
     AgentInput,
     AgentResult,
     DescribeToolsResponse,
+    GraphTurn,
     Ledger,
     LineageEffect,
     LoopState,
@@ -69,7 +70,13 @@ from workflows.vocabulary.contracts import (
     RunLimits,
     ToolSpec,
 )
-from workflows.vocabulary.errors import CheckpointNotUsableError, RunExistsError, StepNotFoundError, UsageError
+from workflows.vocabulary.errors import (
+    CheckpointNotUsableError,
+    RunActiveError,
+    RunExistsError,
+    StepNotFoundError,
+    UsageError,
+)
 from workflows.vocabulary.ids import parse_subagent_branch, validate_id, workflow_id_for
 from workflows.vocabulary.tool_calls import NOT_EXECUTED, with_system_prompt
 from workflows.vocabulary.wire import DESCRIBE_TOOLS, RUN_TOOL
@@ -96,6 +103,10 @@ class Launcher:
     transcripts: TranscriptWriter
     redact: Callable[[str], str] = field(default=lambda text: text)
 
+
+
+# What a branch runs besides its source's input: `then(input, step it starts from)` (with_turn).
+Then = Callable[[AgentInput, int], AgentInput]
 
 
 @dataclass
@@ -330,8 +341,12 @@ async def fork(
     limit_overrides: dict[str, Any] | None = None, llm_overrides: dict[str, Any] | None = None,
     subagent_overrides: dict[str, dict[str, str]] | None = None, side_effects: str = "run",
     prompts: dict[str, str] | None = None, models: dict[str, str] | None = None,
+    then: Then | None = None,
 ) -> ForkResult:
     """Start branch `branch` of `run_id` from checkpoint `step` of `from_branch`.
+
+    `then(input, step)`: what the branch runs besides, from the input it would run with (a graph
+    run's next invocation on its thread, `with_turn`).
 
     A pipeline's branch runs its code again, each call recorded up to the fork point answered
     from the record: `prompts` / `models` ({label: ...}; a plain `model` is every call's)
@@ -380,6 +395,8 @@ async def fork(
                                    model=model)
     if base.pipeline is not None:
         model = None
+    if then is not None:
+        base = then(base, cp.step_index)
     return await start_from(client, launcher, cp, base, branch, branch,
                              system_prompt=system_prompt, model=model, tools=tools, variables=variables, limits=limits,
                              effects=lineage_effects_of(cp, source.input) + await subagent_effects(store, cp)
@@ -566,9 +583,9 @@ async def _effects_of(client: Client, workflow_id: str, after: int, *, called_at
 
 async def rollback(
     client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, step: int, *,
-    branch: str = "main", compensate: bool = False,
+    branch: str = "main", compensate: bool = False, then: Then | None = None,
 ) -> RollbackResult:
-    """Roll branch `branch` back to `step` in place and continue it from there."""
+    """Roll branch `branch` back to `step` in place and continue it from there (`then`: as fork's)."""
     validate_id("run", run_id)
     validate_id("branch", branch)
     if parse_subagent_branch(split_revision(branch)[0]) is not None:
@@ -629,12 +646,54 @@ async def rollback(
                               idempotency_key=e.idempotency_key, branch_id=storage_of.get(e.workflow_id) or branch,
                               step=e.step, origin="discarded")
                 for e in effects if e.idempotency_key not in undone_keys]
-    continued = await start_from(client, launcher, cp, input_for(cp, source.input), branch,
+    base = input_for(cp, source.input)
+    continued = await start_from(client, launcher, cp, then(base, step) if then is not None else base, branch,
                                   revision_branch(branch, next_revision),
                                   effects=lineage_effects_of(cp, source.input, standing) + await subagent_effects(store, cp),
                                   described=source.tools)
     result = RollbackResult(run_id, branch, step, stopped, sorted(invalidated), effects, continued, compensations)
     return result
+
+
+def with_turn(graph_input: dict[str, Any] | None = None, command: dict[str, Any] | None = None) -> Then:
+    """A `then` that invokes a graph run again on its thread (PipelineRun.turns): with `graph_input`,
+    or with LangGraph's Command (`resume`, `update`, `goto`), after the step the branch starts from."""
+
+    def then(base: AgentInput, step: int) -> AgentInput:
+        if base.pipeline is None or ":" not in base.pipeline.name:
+            raise UsageError(f"run {base.run_id!r} is not a graph run: only a graph run is invoked again on its thread")
+        turn = GraphTurn(after_step=step, input=graph_input, command=command)
+        return base.model_copy(update={"pipeline": base.pipeline.model_copy(update={
+            "turns": [*base.pipeline.turns, turn]})})
+
+    return then
+
+
+async def continue_branch(
+    client: Client, launcher: Launcher, store: CheckpointStore, run_id: str, then: Then, *, branch: str = "main",
+    stop: str | None = None,
+) -> ForkResult:
+    """The next revision of `branch`, from its head (its last step that did not fail), running what
+    `then(input, head)` adds: a graph run invoked again on its thread. Nothing of the line before the
+    head runs again. A branch that still runs is stopped first when `stop` says why (its steps so
+    far are kept: they are the head), else refused (RunActiveError)."""
+    validate_id("run", run_id)
+    branch = await current_name(store, run_id, validate_id("branch", branch))
+    workflows = await branch_workflows(client, run_id, branch)
+    if workflows and (await workflows[-1][1].describe()).status == WorkflowExecutionStatus.RUNNING:
+        if stop is None:
+            raise RunActiveError(f"branch {branch!r} of run {run_id!r} still runs; wait for it, or stop it first")
+        await _stop(workflows[-1][1], stop)
+    line = await lineage(store, run_id, branch)
+    head = next((s for s in reversed(line) if s.status != "failed"), line[0])
+    cp = await checkpoint_at(store, await resolve_step(store, run_id, branch, head.step_index))
+    source = await source_of(client, workflows[-1][1].id) if workflows else Source(None)
+    stored = await revisions(store, run_id, branch)
+    next_revision = max([split_revision(b)[1] for b in stored] + [len(workflows) - 1]) + 1
+    return await start_from(client, launcher, cp, then(input_for(cp, source.input), cp.step_index), branch,
+                            revision_branch(branch, next_revision),
+                            effects=lineage_effects_of(cp, source.input) + await subagent_effects(store, cp),
+                            described=source.tools)
 
 
 async def subagent_effects(store: CheckpointStore, cp: AgentCheckpoint, depth: int = 0) -> list[LineageEffect]:

@@ -285,6 +285,9 @@ class Settings:
     # `rewind serve` (rewind/serve/auth.py): every request must carry this key; without it the
     # server binds only to loopback. A secret: never logged, never shown (repr=False).
     api_key: str = field(default="", repr=False)
+    # `rewind serve`'s auth hook, MODULE:FUNCTION (rewind/serve/agent/identity.py): called per
+    # request, it names the caller (who then owns the threads and runs it creates) or refuses.
+    serve_auth: str | None = None
     # The environment it was read from: what `${VAR}` references in the MCP file are filled
     # in from, and what `rewind dev` hands its worker.
     environ: dict[str, str] = field(default_factory=dict, repr=False)
@@ -385,6 +388,7 @@ class Settings:
             mcp_config=read.str("REWIND_MCP_CONFIG"),
             approve_destructive=read.flag("REWIND_APPROVE_DESTRUCTIVE"),
             api_key=read.raw("REWIND_API_KEY") or "",
+            serve_auth=read.str("REWIND_SERVE_AUTH"),
             environ=dict(env),
         )
 

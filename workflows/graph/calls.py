@@ -59,6 +59,25 @@ class GraphRunCalls:
                 out.append((mark.ns, mark.superstep, mark.nodes[-1], mark.send, dict(found.values)))
         return out
 
+    def _graph_turns(self, described: PipelineDescription) -> list[tuple[Any, int, bool]]:
+        """The thread's later invocations (PipelineRun.turns) as (turn, steps, live): the graph is
+        invoked with a turn once it has gone through `steps` of the record's steps (those up to the
+        head the turn was given at); `live`: the turn is this workflow's own (its input step is not
+        in the record)."""
+        inp = self._input
+        assert inp is not None and inp.pipeline is not None
+        marks = self._marks(described)
+        return [(turn, len([m for m in marks.values() if m.step <= turn.after_step]),
+                 turn.after_step >= self._fork_step) for turn in inp.pipeline.turns]
+
+    def record_turn_input(self, new_messages: list[dict[str, Any]], variables: dict[str, Any]) -> None:
+        """A turn's input applied to the thread (LangGraph's input checkpoint): a step labelled
+        `input`, holding the channels as the input left them (not a call: nothing to answer)."""
+        self._step_messages = list(new_messages)
+        self._state.unsent.extend(new_messages)
+        self._state.step += 1
+        self._record_step("input", variables=variables, model=self._default_model)
+
     def _sets_at_start(self, described: PipelineDescription) -> dict[str, Any]:
         """A `--set` at the run's start step (before any node): into the graph's input."""
         inp = self._input

@@ -119,7 +119,8 @@ class GraphRunner:
     calls, and records a step when LangGraph checkpoints a super-step."""
 
     def __init__(self, run: Any, name: str, graph: Any, *, skip_steps: int,
-                 sets: list[tuple[str, int, str, int | None, dict[str, Any]]], module: Any = None) -> None:
+                 sets: list[tuple[str, int, str, int | None, dict[str, Any]]], module: Any = None,
+                 turns: list[tuple[Any, int, bool]] | None = None) -> None:
         self._run = run
         self.name = name
         self._graph = graph
@@ -148,6 +149,11 @@ class GraphRunner:
         self._options = node_options(module, name) if module is not None else {}
         self._needs_activity: set[str] = set()
         self.store: Any = None  # the graph's Store in this run, when it was compiled with one
+        # The thread's later invocations (GraphTurn, the record's steps before it, whether it is live),
+        # and whether a live turn's input is still to be recorded as its `input` step.
+        self._turns = list(turns or [])
+        self._input_due = False
+        self._turned = False  # a turn has been given: its input checkpoints are the thread's next inputs
 
     # -- running -------------------------------------------------------------------------
     async def run(self, graph_input: dict[str, Any]) -> Any:
@@ -163,6 +169,14 @@ class GraphRunner:
             out = await app.ainvoke(graph_input, config, durability="sync")
             while True:
                 waiting = [(t.name, i) for t in (await app.aget_state(config)).tasks for i in t.interrupts]
+                # The thread's next invocation: once the previous one has ended, or at the interrupt it
+                # waited on when the turn was given (its record up to there gone through).
+                if self._turns and (not waiting or self._steps_seen >= self._turns[0][1]):
+                    turn, _steps, live = self._turns.pop(0)
+                    self._input_due = live and turn.input is not None
+                    self._turned = True
+                    out = await app.ainvoke(_turn_value(turn, [i for _, i in waiting]), config, durability="sync")
+                    continue
                 if not waiting:
                     return self._answer(out)
                 # The interrupted nodes run again from their start when resumed (LangGraph's way):
@@ -415,6 +429,17 @@ class GraphRunner:
         return log.output
 
     # -- super-steps -------------------------------------------------------------------
+    def _turn_input(self, values: dict[str, Any]) -> None:
+        """LangGraph applied an invocation's input to the thread: the messages as they now stand
+        and, for a turn of this workflow's own, its `input` step."""
+        messages = chat_messages(values.get("messages"))
+        known = self._messages
+        new = messages[len(known):] if messages[:len(known)] == known else messages
+        self._messages = messages
+        if self._input_due:
+            self._input_due = False
+            self._run.record_turn_input(new, graph_state(values))
+
     def task_returned(self, value: Any) -> None:
         """An @entrypoint's @task returned (LangGraph saved its result): the task's step, with the
         calls it made (and those the entrypoint's own code made since the last step)."""
@@ -443,6 +468,9 @@ class GraphRunner:
         ran = [r for r in self._ran if r.place.graph_ns == ns]
         self._ran = [r for r in self._ran if r.place.graph_ns != ns]
         if self.functional:
+            return False
+        if not ns and self._turned and metadata.get("source") == "input":
+            self._turn_input(checkpoint.get("channel_values") or {})
             return False
         superstep = metadata.get("step")
         if not ran:
@@ -483,6 +511,20 @@ class GraphRunner:
             self._run.record_super_step("+".join(nodes), new if index == len(steps) - 1 else [],
                                         graph_state(values), details)
         return skipped
+
+
+def _turn_value(turn: Any, waiting: list[Any]) -> Any:
+    """What LangGraph is invoked with for a turn: its input, or its Command (a resume given as one
+    value answers every interrupt the graph waits on)."""
+    from langgraph.types import Command
+
+    if turn.command is None:
+        return dict(turn.input or {})
+    command = dict(turn.command)
+    if "resume" in command and len(waiting) > 1 and not (
+            isinstance(command["resume"], dict) and set(command["resume"]) <= {i.id for i in waiting}):
+        command["resume"] = {i.id: command["resume"] for i in waiting}
+    return Command(**{k: v for k, v in command.items() if k in ("resume", "update", "goto")})
 
 
 def _recorded(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -325,7 +325,8 @@ class PipelineWorkflow(GraphRunCalls, AgentWorkflow):
         registered = getattr(module, spec.attribute)
         if spec.kind == "graph":
             self._graph = GraphRunner(self, spec.name, registered, skip_steps=self._steps_of_record(described),
-                                      sets=self._graph_sets(described), module=module)
+                                      sets=self._graph_sets(described), module=module,
+                                      turns=self._graph_turns(described))
             graph_input = dict(described.arguments)
             graph_input.update(self._sets_at_start(described))
             return (lambda _ctx, **_: self._graph.run(graph_input)), {}  # type: ignore[union-attr]

@@ -337,6 +337,20 @@ class PipelineRun(BaseModel):
     # reaches to this checkpoint (the head it was redone from): the steps after the redone one
     # are answered from it where the graph asks the same calls again.
     record_until: str | None = None
+    # A graph run's later invocations on its thread (the Agent Server API's runs on a thread,
+    # docs/agent-server.md): each a new revision or fork of the line that carries every turn
+    # given so far, the earlier ones answered from the record like the rest of it.
+    turns: list["GraphTurn"] = Field(default_factory=list)
+
+
+class GraphTurn(BaseModel):
+    """A graph run invoked again on its thread: LangGraph's `graph.ainvoke(input)` (or
+    `graph.ainvoke(Command(...))`) on the same thread, once the invocation before it has ended
+    or waits on an interrupt() that this turn answers instead of a person."""
+
+    after_step: int  # the thread's head when the turn was given: it applies after the record up to there
+    input: dict[str, Any] | None = None
+    command: dict[str, Any] | None = None  # LangGraph's Command: resume, update, goto
 
 
 class StateSet(BaseModel):
