@@ -114,7 +114,9 @@ async def fetch(page: str) -> str:
 
 WATCHED_GRAPH = '''
 import operator
+import pathlib
 import sqlite3
+import time
 from typing import Annotated, TypedDict
 
 from langchain_openai import ChatOpenAI
@@ -135,6 +137,9 @@ async def plan(state: State) -> dict:
 
 
 def count(state: State) -> dict:
+    # custom events are live only: the test lets the node go on once its watcher reads the stream
+    while not pathlib.Path({go!r}).exists():
+        time.sleep(0.05)
     with sqlite3.connect({db!r}) as db:  # its own I/O: the node runs as one activity
         rows = db.execute("select count(*) from items").fetchone()[0]
     get_stream_writer()({{"phase": "counted", "rows": rows}})
@@ -338,7 +343,8 @@ async def test_a_graph_run_streams_its_tokens_node_updates_and_writers(world, tm
     with sqlite3.connect(db) as conn:
         conn.execute("create table items (name text)")
         conn.executemany("insert into items values (?)", [("tea",), ("cake",)])
-    (folder / "watched_graph.py").write_text(WATCHED_GRAPH.format(db=str(db)))
+    go = tmp_path / "watcher-is-reading"
+    (folder / "watched_graph.py").write_text(WATCHED_GRAPH.format(db=str(db), go=str(go)))
     name = f"g-{uuid.uuid4().hex[:8]}"
     answer = "First count the items, then report."
     world.model.add_script(name, {"plan": [{"content": answer, "stream": {"tokens_per_s": 50}}]})
@@ -350,6 +356,9 @@ async def test_a_graph_run_streams_its_tokens_node_updates_and_writers(world, tm
                           "--model", f"script:{name}", "--run-id", "graph-watch")
         watcher = Watcher(cli, cli_env, "graph-watch")
         try:
+            await watcher.until("the plan's answer", lambda found: any(
+                e["type"] == "model.completed" for e in found), timeout_s=120)
+            go.touch()
             assert await watcher.exit_code(120) == 0, watcher.error()
         finally:
             watcher.stop()
