@@ -634,17 +634,20 @@ class ScriptedModelServer:
 
     def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0, dialect: str = "openai",
                  tokens_per_s: float = 0.0, stream_mode: str = "sse", arguments_tokens_per_s: float | None = None,
-                 stream_usage: bool = True):
+                 stream_usage: bool = True, chunk_times: bool = False):
         """`tokens_per_s`: how fast a streamed answer comes (0: as fast as it can be written; a
         script turn's "stream" sets its own), `arguments_tokens_per_s` its tool calls' arguments
         (None: as fast); `stream_mode` "whole" or "refuse": a provider that cannot stream
-        (scripted_stream.py); `stream_usage` False: one whose streams never carry usage.
+        (scripted_stream.py); `stream_usage` False: one whose streams never carry usage;
+        `chunk_times`: each streamed request's log entry has `chunk_times`, when each token's
+        chunk was written (time.time(): what a benchmark times a watcher's deltas against).
         `pace` may be set while the server runs."""
         if dialect not in DIALECTS:
             raise ScriptError(f"dialect must be one of {sorted(DIALECTS)}, got {dialect!r}")
         self.latency_ms, self.host, self.port, self.dialect = latency_ms, host, port, dialect
         self.pace = Pace(stream_mode, tokens_per_s, arguments_tokens_per_s)
         self.stream_usage = stream_usage
+        self.chunk_times = chunk_times
         self.base_url = ""
         # One lock for all mutable state: the server may run in its own thread
         # while tests add scripts and faults from another.
@@ -755,6 +758,9 @@ class ScriptedModelServer:
             "tokens": sum(1 for _, token in chunks if token is not None),  # the token chunks of a streamed answer
             "finished": not streamed,  # a streamed answer: once its last chunk went out
         }
+        written: list[float] | None = None
+        if streamed and self.chunk_times:
+            written = entry["chunk_times"] = []  # filled as the chunks go out
         with self._lock:
             self._log.append(entry)
         if delivery.cut_after is not None and not streamed:
@@ -762,7 +768,7 @@ class ScriptedModelServer:
                 request.transport.abort()  # a connection lost before the answer
             return web.Response(status=status)
         if streamed:
-            response, done = await scripted_stream.stream(request, chunks, delivery.pace, delivery.cut_after)
+            response, done = await scripted_stream.stream(request, chunks, delivery.pace, delivery.cut_after, written)
             with self._lock:
                 entry["finished"] = done
             return response
