@@ -6,13 +6,12 @@ The streaming benchmark (bench/b17_streaming.py) times a watcher's deltas agains
 moment the provider wrote each token: the server's `chunk_times` (a time per token chunk in
 its request log, rewind/worker/scripted_model.py). In a process of its own, its writes are
 not held back by the benchmark's readers (one interpreter lock), nor theirs by it.
-`ModelProcess` starts it and talks to its admin routes (scripts, faults, the request log).
+`ModelProcess` starts it and talks to its admin routes (scripts, the request log, a reset).
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,18 +19,7 @@ from typing import Any
 
 import httpx
 
-from rewind.worker.scripted_model import ScriptedModelServer
-
-
-async def _serve() -> None:
-    server = ScriptedModelServer(chunk_times=True)
-    print(await server.start(), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await server.stop()
+from rewind.worker.scripted_model import ScriptedModelServer, serve_until_stopped
 
 
 class ModelProcess:
@@ -78,4 +66,4 @@ class ModelProcess:
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve())
+    asyncio.run(serve_until_stopped(ScriptedModelServer(chunk_times=True)))

@@ -61,7 +61,7 @@ from workflows.vocabulary.contracts import DEFAULT_MODEL
 from workflows.vocabulary.errors import ScriptError
 from workflows.vocabulary.wire import LABEL_HEADER
 
-__all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
+__all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main", "serve_until_stopped"]
 
 # A fixed `created` keeps responses byte-identical across retries.
 CREATED = 1_700_000_000
@@ -895,8 +895,12 @@ class ScriptedModelServer:
 
 
 async def _serve(host: str, port: int, latency_ms: float, dialect: str, tokens_per_s: float, stream_mode: str) -> None:
-    server = ScriptedModelServer(latency_ms=latency_ms, host=host, port=port, dialect=dialect,
-                                 tokens_per_s=tokens_per_s, stream_mode=stream_mode)
+    await serve_until_stopped(ScriptedModelServer(latency_ms=latency_ms, host=host, port=port, dialect=dialect,
+                                                  tokens_per_s=tokens_per_s, stream_mode=stream_mode))
+
+
+async def serve_until_stopped(server: ScriptedModelServer) -> None:
+    """Serve `server` in this process, its base URL printed once it listens, until SIGINT or SIGTERM."""
     print(await server.start(), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
