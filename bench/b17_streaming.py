@@ -43,8 +43,8 @@ from typing import Any
 
 import httpx
 
-from bench.common import (REPO, Section, WorkerProcess, history_breakdown, history_events, log, median, percentile,
-                          start_agent, wait_floor_polling, wait_polling)
+from bench.common import (REPO, ProcSampler, Section, WorkerProcess, history_breakdown, history_events, log, median,
+                          percentile, start_agent, wait_floor_polling, wait_polling)
 from bench.stream_model import ModelProcess
 from rewind.local.testing import LoggedProcess
 from rewind.worker.scripted_stream import pieces
@@ -181,6 +181,11 @@ class Stack:
         lines = [json.loads(line) for line in self.gate_log.read_text().splitlines() if line.strip()]
         return [e["at"] for e in lines if e.get("kind") == "gate_start" and e.get("gate") == str(gate)]
 
+    def pids(self) -> dict[str, int]:
+        """The processes part 4 samples: the worker, the dev server, the model, this one (the watchers)."""
+        return {"worker": self.worker.pid, "dev server": self.server.process.pid, "model": self.model.process.pid,
+                "benchmark (watchers)": os.getpid()}
+
     def stop(self, proc: Any) -> None:
         with contextlib.suppress(Exception):
             proc.stop()
@@ -278,6 +283,7 @@ async def part_history(stack: Stack, reps: int) -> dict[str, Any]:
     for key, rs in runs.items():
         out[key] = {"events": median([r["events"] for r in rs]), "events_min": min(r["events"] for r in rs),
                     "events_max": max(r["events"] for r in rs), "bytes": median([r["bytes"] for r in rs]),
+                    "bytes_min": min(r["bytes"] for r in rs), "bytes_max": max(r["bytes"] for r in rs),
                     "model_result_bytes": median([r["model_result_bytes"] for r in rs]),
                     "streamed": all(r["streamed"] for r in rs), "tokens": rs[0]["tokens"],
                     "deltas_seen": median([r["deltas_seen"] for r in rs])}
@@ -420,15 +426,21 @@ async def _to_the_end(stack: Stack, batch: dict[str, Any]) -> dict[str, float]:
     gate, and from the gate's opening to the last run's end."""
     await until(lambda: len(stack.gate_starts(batch["gate"])) >= len(batch["names"]), READY_S, "every run at its gate")
     at_gate = max(stack.gate_starts(batch["gate"])) - batch["began"]
-    return {"at_gate_s": at_gate, **await _release(batch)}
+    return {"at_gate_s": at_gate, **await _release(batch, stack.pids())}
 
 
-async def _release(batch: dict[str, Any]) -> dict[str, Any]:
+async def _release(batch: dict[str, Any], pids: dict[str, int]) -> dict[str, Any]:
+    """Open the gate; how long until every run ended, and the CPU of `pids` meanwhile (% of a core)."""
+    samplers = {name: ProcSampler(pid, 0.1).start() for name, pid in pids.items()}
     released = time.time()
     batch["gate"].touch()
     results = await asyncio.gather(*(h.result() for h in batch["handles"]))
-    return {"released": released, "open_to_end_s": time.time() - released,
-            "failed_runs": sum(1 for r in results if r.status.state != "completed")}
+    ended = time.time()
+    for sampler in samplers.values():
+        sampler.stop()
+    return {"released": released, "open_to_end_s": ended - released,
+            "failed_runs": sum(1 for r in results if r.status.state != "completed"),
+            "cpu_pct": {name: sampler.summary()["cpu_avg_pct"] for name, sampler in samplers.items()}}
 
 
 async def part_concurrent(stack: Stack, runs: int, tokens: int, tokens_per_s: int) -> dict[str, Any]:
@@ -451,7 +463,7 @@ async def part_concurrent(stack: Stack, runs: int, tokens: int, tokens_per_s: in
                 not_ready = sum(1 for s_ in seen.values() if not at_gate(s_))
             watched = {"at_gate_s": max(stack.gate_starts(batch["gate"]), default=batch["began"]) - batch["began"],
                        "watchers_at_gate_s": time.time() - batch["began"]}
-            watched.update(await _release(batch))
+            watched.update(await _release(batch, {**stack.pids(), "rewind serve": serve.pid}))
             done, pending = await asyncio.wait(tasks, timeout=120)
             for t in pending:
                 t.cancel()
@@ -674,7 +686,9 @@ def _report(sec: Section, hist: dict, rates: dict, conc: dict, ws: dict | None, 
                          "= 1.00x", _met(same_size)])
     sec.verdicts.append(
         f"History per streamed call equal to the unstreamed call's: {_met(same_call)} ({s200['events']} events "
-        f"against {u200['events']}, {s200['bytes']:,} bytes against {u200['bytes']:,}); a 200-word answer as many "
+        f"against {u200['events']}; {s200['bytes_min']:,}-{s200['bytes_max']:,} bytes against "
+        f"{u200['bytes_min']:,}-{u200['bytes_max']:,} over the repeats: ids and times recorded in history vary by a few "
+        f"tens of bytes from run to run, streamed or not); a 200-word answer as many "
         f"events as a 20-word one: {_met(same_size)} ({s200['events']} and {s20['events']}; the bytes differ by the "
         f"answer's own text in the model call's recorded result, {s200['model_result_bytes'] - s20['model_result_bytes']:,} "
         "bytes, streamed or not)."
@@ -717,6 +731,7 @@ def _report(sec: Section, hist: dict, rates: dict, conc: dict, ws: dict | None, 
         "token is one of a burst held up in the worker for 10-30 ms on this loaded machine.")
     # 4. concurrent
     c, alone, watched = conc, conc["alone"], conc["watched"]
+    cpu_names = list(watched["cpu_pct"])
     sec.table(f"4. {c['runs']} runs streaming at once ({c['tokens']} tokens at {c['tokens_per_s']} tokens/s each), each "
               "watched over SSE through one `rewind serve`: what the watchers got",
               ["runs", "durable events got", "deltas got", "durable events lost", "duplicated",
@@ -730,12 +745,14 @@ def _report(sec: Section, hist: dict, rates: dict, conc: dict, ws: dict | None, 
                 f"{_f(c['ratio_median'], 3)} / {_f(c['ratio_min'], 3)}"]])
     sec.table(f"4. What the {c['runs']} watchers cost the runs: the same batch of gated runs with no watcher (the "
               "baseline, first) and watched (s)",
-              ["", "last run at its gate", "every watcher connected", "gate open → last run ended"],
-              [["not watched", alone["at_gate_s"], "–", alone["open_to_end_s"]],
+              ["", "last run at its gate", "every watcher connected", "gate open → last run ended",
+               *(f"CPU from the gate to the end: {name} (% of a core)" for name in cpu_names)],
+              [["not watched", alone["at_gate_s"], "–", alone["open_to_end_s"],
+                *(alone["cpu_pct"].get(name) for name in cpu_names)],
                [f"{c['runs']} SSE watchers through rewind serve", watched["at_gate_s"], watched["watchers_at_gate_s"],
-                watched["open_to_end_s"]],
+                watched["open_to_end_s"], *(watched["cpu_pct"].get(name) for name in cpu_names)],
                ["ratio", f"**{watched['at_gate_s'] / alone['at_gate_s']:.1f}x**", "–",
-                f"**{watched['open_to_end_s'] / alone['open_to_end_s']:.2f}x**"]])
+                f"**{watched['open_to_end_s'] / alone['open_to_end_s']:.2f}x**", *("" for _ in cpu_names)]])
     lost_ok = c["lost"] == 0 and c["not_equal"] == 0 and c["calls_bad"] == 0 \
         and c["unfinished_watchers"] == 0 and watched["failed_runs"] == 0
     sec.headline.append(["17 streaming", f"{c['runs']} concurrent streaming runs through one rewind serve: events lost",
@@ -757,6 +774,22 @@ def _report(sec: Section, hist: dict, rates: dict, conc: dict, ws: dict | None, 
         f"{watched['failed_runs']} runs failed, {c['not_ready']} watchers not connected when the gate opened). Lag p99 "
         f"{_f(c['delta_lag_p99_ms'])} ms for deltas, {_f(c['durable_lag_p99_ms'])} ms for durable events (their "
         "`time` is their step's record's, written before the checkpoint is stored).")
+    cpu = watched["cpu_pct"]
+    sec.notes.append(
+        f"Part 4: {c['runs']} answers at {c['tokens_per_s']} tokens/s are {c['runs'] * c['tokens_per_s']:,} tokens a "
+        "second through one worker process (its openai client parses every chunk, its hub sends every delta to "
+        "rewind serve's reader of the run) and one rewind serve (every delta again as an SSE event to its watcher), "
+        f"on 2 cores shared with the dev server, the model and the watchers: from the gate's opening to the end the "
+        + ", ".join(f"{name} used {_f(pct, 0)}% of a core" for name, pct in cpu.items())
+        + ". Its lag and its slowest runs' rates are that queue. A durable event's lag runs from its step's record "
+        "(the workflow's time) through storing the checkpoint: 100 runs end their steps together.")
+    sec.notes.append(
+        "Each watcher also asks Temporal for its run's state when it connects and then every 3 s while the bus is "
+        "quiet, 9 s otherwise (rewind.watching: a describe, the task queue's pollers, a query the worker answers): "
+        "runs that wait at their gate are quiet. In development runs of part 4 with the machine's load average at "
+        "9-13, 100 watchers through rewind serve stretched the 100 runs' way to their gate from 9 s (not watched) "
+        "to 56-136 s, and 100 rewind.events readers in one process to 17 s; at a load average of 2-4 it is the "
+        "ratio in the table above.")
     # 5. workflow streams
     if ws is None:
         sec.notes.append(f"Workflow Streams skipped: {ws_skipped}")
