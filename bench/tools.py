@@ -4,7 +4,7 @@
 characters. `nap` sleeps (a first attempt long enough to kill a worker during
 it, a short retry) and logs its start to $BENCH_EVENTS so the crash benchmark sees which
 attempt ran where. Both keep the defaults the project ships for @tool
-(heartbeat 5 s, timeout 60 s, 3 attempts).
+(heartbeat 5 s, timeout 60 s, 3 attempts). `gate` holds a run until a file exists.
 """
 
 from __future__ import annotations
@@ -69,6 +69,20 @@ async def nap(label: str, seconds: float, retry_seconds: float = 0.2) -> str:
                                 "pid": os.getpid(), "at": time.time()}) + "\n")
     await asyncio.sleep(seconds if ctx.attempt == 1 else retry_seconds)
     return f"{label} done"
+
+
+@tool(timeout_s=600)
+async def gate(path: str) -> str:
+    """Wait until the file `path` exists: the streaming benchmark holds its runs here until
+    every watcher is connected, so each one reads the model's tokens live from the first.
+    Logs its start to $BENCH_EVENTS (when each run got there)."""
+    events = os.environ.get("BENCH_EVENTS")
+    if events:
+        with open(events, "a") as f:
+            f.write(json.dumps({"kind": "gate_start", "gate": path, "at": time.time()}) + "\n")
+    while not os.path.exists(path):
+        await asyncio.sleep(0.02)
+    return "open"
 
 
 # A sub-agent for the sub-agents benchmark: one `nap` as its work, then its answer.

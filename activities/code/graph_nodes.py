@@ -32,11 +32,14 @@ from activities.code.pipelines import PipelineRegistry
 from activities.liveness.heartbeat import heartbeating
 from activities.model.pricing import PriceTable
 from activities.record.checkpoint_writer import CheckpointWriter, written_beside
+from activities.record.live import CallEvents
+from checkpoint_bridge.events.bus import Publisher
 from workflows.graph.routing import chat_key, chat_result, end_node_calls, node_calls, tool_answer, tool_arguments, tool_key
 from workflows.graph.store import WriteLog
 from workflows.graph.values import pack, unpack
 from workflows.vocabulary.code_runs import GraphNodeRequest, GraphNodeResult, HandedCall, NodeModelCall
 from workflows.vocabulary.contracts import CarriedWrite, Usage
+from workflows.vocabulary.events import tool_call_key
 from workflows.vocabulary.wire import GRAPH_NODE_FAILED, LABEL_HEADER, RUN_GRAPH_NODE
 
 
@@ -156,8 +159,10 @@ def _openai_compatible(model: Any) -> bool:
 class GraphNodeActivities:
     """The node-level activity of the graphs this worker offers."""
 
-    def __init__(self, pipelines: PipelineRegistry, prices: PriceTable, checkpoints: CheckpointWriter | None = None) -> None:
+    def __init__(self, pipelines: PipelineRegistry, prices: PriceTable, checkpoints: CheckpointWriter | None = None,
+                 events: Publisher | None = None) -> None:
         self._pipelines = pipelines
+        self._events = events  # the worker's bus: what the node writes to LangGraph's stream writer
         self._prices = prices
         self._checkpoints = checkpoints  # writes the step records a node's activity carries
 
@@ -179,7 +184,9 @@ class GraphNodeActivities:
         from langgraph.errors import GraphInterrupt
 
         what = f"{'@task' if request.task else 'node'} {request.node!r} of graph {request.graph}"
-        code, store = self._code(request, what)
+        events = CallEvents.of_activity(self._events, request.run_id, None,
+                                        tool_call_key(0, request.node, activity.info().activity_id))
+        code, store = self._code(request, what, lambda chunk: events.custom(chunk, source="graph"))
         calls = NodeCalls(request, self._prices)
         started = time.monotonic()
         token = node_calls(calls)
@@ -200,7 +207,7 @@ class GraphNodeActivities:
         return GraphNodeResult(update=update, calls=calls.used, seconds=time.monotonic() - started,
                                store_writes=_writes(store))
 
-    def _code(self, request: GraphNodeRequest, what: str) -> tuple[Any, WriteLog | None]:
+    def _code(self, request: GraphNodeRequest, what: str, writer: Any) -> tuple[Any, WriteLog | None]:
         """A coroutine function that runs the node (or task) on its input, as LangGraph would, and
         the run's Store it sees (its writes kept), when the graph has one."""
         found = self._pipelines.get(request.graph)
@@ -210,7 +217,7 @@ class GraphNodeActivities:
                                    non_retryable=True)
         state = unpack(request.state)
         store = WriteLog(request.store) if request.store is not None else None
-        config = _config(request, store.store if store is not None else None)
+        config = _config(request, store.store if store is not None else None, writer)
         if request.task:
             func = _task_function(sys.modules.get(self._pipelines.spec(request.graph).module), request.node)
             if func is None:
@@ -240,9 +247,10 @@ class GraphNodeActivities:
         return run, store
 
 
-def _config(request: GraphNodeRequest, store: Any) -> dict[str, Any]:
+def _config(request: GraphNodeRequest, store: Any, writer: Any) -> dict[str, Any]:
     """What a node reads of LangGraph's config: its name and super-step, its namespace, the
-    resume values of its interrupt()s, a Runtime with the run's Store (no context from outside)."""
+    resume values of its interrupt()s, a Runtime with the run's Store (no context from outside)
+    and a stream writer whose writes are the run's live `custom` events."""
     from langgraph._internal._constants import (
         CONFIG_KEY_CHECKPOINT_NS,
         CONFIG_KEY_RUNTIME,
@@ -258,7 +266,7 @@ def _config(request: GraphNodeRequest, store: Any) -> dict[str, Any]:
                                   interrupt_counter=LazyAtomicCounter(), get_null_resume=lambda consume=False: None,
                                   resume=list(request.resume), subgraph_counter=LazyAtomicCounter())
     return {
-        "configurable": {CONFIG_KEY_SCRATCHPAD: scratchpad, CONFIG_KEY_RUNTIME: Runtime(store=store),
+        "configurable": {CONFIG_KEY_SCRATCHPAD: scratchpad, CONFIG_KEY_RUNTIME: Runtime(store=store, stream_writer=writer),
                          CONFIG_KEY_CHECKPOINT_NS: request.ns, CONFIG_KEY_THREAD_ID: request.run_id,
                          CONFIG_KEY_SEND: lambda writes: None},
         "metadata": {"langgraph_node": request.node, "langgraph_step": request.step},

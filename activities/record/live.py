@@ -9,6 +9,7 @@ an attempt's deltas from the next one's. Publishing never waits and never raises
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -80,9 +81,11 @@ class CallEvents:
         self._seq += 1
         self.publish("model.delta", f"d{self._seq}", {"index": self._seq, **data})
 
-    def custom(self, value: Any) -> None:
+    def custom(self, value: Any, source: str = "tool") -> None:
+        """A value the call's code tells its watchers (`rewind.emit` in a tool, a node-level graph
+        node's stream writer)."""
         self._seq += 1
-        self.publish("custom", f"c{self._seq}", {"data": value, "source": "tool"})
+        self.publish("custom", f"c{self._seq}", {"data": json.loads(json.dumps(value, default=str)), "source": source})
 
     def ended(self) -> None:
         if self._publisher is not None:

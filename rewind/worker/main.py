@@ -197,7 +197,7 @@ def build_worker(
     experiment = ExperimentActivities(checkpoints, Launcher(settings.task_queue, TranscriptStore(payloads),
                                                             redactor.redact_text))
     pipeline = PipelineActivities(pipelines, registry, checkpoints)
-    graph_nodes = GraphNodeActivities(pipelines, PriceTable.parse(settings.prices), checkpoints=writer)
+    graph_nodes = GraphNodeActivities(pipelines, PriceTable.parse(settings.prices), checkpoints=writer, events=events)
     tool_activities = [tools.describe_tools, tools.run_tool, tools.compensate_tool, tools.check_tool_call]
     options: dict[str, Any] = {} if max_cached_workflows is None else {"max_cached_workflows": max_cached_workflows}
     # Rewind's own workflow code runs without the sandbox unless REWIND_WORKFLOW_SANDBOX=1:

@@ -64,7 +64,7 @@ from workflows.vocabulary.contracts import DEFAULT_MODEL
 from workflows.vocabulary.errors import ScriptError
 from workflows.vocabulary.wire import DEMO_TURNS_FINGERPRINT, LABEL_HEADER
 
-__all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main"]
+__all__ = ["DIALECTS", "ScriptedModelServer", "ScriptError", "main", "serve_until_stopped"]
 
 # A fixed `created` keeps responses byte-identical across retries.
 CREATED = 1_700_000_000
@@ -651,17 +651,20 @@ class ScriptedModelServer:
 
     def __init__(self, *, latency_ms: float = 0.0, host: str = "127.0.0.1", port: int = 0, dialect: str = "openai",
                  tokens_per_s: float = 0.0, stream_mode: str = "sse", arguments_tokens_per_s: float | None = None,
-                 stream_usage: bool = True):
+                 stream_usage: bool = True, chunk_times: bool = False):
         """`tokens_per_s`: how fast a streamed answer comes (0: as fast as it can be written; a
         script turn's "stream" sets its own), `arguments_tokens_per_s` its tool calls' arguments
         (None: as fast); `stream_mode` "whole" or "refuse": a provider that cannot stream
-        (scripted_stream.py); `stream_usage` False: one whose streams never carry usage.
+        (scripted_stream.py); `stream_usage` False: one whose streams never carry usage;
+        `chunk_times`: each streamed request's log entry has `chunk_times`, when each token's
+        chunk was written (time.time(): what a benchmark times a watcher's deltas against).
         `pace` may be set while the server runs."""
         if dialect not in DIALECTS:
             raise ScriptError(f"dialect must be one of {sorted(DIALECTS)}, got {dialect!r}")
         self.latency_ms, self.host, self.port, self.dialect = latency_ms, host, port, dialect
         self.pace = Pace(stream_mode, tokens_per_s, arguments_tokens_per_s)
         self.stream_usage = stream_usage
+        self.chunk_times = chunk_times
         self.base_url = ""
         # One lock for all mutable state: the server may run in its own thread
         # while tests add scripts and faults from another.
@@ -772,6 +775,9 @@ class ScriptedModelServer:
             "tokens": sum(1 for _, token in chunks if token is not None),  # the token chunks of a streamed answer
             "finished": not streamed,  # a streamed answer: once its last chunk went out
         }
+        written: list[float] | None = None
+        if streamed and self.chunk_times:
+            written = entry["chunk_times"] = []  # filled as the chunks go out
         with self._lock:
             self._log.append(entry)
         if delivery.cut_after is not None and not streamed:
@@ -779,7 +785,7 @@ class ScriptedModelServer:
                 request.transport.abort()  # a connection lost before the answer
             return web.Response(status=status)
         if streamed:
-            response, done = await scripted_stream.stream(request, chunks, delivery.pace, delivery.cut_after)
+            response, done = await scripted_stream.stream(request, chunks, delivery.pace, delivery.cut_after, written)
             with self._lock:
                 entry["finished"] = done
             return response
@@ -943,8 +949,12 @@ class ScriptedModelServer:
 
 
 async def _serve(host: str, port: int, latency_ms: float, dialect: str, tokens_per_s: float, stream_mode: str) -> None:
-    server = ScriptedModelServer(latency_ms=latency_ms, host=host, port=port, dialect=dialect,
-                                 tokens_per_s=tokens_per_s, stream_mode=stream_mode)
+    await serve_until_stopped(ScriptedModelServer(latency_ms=latency_ms, host=host, port=port, dialect=dialect,
+                                                  tokens_per_s=tokens_per_s, stream_mode=stream_mode))
+
+
+async def serve_until_stopped(server: ScriptedModelServer) -> None:
+    """Serve `server` in this process, its base URL printed once it listens, until SIGINT or SIGTERM."""
     print(await server.start(), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,9 +180,10 @@ def _without_usage(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def stream(request: web.Request, answer: list[_Chunk], pace: Pace,
-                 cut_after: int | None = None) -> tuple[web.StreamResponse, bool]:
+                 cut_after: int | None = None, written: list[float] | None = None) -> tuple[web.StreamResponse, bool]:
     """Send `answer` as server-sent events, its tokens at `pace`; with `cut_after`, the
-    connection drops after that many tokens (a provider's connection lost mid-answer).
+    connection drops after that many tokens (a provider's connection lost mid-answer);
+    `written` gets the time (time.time()) each token's chunk was written, as it is.
     The response, and whether the whole answer went out."""
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
@@ -198,6 +200,8 @@ async def stream(request: web.Request, answer: list[_Chunk], pace: Pace,
                 due += pace.interval(token)
                 tokens += 1
             await response.write(b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n")
+            if token is not None and written is not None:
+                written.append(time.time())
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
     except ConnectionError:  # the client went away (aiohttp's ClientConnectionResetError is one)

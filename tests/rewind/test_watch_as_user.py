@@ -112,6 +112,49 @@ async def fetch(page: str) -> str:
     return f"page {{page}}"
 '''
 
+WATCHED_GRAPH = '''
+import operator
+import pathlib
+import sqlite3
+import time
+from typing import Annotated, TypedDict
+
+from langchain_openai import ChatOpenAI
+from langgraph.config import get_stream_writer
+from langgraph.graph import END, START, StateGraph
+
+llm = ChatOpenAI(model="gpt-4o-mini")
+
+
+class State(TypedDict):
+    messages: Annotated[list, operator.add]
+    rows: int
+
+
+async def plan(state: State) -> dict:
+    get_stream_writer()({{"phase": "planning"}})
+    return {{"messages": [await llm.ainvoke(state["messages"])]}}
+
+
+def count(state: State) -> dict:
+    # custom events are live only: the test lets the node go on once its watcher reads the stream
+    while not pathlib.Path({go!r}).exists():
+        time.sleep(0.05)
+    with sqlite3.connect({db!r}) as db:  # its own I/O: the node runs as one activity
+        rows = db.execute("select count(*) from items").fetchone()[0]
+    get_stream_writer()({{"phase": "counted", "rows": rows}})
+    return {{"rows": rows}}
+
+
+builder = StateGraph(State)
+builder.add_node("plan", plan)
+builder.add_node("count", count)
+builder.add_edge(START, "plan")
+builder.add_edge("plan", "count")
+builder.add_edge("count", END)
+graph = builder.compile()
+'''
+
 BILLING = '''
 from rewind import tool
 
@@ -290,6 +333,50 @@ async def test_a_worker_killed_while_the_model_writes_costs_a_watcher_nothing(wo
     completed = [e for e in events if e["type"] == "model.completed"]
     assert len(completed) == 1 and completed[0]["data"]["message"]["content"] == answer
     assert events[-1]["type"] == "run.completed"
+
+
+async def test_a_graph_run_streams_its_tokens_node_updates_and_writers(world, tmp_path):
+    import sqlite3
+
+    folder, cli = world.folder("graph"), world.folder("cli")
+    db = tmp_path / "items.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table items (name text)")
+        conn.executemany("insert into items values (?)", [("tea",), ("cake",)])
+    go = tmp_path / "watcher-is-reading"
+    (folder / "watched_graph.py").write_text(WATCHED_GRAPH.format(db=str(db), go=str(go)))
+    name = f"g-{uuid.uuid4().hex[:8]}"
+    answer = "First count the items, then report."
+    world.model.add_script(name, {"plan": [{"content": answer, "stream": {"tokens_per_s": 50}}]})
+    env, cli_env = world.env(folder, PYTHONPATH=str(folder)), world.env(cli)
+    with UserWorker(folder / "w", env, "--tool-modules", "watched_graph") as worker:
+        await worker.wait_ready()
+        await rewind_json(cli, cli_env, "start", "--graph", "watched_graph:graph", "--input",
+                          json.dumps({"messages": [{"role": "user", "content": "how many items?"}]}),
+                          "--model", f"script:{name}", "--run-id", "graph-watch")
+        watcher = Watcher(cli, cli_env, "graph-watch")
+        try:
+            await watcher.until("the plan's answer", lambda found: any(
+                e["type"] == "model.completed" for e in found), timeout_s=120)
+            go.touch()
+            assert await watcher.exit_code(120) == 0, watcher.error()
+        finally:
+            watcher.stop()
+    events = watcher.events()
+    types = [e["type"] for e in events]
+    text = "".join(e["data"]["text"] for e in events if e["type"] == "model.delta" and "text" in e["data"])
+    completed = [e["data"] for e in events if e["type"] == "model.completed"]
+    assert completed and completed[0]["node"] == "plan" and completed[0]["message"]["content"] == answer
+    if text:  # deltas come unless the watcher connected after the model had written (it writes at 50/s)
+        assert answer.startswith(text) or text == answer
+    updates = [(e["data"]["node"], e["data"]["update"]) for e in events if e["type"] == "graph.update"]
+    assert [node for node, _ in updates] == ["plan", "count"], updates
+    assert updates[1][1] == {"rows": 2} and updates[0][1]["messages"][0]["content"] == answer
+    customs = [e["data"] for e in events if e["type"] == "custom"]
+    assert {"data": {"phase": "counted", "rows": 2}, "source": "graph"} in [
+        {k: c[k] for k in ("data", "source")} for c in customs], customs
+    assert types[-1] == "run.completed"
+    assert durable(events) == durable(await watch_json(cli, cli_env, "graph-watch"))
 
 
 async def test_a_run_waiting_for_a_person_says_how_to_approve_to_every_watcher(world, tmp_path):

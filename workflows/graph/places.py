@@ -64,6 +64,7 @@ class Ran:
 
     place: Place
     seconds: float
+    update: Any = None  # what the node returned, as JSON (its `graph.update` event)
 
 
 def is_graph(bound: Any) -> bool:

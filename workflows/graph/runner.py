@@ -166,7 +166,7 @@ class GraphRunner:
         token = running(self)
         try:
             self._messages = chat_messages(graph_input.get("messages"))
-            out = await app.ainvoke(graph_input, config, durability="sync")
+            out = await self._invoke(app, graph_input, config)
             while True:
                 waiting = [(t.name, i) for t in (await app.aget_state(config)).tasks for i in t.interrupts]
                 # The thread's next invocation: once the previous one has ended, or at the interrupt it
@@ -183,9 +183,29 @@ class GraphRunner:
                 # the calls they made before interrupt() are answered with what they returned.
                 self._before_interrupt = [c for c in self._interrupted_calls]
                 resumes = {i.id: await self._run.graph_interrupted(node, to_json(i.value)) for node, i in waiting}
-                out = await app.ainvoke(Command(resume=resumes), config, durability="sync")
+                out = await self._invoke(app, Command(resume=resumes), config)
         finally:
             stopped(token)
+
+    async def _invoke(self, app: Any, value: Any, config: dict[str, Any]) -> Any:
+        """The graph run to its end or its next interrupt (LangGraph's own streaming hands chunks
+        over with call_soon_threadsafe, which a workflow's event loop has not: each node gets a
+        stream writer of the run's instead, `_with_writer`)."""
+        return await app.ainvoke(value, config, durability="sync")
+
+    def _with_writer(self, config: Any) -> Any:
+        """The node's config with a stream writer whose writes (`get_stream_writer()`) are the run's
+        live `custom` events."""
+        import dataclasses
+
+        from langgraph._internal._constants import CONF, CONFIG_KEY_RUNTIME
+
+        configurable = (config or {}).get(CONF) or {}
+        runtime = configurable.get(CONFIG_KEY_RUNTIME)
+        if runtime is None or not dataclasses.is_dataclass(runtime):
+            return config
+        writer = dataclasses.replace(runtime, stream_writer=self._run.emit_custom)
+        return {**config, CONF: {**configurable, CONFIG_KEY_RUNTIME: writer}}
 
     def _answer(self, out: Any) -> str:
         """The run's answer: the last assistant message's text when the graph has a `messages`
@@ -266,15 +286,16 @@ class GraphRunner:
         async def node(state: Any, config: Any) -> Any:
             started = workflow.now()
             place = current_place()
+            config = self._with_writer(config)
             if guarded:  # (a subgraph declared node-level is one too: one activity)
                 out = await self._run_node(name, lambda: bound.ainvoke(state, config), state, config)
             else:
                 out = await bound.ainvoke(state, config)
-            self._ran.append(Ran(place=place, seconds=_seconds(started, workflow.now())))
             superstep = (config.get("metadata") or {}).get("langgraph_step")
             for subgraph, at, who, send, values in self._sets:
                 if (subgraph, at, who) == (place.subgraph, superstep, name) and send in (None, place.send):
                     out = _merged(out, values)
+            self._ran.append(Ran(place=place, seconds=_seconds(started, workflow.now()), update=_update_json(out)))
             return out
 
         from langchain_core.runnables import RunnableConfig
@@ -455,7 +476,8 @@ class GraphRunner:
             return  # the fork's record
         self._run.record_super_step(name, [], {"result": to_json(value)}, {
             "graph": self.name, "superstep": self._tasks_done, "nodes": [name], "calls": _recorded(taken),
-            "task": True, "node_seconds": {name: round(seconds, 6)}})
+            "task": True, "node_seconds": {name: round(seconds, 6)},
+            "updates": [{"node": name, "update": to_json(value)}]})
 
     async def answered_step(self) -> None:
         """A super-step the record holds already went by (the run breathes now and then)."""
@@ -504,6 +526,9 @@ class GraphRunner:
                 seconds[r.place.node] = round(seconds.get(r.place.node, 0.0) + r.seconds, 6)
             details: dict[str, Any] = {"graph": self.name, "superstep": superstep, "nodes": nodes,
                                        "calls": _recorded(taken), "node_seconds": seconds}
+            updates = [{"node": r.place.node, "update": r.update} for r in tasks if r.update is not None]
+            if updates:  # each node's update, in the order they ended: the step's `graph.update` events
+                details["updates"] = updates
             if ns:
                 details["ns"] = ns_label(ns)
             if send is not None:
@@ -530,6 +555,17 @@ def _turn_value(turn: Any, waiting: list[Any]) -> Any:
 def _recorded(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A super-step's call entries as its record keeps them (without this execution's task ids)."""
     return [{k: v for k, v in c.items() if not k.startswith("_")} for c in calls]
+
+
+def _update_json(out: Any) -> Any:
+    """A node's update as its `graph.update` event says it (a Command's update; None: it returned none)."""
+    from langgraph.types import Command
+
+    if isinstance(out, Command):
+        out = out.update
+    if out is None:
+        return None
+    return to_json(out)
 
 
 def _seconds(start: datetime, end: datetime) -> float:

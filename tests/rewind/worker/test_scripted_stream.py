@@ -5,6 +5,7 @@ pace a script turn or the server sets, and a provider that cannot stream is emul
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import aiohttp
@@ -127,6 +128,27 @@ async def test_a_script_turn_sets_its_pace(served):
             if len(seen) == 2:
                 assert server.requests()[-1]["finished"] is False  # the rest is not written yet
     assert seen == pieces(text) and server.requests()[-1]["finished"] is True
+
+
+async def test_the_server_can_tell_when_it_wrote_each_token(served):
+    """`chunk_times` (what bench/b17_streaming.py times a watcher's deltas against): a time per
+    token chunk, in order; off by default."""
+    server, client = await served(chunk_times=True)
+    text = "One two three four five six seven eight nine ten."
+    server.add_script("timed", [{"content": text}])
+    before = time.time()
+    stream = await client.chat.completions.create(model="script:timed", messages=[ASK], stream=True)
+    seen = [c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content]
+    after = time.time()
+    await client.chat.completions.create(model="script:timed", messages=[ASK])  # unstreamed: no times
+    streamed, whole = server.requests()
+    times = streamed["chunk_times"]
+    assert len(times) == len(seen) == len(pieces(text)) and "chunk_times" not in whole
+    assert before <= times[0] and times == sorted(times) and times[-1] <= after
+    plain, plain_client = await served()
+    plain.add_script("timed", [{"content": text}])
+    [_ async for _ in await plain_client.chat.completions.create(model="script:timed", messages=[ASK], stream=True)]
+    assert "chunk_times" not in plain.requests()[0]
 
 
 async def test_the_server_pace_is_the_default(served):
