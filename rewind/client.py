@@ -113,6 +113,16 @@ async def rollback(client: Client, settings: Settings, store: CheckpointStore, r
         return await branching.rollback(client, launch, store, run_id, step, **options)
 
 
+async def continue_run(client: Client, settings: Settings, store: CheckpointStore, run_id: str, then: Any,
+                       **options: Any) -> ForkResult:
+    """A graph run invoked again on its thread: the branch's next revision from its head
+    (checkpoint_bridge.branches.branching.continue_branch, `then` from `with_turn`)."""
+    from checkpoint_bridge.branches import branching
+
+    async with launcher(settings) as launch:
+        return await branching.continue_branch(client, launch, store, run_id, then, **options)
+
+
 async def compensate(client: Client, settings: Settings, run_id: str, branch: str, step: int,
                      effects: list[SideEffect]) -> list[dict[str, Any]]:
     """Undo side effects after `step` once each (checkpoint_bridge.branches.compensation)."""
@@ -518,7 +528,7 @@ async def wait_for_outcome(handle: WorkflowHandle[Any, AgentResult], poll_s: flo
 
 
 __all__ = [
-    "connect", "start_run", "agent_input", "run_view", "new_run_id", "wait_for_outcome", "fork", "redo", "rollback", "compensate",
+    "connect", "start_run", "agent_input", "run_view", "new_run_id", "wait_for_outcome", "fork", "redo", "rollback", "compensate", "continue_run",
     "launcher", "RunView", "status_from_checkpoint", "view_from_store", "workflow_id_for", "branch_workflows",
     "approve", "reject", "pending_approvals", "run_status",
 ]

@@ -25,6 +25,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rewind.serve import docs, page, runs, stream
+from rewind.serve.agent import api as agent_server
+from rewind.serve.agent.identity import load_hook
 from rewind.serve.auth import Gate, without_key
 from rewind.serve.backends import Backends
 from rewind.serve.errors import HTTPError, answer_error, from_starlette
@@ -34,11 +36,12 @@ from rewind.settings.config import Settings
 log = logging.getLogger("rewind.serve")
 
 # The groups of routes, in the order the OpenAPI document lists them.
-GROUPS: tuple[Group, ...] = (runs.GROUP, stream.GROUP, page.GROUP, docs.GROUP)
+GROUPS: tuple[Group, ...] = (runs.GROUP, stream.GROUP, page.GROUP, agent_server.GROUP, docs.GROUP)
 
 
 def build_app(settings: Settings, groups: tuple[Group, ...] = GROUPS) -> ASGIApp:
     """The ASGI app `rewind serve` runs: `groups`' routes, behind REWIND_API_KEY when it is set."""
+    load_hook(settings.serve_auth)  # REWIND_SERVE_AUTH that does not import: one line now, not every request
     backends = Backends(settings)
 
     @asynccontextmanager

@@ -1,0 +1,312 @@
+"""The Agent Server API's threads and runs on Rewind's runs (docs/agent-server.md).
+
+A thread is a Rewind run: its id is the run's id. Its first API run starts the graph run
+(`rewind start --graph`); a later one continues the thread from its head:
+
+    command={"resume": value}, the thread waiting on interrupt()   -> `rewind approve --value`
+                                                                      (the same workflow goes on)
+    input (the thread ended, or waits and the input is new)        -> the branch's next revision,
+                                                                      the graph invoked again with
+                                                                      the input (GraphTurn); nothing
+                                                                      of the line before runs again
+
+An API run's stream is the Rewind run's events from where the thread stood when the API run
+began (a cursor, or the new revision's start), translated by parts.Translator; `wait` and
+`join` read the same stream to its end. What the records keep (records.py): the thread's
+owner and metadata, each API run's branch and starting cursor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+from checkpoint_bridge.events.cursor import Cursor
+from rewind.serve.agent.identity import hide, visible
+from rewind.serve.agent.parts import Part, Translator, modes_of
+from rewind.serve.agent.records import FINAL, Records, RunRecord, ThreadRecord, new_id
+from rewind.serve.agent.state import empty_state, interrupt_list, line_of, thread_state, values_of
+from rewind.serve.backends import Backends
+from workflows.vocabulary.errors import RunActiveError, RunNotFoundError, UsageError
+from workflows.vocabulary.ids import validate_id
+
+
+class Agent:
+    """The API's threads and runs for one server: its records and its backends."""
+
+    def __init__(self, backends: Backends, hooked: bool) -> None:
+        self.backends = backends
+        self.hooked = hooked
+        self._records: Records | None = None
+
+    @property
+    def records(self) -> Records:
+        if self._records is None:
+            self._records = Records(self.backends.store.objects)
+        return self._records
+
+    # -- threads --------------------------------------------------------------------------
+    async def thread(self, thread_id: str, identity: str | None) -> ThreadRecord:
+        """The thread `identity` may see (404 else)."""
+        validate_id("run", thread_id)
+        found = await self.records.threads.get(thread_id)
+        if found is None or not visible(found.owner, identity, self.hooked):
+            raise hide("thread", thread_id)
+        return found
+
+    async def create_thread(self, identity: str | None, thread_id: str | None, metadata: dict[str, Any],
+                            if_exists: str | None) -> ThreadRecord:
+        thread_id = validate_id("run", thread_id) if thread_id else new_id()
+        found = await self.records.threads.get(thread_id)
+        if found is not None:
+            if if_exists == "do_nothing" and visible(found.owner, identity, self.hooked):
+                return found
+            raise RunActiveError(f"thread {thread_id!r} exists; use if_exists='do_nothing' to get it instead")
+        if await self.backends.store.branches(thread_id):
+            raise RunActiveError(f"a Rewind run {thread_id!r} exists and is no thread of this API; choose another id")
+        record = ThreadRecord(thread_id=thread_id, metadata=metadata, owner=identity)
+        try:
+            return await self.records.threads.put(record, thread_id)
+        except ValueError:
+            raise RunActiveError(f"thread {thread_id!r} was created meanwhile") from None
+
+    async def threads(self, identity: str | None) -> list[ThreadRecord]:
+        found = [await self.records.threads.get(i) for i in await self.records.threads.ids()]
+        return sorted((t for t in found if t is not None and visible(t.owner, identity, self.hooked)),
+                      key=lambda t: t.created_at, reverse=True)
+
+    async def pending(self, thread: ThreadRecord) -> list[dict[str, Any]]:
+        """The interrupt()s the thread waits on now."""
+        client = await self.backends.client_or_none()
+        if client is None or thread.graph_id is None:
+            return []
+        from rewind.client import run_view
+
+        try:
+            view = await run_view(client, thread.thread_id, thread.branch, store=self.backends.store)
+        except RunNotFoundError:
+            return []
+        if view.workflow_status != "running" or view.status is None:
+            return []
+        return interrupt_list(list(view.status.pending_approvals))
+
+    async def status(self, thread: ThreadRecord) -> str:
+        """idle, busy, interrupted or error, as LangGraph says a thread's status."""
+        if thread.graph_id is None:
+            return "idle"
+        runs = await self.records.runs_of(thread.thread_id)
+        if not runs:
+            return "idle"
+        state = await self.run_status(runs[-1])
+        if state in ("pending", "running"):
+            return "busy"
+        if await self.pending(thread):
+            return "interrupted"
+        return "error" if state == "error" else "idle"
+
+    async def state(self, thread: ThreadRecord) -> dict[str, Any]:
+        """The thread's head as LangGraph's ThreadState."""
+        line = await line_of(self.backends.store, thread.thread_id, thread.branch) if thread.graph_id else []
+        line = [d for d in line if d.step_label != "result"]
+        if not line:
+            return empty_state(thread.thread_id)
+        parent = line[-2] if len(line) > 1 else None
+        return thread_state(thread.thread_id, line[-1], parent, None, await self.pending(thread))
+
+    async def history(self, thread: ThreadRecord, limit: int) -> list[dict[str, Any]]:
+        """The checkpoints of the thread's current line, newest first."""
+        line = await line_of(self.backends.store, thread.thread_id, thread.branch) if thread.graph_id else []
+        line = [d for d in line if d.step_label != "result"]
+        waiting = await self.pending(thread)
+        out = []
+        for index in range(len(line) - 1, -1, -1):
+            out.append(thread_state(thread.thread_id, line[index], line[index - 1] if index else None,
+                                    line[index + 1] if index + 1 < len(line) else None,
+                                    waiting if index == len(line) - 1 else None))
+            if len(out) >= limit:
+                break
+        return out
+
+    async def thread_json(self, thread: ThreadRecord) -> dict[str, Any]:
+        state = await self.state(thread)
+        return {"thread_id": thread.thread_id, "created_at": thread.created_at.isoformat(),
+                "updated_at": thread.updated_at.isoformat(), "metadata": thread.metadata,
+                "status": await self.status(thread), "values": state["values"],
+                "interrupts": {t["id"]: t["interrupts"] for t in state["tasks"]}, "config": {}, "error": None}
+
+    async def delete_thread(self, thread: ThreadRecord) -> None:
+        """The API forgets the thread; its Rewind run stays (`rewind` commands still read it)."""
+        await self.records.runs.delete(thread.thread_id)
+        await self.records.threads.delete(thread.thread_id)
+
+    # -- runs -----------------------------------------------------------------------------
+    async def run(self, thread: ThreadRecord, run_id: str) -> RunRecord:
+        validate_id("run", run_id)
+        found = await self.records.runs.get(thread.thread_id, run_id)
+        if found is None:
+            raise hide("run", run_id)
+        return found
+
+    async def run_status(self, run: RunRecord) -> str:
+        """An API run's status: its record's once final, else what its branch shows now."""
+        if run.status in FINAL or run.branch is None:
+            return run.status
+        client = await self.backends.client_or_none()
+        if client is None:
+            return run.status
+        from rewind.client import run_view
+
+        try:
+            view = await run_view(client, run.thread_id, run.branch, store=self.backends.store)
+        except RunNotFoundError:
+            return "pending"
+        if view.workflow_status == "running":
+            waiting = view.status is not None and interrupt_list(list(view.status.pending_approvals))
+            return "success" if waiting else "running"
+        return {"completed": "success", "failed": "error", "cancelled": "interrupted", "terminated": "interrupted",
+                "timed_out": "timeout"}.get(view.workflow_status, "error")
+
+    async def run_json(self, run: RunRecord) -> dict[str, Any]:
+        return {"run_id": run.run_id, "thread_id": run.thread_id, "assistant_id": run.assistant_id,
+                "created_at": run.created_at.isoformat(), "updated_at": run.updated_at.isoformat(),
+                "status": await self.run_status(run), "metadata": run.metadata, "kwargs": run.kwargs,
+                "multitask_strategy": run.multitask_strategy}
+
+    async def start(self, thread: ThreadRecord, identity: str | None, body: dict[str, Any]) -> RunRecord:
+        """An API run on `thread`: the graph run started, resumed or invoked again (see the module)."""
+        graph_id = str(body.get("assistant_id") or "")
+        if ":" not in graph_id:
+            raise UsageError(f"assistant_id {graph_id!r}: name the graph as MODULE:ATTR (what `rewind start --graph` "
+                             "takes; GET /assistants/search lists those run here)")
+        if thread.graph_id is not None and graph_id != thread.graph_id:
+            raise UsageError(f"thread {thread.thread_id!r} runs graph {thread.graph_id!r}, not {graph_id!r}: a thread "
+                             "is one graph's run")
+        strategy = body.get("multitask_strategy") or "reject"
+        if strategy != "reject":
+            raise UsageError(f"multitask_strategy {strategy!r} is not built yet; only 'reject' is "
+                             "(docs/agent-server.md)")
+        modes_of(body.get("stream_mode"))  # a 400 before anything starts
+        command = body.get("command") or None
+        graph_input = body.get("input")
+        if command is not None and set(command) - {"resume"}:
+            raise UsageError(f"command {sorted(set(command) - {'resume'})} is not built yet; only "
+                             "command={'resume': ...} is (docs/agent-server.md)")
+        previous = await self.records.runs_of(thread.thread_id)
+        if previous and await self.run_status(previous[-1]) in ("pending", "running"):
+            raise RunActiveError(f"thread {thread.thread_id!r} has run {previous[-1].run_id!r} in progress "
+                                 "(multitask_strategy 'reject'); wait for it (runs.join) or cancel it")
+        client = await self.backends.client()
+        settings = self.backends.settings
+        record = RunRecord(run_id=new_id(), thread_id=thread.thread_id, assistant_id=graph_id, graph_id=graph_id,
+                           metadata=body.get("metadata") or {}, kwargs={k: body.get(k) for k in (
+                               "input", "command", "stream_mode", "config") if body.get(k) is not None},
+                           owner=identity, multitask_strategy=strategy)
+        if thread.graph_id is None:
+            if command is not None:
+                raise UsageError(f"thread {thread.thread_id!r} has not run yet: there is no interrupt to resume")
+            from rewind.starting import StartRequest, start
+            from rewind.stores import check_stores
+
+            await check_stores(settings)
+            await start(client, settings, StartRequest(graph=graph_id, input=graph_input or {},
+                                                       run_id=thread.thread_id))
+            record.branch = "main"
+
+            def first(t: ThreadRecord) -> ThreadRecord:
+                return t.model_copy(update={"graph_id": graph_id})
+
+            await self.records.threads.change((thread.thread_id,), first)
+        else:
+            waiting = await self.pending(thread)
+            if command is not None:
+                if not waiting:
+                    raise UsageError(f"thread {thread.thread_id!r} waits on no interrupt(); command={{'resume': ...}} "
+                                     "answers one")
+                record.after = await self._last_cursor(thread.thread_id, thread.branch)
+                from rewind.client import approve
+
+                for pending in waiting:
+                    await approve(client, thread.thread_id, pending["id"], branch=thread.branch, by=identity or "api",
+                                  value=command.get("resume"))
+                record.branch = thread.branch
+            else:
+                from checkpoint_bridge.branches.branching import with_turn
+                from rewind.client import continue_run
+
+                result = await continue_run(client, settings, self.backends.store, thread.thread_id,
+                                            with_turn(graph_input=graph_input or {}), branch=thread.branch,
+                                            stop="a new input on the thread" if waiting else None)
+                record.branch = result.storage_branch
+        return await self.records.runs.put(record, thread.thread_id, record.run_id)
+
+    async def _last_cursor(self, thread_id: str, branch: str) -> str | None:
+        """The cursor after the thread's last durable event now: a resumed run's stream starts there."""
+        from rewind.watching import events
+
+        last = None
+        source = events(thread_id, branch, None, settings=self.backends.settings,
+                        client=await self.backends.client(), follow=False)
+        async for event in source:
+            if event.cursor:
+                last = event.cursor
+        return last
+
+    async def parts(self, run: RunRecord, stream_mode: Any, subgraphs: bool,
+                    after: str | None = None) -> AsyncIterator[Part]:
+        """The run's stream parts from its start (or after `after`, a Last-Event-ID) to its end."""
+        from rewind.watching import events
+
+        modes = modes_of(stream_mode)
+        if after is not None:
+            Cursor.parse(after)
+        store = self.backends.store
+
+        async def values_at(checkpoint_id: str) -> dict[str, Any]:
+            return values_of(await store.load(checkpoint_id))
+
+        translator = Translator(run.run_id, run.thread_id, modes, subgraphs, values_at)
+        if after is None:
+            for part in translator.opening():
+                yield part
+        source = events(run.thread_id, run.branch, after or run.after, settings=self.backends.settings,
+                        client=await self.backends.client())
+        try:
+            async for event in source:
+                for part in await translator.parts(event):
+                    yield part
+                if translator.ended:
+                    break
+        finally:
+            await source.aclose()  # type: ignore[attr-defined]
+        if translator.ended:
+            await self._finish(run, translator.ended, translator.error)
+
+    async def _finish(self, run: RunRecord, status: str, error: str | None) -> None:
+        def edit(r: RunRecord) -> RunRecord | None:
+            if r.status in FINAL:
+                return None
+            return r.model_copy(update={"status": status, "error": error})
+
+        await self.records.runs.change((run.thread_id, run.run_id), edit)
+
+    async def wait(self, thread: ThreadRecord, run: RunRecord) -> dict[str, Any]:
+        """The run read to its end; the thread's values then (with `__interrupt__` when it waits)."""
+        async for _part in self.parts(run, ["values"], False):
+            pass
+        state = await self.state(await self.records.threads.get(thread.thread_id) or thread)
+        values = dict(state["values"])
+        if state["interrupts"]:
+            values["__interrupt__"] = state["interrupts"]
+        return values
+
+    async def cancel(self, run: RunRecord) -> None:
+        """Cancel the run's workflow (its checkpoints are kept; `rewind cancel`)."""
+        if await self.run_status(run) not in ("pending", "running") or run.branch is None:
+            return
+        from checkpoint_bridge.temporal.runs import branch_workflows
+
+        workflows = await branch_workflows(await self.backends.client(), run.thread_id, run.branch)
+        if workflows:
+            await workflows[-1][1].cancel()
+
+
+__all__ = ["Agent"]

@@ -1,0 +1,290 @@
+"""LangGraph's Agent Server API on `rewind serve`, as a LangGraph app's client meets it: the
+dev server, a worker (the graphs in its tools modules) and `rewind serve` as subprocesses
+configured only by environment variables, talked to by langgraph-sdk's own `get_client`
+pointed at the server's /langgraph. The graphs' model is the scripted model, by node."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import pytest
+from as_user import UserServer, rewind_json, user_env, user_workers
+from langgraph_sdk import get_client
+from langgraph_sdk.errors import ConflictError, NotFoundError
+
+CHAT = '''
+import asyncio
+from pathlib import Path
+from typing import Annotated, TypedDict
+
+from langchain_openai import ChatOpenAI
+from langgraph.config import get_stream_writer
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+llm = ChatOpenAI(model={model!r})
+
+
+class State(TypedDict):
+    messages: Annotated[list, add_messages]
+
+
+async def gate(state):
+    # Custom parts are live only: the node writes once the client reads the stream (the test opens the gate).
+    while not Path({gate!r}).exists():
+        await asyncio.sleep(0.05)
+    get_stream_writer()({{"thinking": len(state["messages"])}})
+    return {{"messages": []}}
+
+
+async def chat(state):
+    answer = await llm.ainvoke(state["messages"])
+    return {{"messages": [answer]}}
+
+
+builder = StateGraph(State)
+builder.add_node("gate", gate)
+builder.add_node("chat", chat)
+builder.add_edge(START, "gate")
+builder.add_edge("gate", "chat")
+builder.add_edge("chat", END)
+graph = builder.compile()
+'''
+
+REVIEWED = '''
+from typing import TypedDict
+
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+llm = ChatOpenAI(model={model!r})
+
+
+class State(TypedDict, total=False):
+    topic: str
+    draft: str
+    note: str
+    report: str
+
+
+async def draft(state):
+    answer = await llm.ainvoke([HumanMessage("Draft on " + state["topic"])])
+    return {{"draft": str(answer.content)}}
+
+
+async def review(state):
+    note = interrupt({{"draft": state["draft"]}})
+    return {{"note": note}}
+
+
+async def publish(state):
+    return {{"report": state["draft"] + " / reviewer: " + str(state["note"])}}
+
+
+builder = StateGraph(State)
+builder.add_node("draft", draft)
+builder.add_node("review", review)
+builder.add_node("publish", publish)
+builder.add_edge(START, "draft")
+builder.add_edge("draft", "review")
+builder.add_edge("review", "publish")
+builder.add_edge("publish", END)
+graph = builder.compile()
+'''
+
+CHAT_SCRIPT = {"chat": [
+    {"content": "Hello there, how can I help?", "stream": {"tokens_per_s": 200}},
+    {"content": "Second answer."},
+    {"content": "Third answer."},
+    {"content": "A very slow answer " * 30, "stream": {"tokens_per_s": 5}},
+]}
+REVIEW_SCRIPT = {"draft": [{"content": "DRAFT one"}] * 3}
+USER = {"role": "user", "content": "hi"}
+
+
+@dataclass
+class Stack:
+    root: Path
+    url: str
+    env: Callable[..., dict[str, str]]
+    model: Any
+    chat: str  # the chat graph's model (script:NAME)
+
+    def client(self, **headers: str) -> Any:
+        return get_client(url=self.url + "/langgraph", headers=headers or None)
+
+
+@pytest.fixture(scope="module")
+async def stack(temporal_server, model_server, tmp_path_factory):
+    root = tmp_path_factory.mktemp("agent-server")
+    queue = f"lg-{uuid.uuid4().hex[:8]}"
+    worker_dir = root / "worker"
+    worker_dir.mkdir()
+    chat, review = f"chat-{uuid.uuid4().hex[:6]}", f"review-{uuid.uuid4().hex[:6]}"
+    model_server.add_script(chat, CHAT_SCRIPT)
+    model_server.add_script(review, REVIEW_SCRIPT)
+    (worker_dir / "chatgraph.py").write_text(CHAT.format(model=f"script:{chat}", gate=str(root / "gate")))
+    (worker_dir / "reviewed.py").write_text(REVIEWED.format(model=f"script:{review}"))
+    (root / "serve").mkdir()
+    (root / "serve" / "twoauth.py").write_text(AUTH)
+
+    def env(home: Path, **extra: str | None) -> dict[str, str]:
+        return user_env(home, **{
+            "TEMPORAL_ADDRESS": temporal_server.address, "REWIND_TASK_QUEUE": queue,
+            "REWIND_STORE": f"file://{root / 'store'}", "REWIND_PAYLOADS": f"file://{root / 'payloads'}",
+            "REWIND_HOME": str(worker_dir / ".rewind"), "PYTHONPATH": str(worker_dir),
+            "OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": model_server.base_url, **extra})
+
+    async with user_workers() as start:
+        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed")
+        await worker.wait_ready()
+        server = UserServer(root / "serve", env(root / "serve"))
+        try:
+            yield Stack(root, await server.url(), env, model_server, f"script:{chat}")
+        finally:
+            await server.stop_async()
+
+
+def asked(model: Any, name: str) -> list[str]:
+    return [r.get("label") for r in model.requests() if r.get("model") == name and r.get("status") == 200]
+
+
+async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the_sdk(stack) -> None:
+    client = stack.client()
+    thread = await client.threads.create(metadata={"user": "ann"})
+    tid = thread["thread_id"]
+    assert thread["status"] == "idle" and thread["metadata"] == {"user": "ann"}, thread
+
+    parts = []
+    async for part in client.runs.stream(tid, "chatgraph:graph", input={"messages": [USER]},
+                                         stream_mode=["values", "updates", "messages-tuple", "custom"]):
+        parts.append(part)
+        if part.event == "values":
+            (stack.root / "gate").touch()  # the stream is read: the node may write its custom part
+    events = [p.event for p in parts]
+    assert events[0] == "metadata", events
+    assert {"values", "updates", "messages", "custom"} <= set(events), events
+    updates = [p.data for p in parts if p.event == "updates"]
+    assert [list(u) for u in updates] == [["gate"], ["chat"]], updates
+    assert [p.data for p in parts if p.event == "custom"] == [{"thinking": 1}]
+    chunks = [p.data for p in parts if p.event == "messages"]
+    text = "".join(c[0]["content"] for c in chunks if c[0]["type"] in ("AIMessageChunk", "ai"))
+    assert text == "Hello there, how can I help?", chunks
+    assert all(c[1]["langgraph_node"] == "chat" for c in chunks), chunks
+    last = [p.data for p in parts if p.event == "values"][-1]
+    assert [(m["type"], m["content"]) for m in last["messages"]] == [
+        ("human", "hi"), ("ai", "Hello there, how can I help?")], last
+
+    # The next run on the thread continues it: the graph invoked again with the new input.
+    values = await client.runs.wait(tid, "chatgraph:graph", input={"messages": [{"role": "user", "content": "more"}]})
+    assert [m["content"] for m in values["messages"]] == ["hi", "Hello there, how can I help?", "more",
+                                                            "Second answer."], values
+
+    # In the background: create, join, get, list.
+    run = await client.runs.create(tid, "chatgraph:graph", input={"messages": [{"role": "user", "content": "end"}]})
+    joined = await client.runs.join(tid, run["run_id"])
+    assert [m["content"] for m in joined["messages"]][-2:] == ["end", "Third answer."], joined
+    assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
+    listed = await client.runs.list(tid)
+    assert [r["run_id"] for r in listed][0] == run["run_id"] and len(listed) == 3, listed
+    assert asked(stack.model, stack.chat).count("chat") >= 3  # one call per turn, none twice
+    assert asked(stack.model, stack.chat)[:3] == ["chat", "chat", "chat"]
+
+    # The thread's state and history, and the Rewind run under it.
+    state = await client.threads.get_state(tid)
+    assert state["values"]["messages"][-1]["content"] == "Third answer." and state["next"] == [], state
+    history = await client.threads.get_history(tid, limit=50)
+    assert history[0]["checkpoint"]["checkpoint_id"] == state["checkpoint"]["checkpoint_id"], history[0]
+    assert [h["values"]["messages"][-1]["content"] for h in history if h["metadata"]["rewind_label"] == "chat"] == [
+        "Third answer.", "Second answer.", "Hello there, how can I help?"], [h["metadata"] for h in history]
+    cli = stack.root / f"cli-{uuid.uuid4().hex[:6]}"
+    cli.mkdir()
+    view = await rewind_json(cli, stack.env(cli), "status", tid)
+    assert view["state"] == "completed", view
+    shown = await rewind_json(cli, stack.env(cli), "show", state["checkpoint"]["checkpoint_id"])
+    assert shown["messages"][-1]["content"] == "Third answer.", shown["messages"]
+    found = await client.threads.search(metadata={"user": "ann"})
+    assert [t["thread_id"] for t in found] == [tid] and found[0]["status"] == "idle", found
+
+    # A run while another runs on the thread is refused (multitask_strategy reject); cancel stops it.
+    slow = await client.runs.create(tid, "chatgraph:graph", input={"messages": [{"role": "user", "content": "go"}]})
+    with pytest.raises(ConflictError):
+        await client.runs.create(tid, "chatgraph:graph", input={"messages": [USER]})
+    resumed = []
+    async for part in client.runs.join_stream(tid, slow["run_id"], stream_mode=["messages-tuple"]):
+        resumed.append(part)
+        if part.event == "messages":
+            break
+    await client.runs.cancel(tid, slow["run_id"])
+    await client.runs.join(tid, slow["run_id"])
+    assert (await client.runs.get(tid, slow["run_id"]))["status"] == "interrupted"
+    with pytest.raises(NotFoundError):
+        await client.runs.get(tid, str(uuid.uuid4()))
+
+
+async def test_an_interrupt_is_resumed_with_a_command_and_the_run_goes_on(stack) -> None:
+    client = stack.client()
+    tid = (await client.threads.create())["thread_id"]
+    values = await client.runs.wait(tid, "reviewed:graph", input={"topic": "rivals"})
+    assert values["draft"] == "DRAFT one" and values["__interrupt__"][0]["value"] == {"draft": "DRAFT one"}, values
+    thread = await client.threads.get(tid)
+    assert thread["status"] == "interrupted", thread
+    state = await client.threads.get_state(tid)
+    assert state["next"] == ["review"] and state["interrupts"][0]["value"] == {"draft": "DRAFT one"}, state
+    parts = [p async for p in client.runs.stream(tid, "reviewed:graph", command={"resume": "fine"},
+                                                 stream_mode="updates")]
+    updates = [p.data for p in parts if p.event == "updates"]
+    assert {"publish": {"report": "DRAFT one / reviewer: fine"}} in updates, updates
+    final = await client.threads.get_state(tid)
+    assert final["values"]["report"] == "DRAFT one / reviewer: fine" and final["next"] == [], final
+    assert (await client.threads.get(tid))["status"] == "idle"
+
+
+AUTH = '''
+from rewind.serve.agent.identity import Refused
+
+USERS = {"token-ann": "ann", "token-bob": "bob"}
+
+
+def authenticate(request):
+    token = request.headers.get("authorization", "").removeprefix("Bearer ")
+    if token not in USERS:
+        raise Refused("unknown token")
+    return USERS[token]
+'''
+
+
+async def test_with_an_auth_hook_each_identity_sees_only_its_own_threads(stack) -> None:
+    folder = stack.root / "serve"
+    server = UserServer(stack.root / f"authed-{uuid.uuid4().hex[:6]}",
+                        stack.env(folder, REWIND_SERVE_AUTH="twoauth:authenticate", PYTHONPATH=str(folder)))
+    try:
+        url = await server.url()
+        ann = get_client(url=url + "/langgraph", headers={"Authorization": "Bearer token-ann"})
+        bob = get_client(url=url + "/langgraph", headers={"Authorization": "Bearer token-bob"})
+        nobody = get_client(url=url + "/langgraph", headers={"Authorization": "Bearer wrong"})
+        tid = (await ann.threads.create(metadata={"who": "ann"}))["thread_id"]
+        values = await ann.runs.wait(tid, "reviewed:graph", input={"topic": "secrets"})
+        assert "__interrupt__" in values, values
+        assert [t["thread_id"] for t in await ann.threads.search()] == [tid]
+        assert await bob.threads.search() == []
+        for read in (lambda c: c.threads.get(tid), lambda c: c.threads.get_state(tid),
+                     lambda c: c.runs.list(tid),
+                     lambda c: c.runs.wait(tid, "reviewed:graph", command={"resume": "stolen"})):
+            with pytest.raises(httpx.HTTPStatusError) as refused:  # runs.wait raises httpx's own
+                await read(bob)
+            assert refused.value.response.status_code == 404
+        from langgraph_sdk.errors import AuthenticationError
+
+        with pytest.raises(AuthenticationError):
+            await nobody.threads.search()
+        done = await ann.runs.wait(tid, "reviewed:graph", command={"resume": "mine"})
+        assert done["report"].endswith("reviewer: mine"), done
+    finally:
+        await server.stop_async()
