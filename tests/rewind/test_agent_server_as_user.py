@@ -13,6 +13,7 @@ from typing import Any, Callable
 import httpx
 import pytest
 from as_user import UserServer, rewind_json, user_env, user_workers
+from rewind.temporal.dev_server import free_port
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import ConflictError, NotFoundError
 
@@ -104,6 +105,7 @@ CHAT_SCRIPT = {"chat": [
     {"content": "Third answer."},
     {"content": "A very slow answer " * 30, "stream": {"tokens_per_s": 5}},
 ]}
+SLOW_SCRIPT = {"chat": [{"content": " ".join(f"word{i}" for i in range(60)), "stream": {"tokens_per_s": 10}}]}
 REVIEW_SCRIPT = {"draft": [{"content": "DRAFT one"}] * 3}
 USER = {"role": "user", "content": "hi"}
 
@@ -127,7 +129,11 @@ async def stack(temporal_server, model_server, tmp_path_factory):
     worker_dir = root / "worker"
     worker_dir.mkdir()
     chat, review = f"chat-{uuid.uuid4().hex[:6]}", f"review-{uuid.uuid4().hex[:6]}"
+    slow = f"slow-{uuid.uuid4().hex[:6]}"
     model_server.add_script(chat, CHAT_SCRIPT)
+    model_server.add_script(slow, SLOW_SCRIPT)
+    (root / "open").touch()
+    (worker_dir / "slowchat.py").write_text(CHAT.format(model=f"script:{slow}", gate=str(root / "open")))
     model_server.add_script(review, REVIEW_SCRIPT)
     (worker_dir / "chatgraph.py").write_text(CHAT.format(model=f"script:{chat}", gate=str(root / "gate")))
     (worker_dir / "reviewed.py").write_text(REVIEWED.format(model=f"script:{review}"))
@@ -142,7 +148,7 @@ async def stack(temporal_server, model_server, tmp_path_factory):
             "OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": model_server.base_url, **extra})
 
     async with user_workers() as start:
-        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed")
+        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed,slowchat")
         await worker.wait_ready()
         server = UserServer(root / "serve", env(root / "serve"))
         try:
@@ -244,6 +250,53 @@ async def test_an_interrupt_is_resumed_with_a_command_and_the_run_goes_on(stack)
     final = await client.threads.get_state(tid)
     assert final["values"]["report"] == "DRAFT one / reviewer: fine" and final["next"] == [], final
     assert (await client.threads.get(tid))["status"] == "idle"
+
+    # Time travel: the draft's checkpoint, its channel set, the run from there is a Rewind fork.
+    history = await client.threads.get_history(tid, limit=50)
+    [drafted] = [h for h in history if h["metadata"]["rewind_label"] == "draft"]
+    assert drafted["next"] == ["review"] and drafted["values"]["draft"] == "DRAFT one", drafted
+    updated = await client.threads.update_state(tid, {"draft": "DRAFT two"},
+                                                checkpoint_id=drafted["checkpoint"]["checkpoint_id"])
+    assert updated["checkpoint"]["checkpoint_id"] == drafted["checkpoint"]["checkpoint_id"], updated
+    again = await client.runs.wait(tid, "reviewed:graph")
+    assert again["__interrupt__"][0]["value"] == {"draft": "DRAFT two"}, again
+    done = await client.runs.wait(tid, "reviewed:graph", command={"resume": "ok"})
+    assert done["report"] == "DRAFT two / reviewer: ok", done
+    assert [h["values"].get("report") for h in await client.threads.get_history(tid, limit=50)][0] == done["report"]
+    cli = stack.root / f"cli-{uuid.uuid4().hex[:6]}"
+    cli.mkdir()
+    tree = await rewind_json(cli, stack.env(cli), "tree", tid)
+    assert "thread-fork-1" in tree["branches"], tree["branches"].keys()
+    old = await rewind_json(cli, stack.env(cli), "status", tid)  # main keeps its own report
+    assert "DRAFT one / reviewer: fine" in old["status"]["final_answer"], old
+
+
+async def test_a_client_streaming_a_run_loses_nothing_when_rewind_serve_is_killed_and_restarted(stack) -> None:
+    port = free_port()
+    first = UserServer(stack.root / "restart-1", stack.env(stack.root / "restart-1"), "--port", str(port))
+    second = None
+    try:
+        url = await first.url()
+        client = get_client(url=url + "/langgraph")
+        tid = (await client.threads.create())["thread_id"]
+        parts = []
+        async for part in client.runs.stream(tid, "slowchat:graph", input={"messages": [USER]},
+                                             stream_mode=["updates", "messages-tuple", "values"]):
+            parts.append(part)
+            if part.event == "messages" and second is None:
+                first.kill()  # kill -9 mid-stream; the same address answers again a moment later
+                second = UserServer(stack.root / "restart-2", stack.env(stack.root / "restart-2"), "--port", str(port))
+        assert second is not None, [p.event for p in parts]
+        updates = [p.data for p in parts if p.event == "updates"]
+        assert [list(u) for u in updates] == [["gate"], ["chat"]], updates  # each once, none lost
+        answer = " ".join(f"word{i}" for i in range(60))
+        assert [p.data for p in parts if p.event == "values"][-1]["messages"][-1]["content"] == answer
+        state = await client.threads.get_state(tid)
+        assert state["values"]["messages"][-1]["content"] == answer
+    finally:
+        first.stop()
+        if second is not None:
+            await second.stop_async()
 
 
 AUTH = '''

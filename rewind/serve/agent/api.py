@@ -131,6 +131,16 @@ async def history_route(request: Request, backends: Backends, body: Body) -> Res
     return JSONResponse(await agent.history(thread, int(asked.get("limit") or 10)))
 
 
+async def update_state_route(request: Request, backends: Backends, body: Body) -> Response:
+    agent, asked = _agent(backends), _fields(body)
+    thread = await agent.thread(request.path_params["thread_id"], await _who(request, backends))
+    checkpoint = asked.get("checkpoint_id") or (asked.get("checkpoint") or {}).get("checkpoint_id")
+    values = asked.get("values")
+    if values is not None and not isinstance(values, dict):
+        raise UsageError("update_state: give values as a JSON object of the graph's channels")
+    return JSONResponse(await agent.update_state(thread, values or {}, asked.get("as_node"), checkpoint))
+
+
 # -- runs -----------------------------------------------------------------------------------
 def _sse(parts: AsyncIterator[tuple[str, Any, str | None]]) -> AsyncIterator[ServerSentEvent]:
     async def frames() -> AsyncIterator[ServerSentEvent]:
@@ -165,9 +175,11 @@ async def stream_run_route(request: Request, backends: Backends, body: Body) -> 
     thread, who = await _thread_for_run(request, backends, asked)
     run = await agent.start(thread, who, asked)
     parts = agent.parts(run, asked.get("stream_mode"), bool(asked.get("stream_subgraphs")))
+    # Where the client reconnects (with its Last-Event-ID) when the stream drops: langgraph-sdk
+    # resolves it against the URL it was given (…/langgraph), so the path is the API's own.
     return EventSourceResponse(_sse(parts), ping=PING_S, headers={
-        "Location": f"{PREFIX}/threads/{thread.thread_id}/runs/{run.run_id}/stream",
-        "Content-Location": f"{PREFIX}/threads/{thread.thread_id}/runs/{run.run_id}"})
+        "Location": f"/threads/{thread.thread_id}/runs/{run.run_id}/stream",
+        "Content-Location": f"/threads/{thread.thread_id}/runs/{run.run_id}"})
 
 
 async def wait_run_route(request: Request, backends: Backends, body: Body) -> Response:
@@ -175,7 +187,7 @@ async def wait_run_route(request: Request, backends: Backends, body: Body) -> Re
     thread, who = await _thread_for_run(request, backends, asked)
     run = await agent.start(thread, who, asked)
     return JSONResponse(await agent.wait(thread, run), headers={
-        "Content-Location": f"{PREFIX}/threads/{thread.thread_id}/runs/{run.run_id}"})
+        "Content-Location": f"/threads/{thread.thread_id}/runs/{run.run_id}"})
 
 
 async def _run_of(request: Request, backends: Backends) -> Any:
@@ -253,6 +265,9 @@ GROUP = Group(
            params=(THREAD,), operation_id="lgDeleteThread"),
         _e("GET", "/threads/{thread_id}/state", state_route, "The thread's state at its head", params=(THREAD,),
            operation_id="lgThreadState"),
+        _e("POST", "/threads/{thread_id}/state", update_state_route,
+           "Set channels at a checkpoint: the next run forks there (`rewind fork --set`)", body=True,
+           params=(THREAD,), operation_id="lgUpdateState"),
         _e("POST", "/threads/{thread_id}/history", history_route, "The checkpoints of the thread's line, newest first",
            body=True, params=(THREAD,), operation_id="lgThreadHistory"),
         _e("POST", "/threads/{thread_id}/runs", create_run_route, "Start a run in the background", body=True,

@@ -64,6 +64,7 @@ class ThreadRecord(BaseModel):
     graph_id: str | None = None  # the graph its first run started (MODULE:ATTR)
     branch: str = "main"  # the line its runs continue (a fork's name after update_state + run)
     forks: int = 0  # how many forks its update_state calls made (they are named `thread-fork-N`)
+    fork_point: str | None = None  # the checkpoint its line's fork started from (its line before its own steps)
     update: PendingUpdate | None = None
     version: int = 0
 

@@ -23,11 +23,11 @@ from typing import Any, AsyncIterator
 from checkpoint_bridge.events.cursor import Cursor
 from rewind.serve.agent.identity import hide, visible
 from rewind.serve.agent.parts import Part, Translator, modes_of
-from rewind.serve.agent.records import FINAL, Records, RunRecord, ThreadRecord, new_id
-from rewind.serve.agent.state import empty_state, interrupt_list, line_of, thread_state, values_of
+from rewind.serve.agent.records import FINAL, PendingUpdate, Records, RunRecord, ThreadRecord, new_id
+from rewind.serve.agent.state import config_of, empty_state, interrupt_list, line_of, thread_state, values_of
 from rewind.serve.backends import Backends
 from workflows.vocabulary.errors import RunActiveError, RunNotFoundError, UsageError
-from workflows.vocabulary.ids import validate_id
+from workflows.vocabulary.ids import parse_checkpoint_id, validate_id
 
 
 class Agent:
@@ -105,8 +105,7 @@ class Agent:
 
     async def state(self, thread: ThreadRecord) -> dict[str, Any]:
         """The thread's head as LangGraph's ThreadState."""
-        line = await line_of(self.backends.store, thread.thread_id, thread.branch) if thread.graph_id else []
-        line = [d for d in line if d.step_label != "result"]
+        line = await self._line(thread)
         if not line:
             return empty_state(thread.thread_id)
         parent = line[-2] if len(line) > 1 else None
@@ -114,8 +113,7 @@ class Agent:
 
     async def history(self, thread: ThreadRecord, limit: int) -> list[dict[str, Any]]:
         """The checkpoints of the thread's current line, newest first."""
-        line = await line_of(self.backends.store, thread.thread_id, thread.branch) if thread.graph_id else []
-        line = [d for d in line if d.step_label != "result"]
+        line = await self._line(thread)
         waiting = await self.pending(thread)
         out = []
         for index in range(len(line) - 1, -1, -1):
@@ -125,6 +123,17 @@ class Agent:
             if len(out) >= limit:
                 break
         return out
+
+    async def _line(self, thread: ThreadRecord) -> list[Any]:
+        """The thread's line without its `result` step; a fork with no step of its own yet: the line
+        up to its fork point."""
+        if thread.graph_id is None:
+            return []
+        line = await line_of(self.backends.store, thread.thread_id, thread.branch)
+        if not line and thread.fork_point:
+            _run, branch, step = parse_checkpoint_id(thread.fork_point)
+            line = [d for d in await line_of(self.backends.store, thread.thread_id, branch) if d.step_index <= step]
+        return [d for d in line if d.step_label != "result"]
 
     async def thread_json(self, thread: ThreadRecord) -> dict[str, Any]:
         state = await self.state(thread)
@@ -215,6 +224,11 @@ class Agent:
                 return t.model_copy(update={"graph_id": graph_id})
 
             await self.records.threads.change((thread.thread_id,), first)
+        elif thread.update is not None or body.get("checkpoint_id") or (body.get("checkpoint") or {}).get("checkpoint_id"):
+            if command is not None:
+                raise UsageError("command with a checkpoint (or after update_state) is not built yet: give input, "
+                                 "or none to go on from the checkpoint")
+            record.branch = await self._fork(thread, body, graph_input)
         else:
             waiting = await self.pending(thread)
             if command is not None:
@@ -237,6 +251,58 @@ class Agent:
                                             stop="a new input on the thread" if waiting else None)
                 record.branch = result.storage_branch
         return await self.records.runs.put(record, thread.thread_id, record.run_id)
+
+    async def update_state(self, thread: ThreadRecord, values: dict[str, Any], as_node: str | None,
+                           checkpoint_id: str | None) -> dict[str, Any]:
+        """`update_state`: kept until the thread's next run, which forks at the checkpoint (the head
+        unless told) with `values` set (`rewind fork --set`); the line it had stays as it was."""
+        if thread.graph_id is None:
+            raise UsageError(f"thread {thread.thread_id!r} has not run yet: run it first, then update its state")
+        runs = await self.records.runs_of(thread.thread_id)
+        if runs and await self.run_status(runs[-1]) in ("pending", "running"):
+            raise RunActiveError(f"thread {thread.thread_id!r} has a run in progress; wait for it or cancel it first")
+        checkpoint_id = checkpoint_id or (await self.state(thread))["checkpoint"]["checkpoint_id"]
+        document = await self._checkpoint_of(thread, checkpoint_id)
+        pending = PendingUpdate(checkpoint_id=document.checkpoint_id, branch=document.branch_id,
+                                step=document.step_index, values=dict(values or {}), as_node=as_node)
+
+        def keep(t: ThreadRecord) -> ThreadRecord:
+            return t.model_copy(update={"update": pending})
+
+        await self.records.threads.change((thread.thread_id,), keep)
+        return {"checkpoint": config_of(thread.thread_id, document.checkpoint_id)}
+
+    async def _checkpoint_of(self, thread: ThreadRecord, checkpoint_id: str) -> Any:
+        run_id, _branch, _step = parse_checkpoint_id(checkpoint_id)
+        if run_id != thread.thread_id:
+            raise UsageError(f"checkpoint {checkpoint_id!r} is not one of thread {thread.thread_id!r}")
+        return await self.backends.store.load(checkpoint_id)
+
+    async def _fork(self, thread: ThreadRecord, body: dict[str, Any], graph_input: Any) -> str:
+        """A run from a checkpoint (after update_state, or with checkpoint_id): a Rewind fork named
+        `thread-fork-N`, which becomes the thread's line."""
+        from checkpoint_bridge.branches.branching import with_turn
+        from rewind.client import fork
+
+        update = thread.update
+        asked = body.get("checkpoint_id") or (body.get("checkpoint") or {}).get("checkpoint_id")
+        if asked:
+            document = await self._checkpoint_of(thread, asked)
+            branch, step, values = document.branch_id, document.step_index, dict(update.values) if update else {}
+        else:
+            assert update is not None
+            branch, step, values = update.branch, update.step, dict(update.values)
+        name = f"thread-fork-{thread.forks + 1}"
+        result = await fork(await self.backends.client(), self.backends.settings, self.backends.store,
+                            thread.thread_id, step, branch=name, from_branch=branch, variables=values or {},
+                            then=with_turn(graph_input=graph_input) if graph_input else None)
+
+        def moved(t: ThreadRecord) -> ThreadRecord:
+            return t.model_copy(update={"branch": name, "forks": t.forks + 1, "update": None,
+                                        "fork_point": result.fork_point})
+
+        await self.records.threads.change((thread.thread_id,), moved)
+        return result.storage_branch
 
     async def _last_cursor(self, thread_id: str, branch: str) -> str | None:
         """The cursor after the thread's last durable event now: a resumed run's stream starts there."""
