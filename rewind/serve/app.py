@@ -51,11 +51,26 @@ def build_app(settings: Settings, groups: tuple[Group, ...] = GROUPS) -> ASGIApp
         finally:
             await backends.aclose()
 
+    if settings.serve_auth:
+        # The hook names who asks of the Agent Server API; Rewind's own routes know no owner yet, so
+        # with a hook they are refused: no identity reads another's run through them.
+        groups = tuple(g if g in (agent_server.GROUP, docs.GROUP) else _refused(g) for g in groups)
     app = Starlette(routes=starlette_routes(groups, backends), lifespan=lifespan,
                     exception_handlers={HTTPException: _starlette_error})  # type: ignore[dict-item]
     app.state.groups = groups
     app.state.backends = backends
     return AccessLog(Gate(app, settings.api_key))
+
+
+def _refused(group: Group) -> Group:
+    """`group` with every endpoint answering 403 (REWIND_SERVE_AUTH is set)."""
+    from dataclasses import replace
+
+    async def refuse(_request: Any, _backends: Any, _body: Any) -> Response:
+        raise HTTPError(403, "REWIND_SERVE_AUTH is set: Rewind's own routes are not served (they know no "
+                             "identity); use the Agent Server API under /langgraph, or a rewind serve without the hook")
+
+    return replace(group, endpoints=tuple(replace(e, handler=refuse, body_model=None) for e in group.endpoints))
 
 
 def starlette_routes(groups: tuple[Group, ...], backends: Backends) -> list[Route]:

@@ -337,6 +337,10 @@ async def test_with_an_auth_hook_each_identity_sees_only_its_own_threads(stack) 
 
         with pytest.raises(AuthenticationError):
             await nobody.threads.search()
+        async with httpx.AsyncClient(base_url=url) as raw:  # Rewind's own routes know no owner: refused
+            for path in ("/runs", f"/runs/{tid}", f"/runs/{tid}/events"):
+                answer = await raw.get(path, headers={"Authorization": "Bearer token-ann"})
+                assert answer.status_code == 403 and "REWIND_SERVE_AUTH" in answer.json()["error"], answer.text
         done = await ann.runs.wait(tid, "reviewed:graph", command={"resume": "mine"})
         assert done["report"].endswith("reviewer: mine"), done
     finally:
