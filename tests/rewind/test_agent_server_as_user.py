@@ -163,6 +163,10 @@ def asked(model: Any, name: str) -> list[str]:
 
 async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the_sdk(stack) -> None:
     client = stack.client()
+    offered = {a["graph_id"] for a in await client.assistants.search()}
+    assert offered == {"chatgraph:graph", "reviewed:graph", "slowchat:graph"}, offered
+    schemas = await client.assistants.get_schemas("reviewed:graph")
+    assert "topic" in str(schemas["input_schema"]), schemas
     thread = await client.threads.create(metadata={"user": "ann"})
     tid = thread["thread_id"]
     assert thread["status"] == "idle" and thread["metadata"] == {"user": "ann"}, thread

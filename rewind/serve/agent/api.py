@@ -70,21 +70,43 @@ def _assistant(graph_id: str) -> dict[str, Any]:
 
 
 async def assistant_route(request: Request, backends: Backends, _body: Any) -> Response:
+    await _who(request, backends)
     graph_id = request.path_params["assistant_id"]
     if ":" not in graph_id:
         raise UsageError(f"assistant {graph_id!r}: an assistant here is a graph named MODULE:ATTR")
     return JSONResponse(_assistant(graph_id))
 
 
+async def _offered(backends: Backends) -> dict[str, Any]:
+    """The graphs the workers on the task queue offer: {MODULE:ATTR: their input's JSON schema}."""
+    from checkpoint_bridge.temporal.runs import describe_tools
+
+    described = await describe_tools(await backends.client(), backends.settings.task_queue, [])
+    return {p.name: p.parameters for p in described.pipelines if ":" in p.name}
+
+
 async def search_assistants_route(request: Request, backends: Backends, body: Body) -> Response:
-    """The graphs this server's threads have run (workers are not asked for theirs yet)."""
-    agent, who = _agent(backends), await _who(request, backends)
+    """Every graph the workers offer."""
+    await _who(request, backends)
     asked = _fields(body)
-    graphs = sorted({t.graph_id for t in await agent.threads(who) if t.graph_id})
+    graphs = sorted(await _offered(backends))
     if asked.get("graph_id"):
         graphs = [g for g in graphs if g == asked["graph_id"]]
     offset, limit = int(asked.get("offset") or 0), int(asked.get("limit") or 10)
     return JSONResponse([_assistant(g) for g in graphs[offset:offset + limit]])
+
+
+async def schemas_route(request: Request, backends: Backends, _body: Any) -> Response:
+    await _who(request, backends)
+    graph_id = request.path_params["assistant_id"]
+    offered = await _offered(backends)
+    if graph_id not in offered:
+        from workflows.vocabulary.errors import RunNotFoundError
+
+        raise RunNotFoundError(f"no worker on task queue {backends.settings.task_queue!r} offers graph {graph_id!r}; "
+                               "start one with the tools module that defines it (rewind worker --tool-modules MODULE)")
+    return JSONResponse({"graph_id": graph_id, "input_schema": offered[graph_id], "output_schema": None,
+                         "state_schema": None, "config_schema": None, "context_schema": None})
 
 
 # -- threads --------------------------------------------------------------------------------
@@ -252,10 +274,12 @@ GROUP = Group(
     tag="agent-server", prefix=PREFIX,
     description="LangGraph's Agent Server API (langgraph-sdk's get_client(url=.../langgraph); docs/agent-server.md)",
     endpoints=(
-        _e("POST", "/assistants/search", search_assistants_route, "The graphs this server's threads run", body=True,
+        _e("POST", "/assistants/search", search_assistants_route, "The graphs the workers offer", body=True,
            operation_id="lgSearchAssistants"),
         _e("GET", "/assistants/{assistant_id}", assistant_route, "A graph (MODULE:ATTR) as an assistant",
            params=(Param("assistant_id", "path", "MODULE:ATTR", required=True),), operation_id="lgGetAssistant"),
+        _e("GET", "/assistants/{assistant_id}/schemas", schemas_route, "A graph's input schema, as its worker says",
+           params=(Param("assistant_id", "path", "MODULE:ATTR", required=True),), operation_id="lgAssistantSchemas"),
         _e("POST", "/threads", create_thread_route, "Create a thread (a Rewind run once it runs)", body=True,
            operation_id="lgCreateThread"),
         _e("POST", "/threads/search", search_threads_route, "The caller's threads, newest first", body=True,
