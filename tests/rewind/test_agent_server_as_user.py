@@ -104,6 +104,9 @@ CHAT_SCRIPT = {"chat": [
     {"content": "Second answer."},
     {"content": "Third answer."},
     {"content": "A very slow answer " * 30, "stream": {"tokens_per_s": 5}},
+    {"content": "Fifth and slow " * 20, "stream": {"tokens_per_s": 5}},
+    {"content": "Sixth."},
+    {"content": "Seventh."},
 ]}
 SLOW_SCRIPT = {"chat": [{"content": " ".join(f"word{i}" for i in range(60)), "stream": {"tokens_per_s": 10}}]}
 REVIEW_SCRIPT = {"draft": [{"content": "DRAFT one"}] * 3}
@@ -236,6 +239,20 @@ async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the
     assert (await client.runs.get(tid, slow["run_id"]))["status"] == "interrupted"
     with pytest.raises(NotFoundError):
         await client.runs.get(tid, str(uuid.uuid4()))
+    # multitask_strategy interrupt: the run in progress is stopped, the new one goes on from the thread's head.
+    busy = await client.runs.create(tid, "chatgraph:graph", input={"messages": [{"role": "user", "content": "x"}]})
+    async for part in client.runs.join_stream(tid, busy["run_id"], stream_mode=["messages-tuple"]):
+        if part.event == "messages":
+            break
+    run = await client.runs.create(tid, "chatgraph:graph", input={"messages": [{"role": "user", "content": "y"}]},
+                                   multitask_strategy="interrupt")
+    after = await client.runs.join(tid, run["run_id"])
+    contents = [m["content"] for m in after["messages"]]
+    # The stopped invocation's remaining node ran first (its model call answered from the record), then "y".
+    assert contents[-4:] == ["x", "Fifth and slow " * 20, "y", "Sixth."], contents
+    assert contents[6:8] == ["go", "A very slow answer " * 30], contents  # so did the cancelled one's
+    assert (await client.runs.get(tid, busy["run_id"]))["status"] == "interrupted"
+    assert asked(stack.model, stack.chat) == ["chat"] * 6  # one model call per input, none asked twice
 
 
 async def test_an_interrupt_is_resumed_with_a_command_and_the_run_goes_on(stack) -> None:

@@ -190,8 +190,8 @@ class Agent:
             raise UsageError(f"thread {thread.thread_id!r} runs graph {thread.graph_id!r}, not {graph_id!r}: a thread "
                              "is one graph's run")
         strategy = body.get("multitask_strategy") or "reject"
-        if strategy != "reject":
-            raise UsageError(f"multitask_strategy {strategy!r} is not built yet; only 'reject' is "
+        if strategy not in ("reject", "interrupt"):
+            raise UsageError(f"multitask_strategy {strategy!r} is not built yet; 'reject' and 'interrupt' are "
                              "(docs/agent-server.md)")
         modes_of(body.get("stream_mode"))  # a 400 before anything starts
         command = body.get("command") or None
@@ -200,7 +200,9 @@ class Agent:
             raise UsageError(f"command {sorted(set(command) - {'resume'})} is not built yet; only "
                              "command={'resume': ...} is (docs/agent-server.md)")
         previous = await self.records.runs_of(thread.thread_id)
-        if previous and await self.run_status(previous[-1]) in ("pending", "running"):
+        busy = bool(previous) and await self.run_status(previous[-1]) in ("pending", "running")
+        if busy and (strategy == "reject" or command is not None or thread.update is not None
+                     or body.get("checkpoint_id") or body.get("checkpoint")):
             raise RunActiveError(f"thread {thread.thread_id!r} has run {previous[-1].run_id!r} in progress "
                                  "(multitask_strategy 'reject'); wait for it (runs.join) or cancel it")
         client = await self.backends.client()
@@ -246,10 +248,13 @@ class Agent:
                 from checkpoint_bridge.branches.branching import with_turn
                 from rewind.client import continue_run
 
+                stop = ("multitask_strategy interrupt: a new run on the thread" if busy else
+                        "a new input on the thread" if waiting else None)
                 result = await continue_run(client, settings, self.backends.store, thread.thread_id,
-                                            with_turn(graph_input=graph_input or {}), branch=thread.branch,
-                                            stop="a new input on the thread" if waiting else None)
+                                            with_turn(graph_input=graph_input or {}), branch=thread.branch, stop=stop)
                 record.branch = result.storage_branch
+                if busy:
+                    await self._finish(previous[-1], "interrupted", None)
         return await self.records.runs.put(record, thread.thread_id, record.run_id)
 
     async def update_state(self, thread: ThreadRecord, values: dict[str, Any], as_node: str | None,
