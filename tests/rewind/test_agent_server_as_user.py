@@ -132,9 +132,11 @@ async def stack(temporal_server, model_server, tmp_path_factory):
     worker_dir = root / "worker"
     worker_dir.mkdir()
     chat, review = f"chat-{uuid.uuid4().hex[:6]}", f"review-{uuid.uuid4().hex[:6]}"
-    slow = f"slow-{uuid.uuid4().hex[:6]}"
+    slow, remote = f"slow-{uuid.uuid4().hex[:6]}", f"remote-{uuid.uuid4().hex[:6]}"
     model_server.add_script(chat, CHAT_SCRIPT)
     model_server.add_script(slow, SLOW_SCRIPT)
+    model_server.add_script(remote, {"chat": [{"content": "Remote one."}, {"content": "Remote two."}]})
+    (worker_dir / "remotechat.py").write_text(CHAT.format(model=f"script:{remote}", gate=str(root / "open")))
     (root / "open").touch()
     (worker_dir / "slowchat.py").write_text(CHAT.format(model=f"script:{slow}", gate=str(root / "open")))
     model_server.add_script(review, REVIEW_SCRIPT)
@@ -151,7 +153,7 @@ async def stack(temporal_server, model_server, tmp_path_factory):
             "OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": model_server.base_url, **extra})
 
     async with user_workers() as start:
-        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed,slowchat")
+        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed,slowchat,remotechat")
         await worker.wait_ready()
         server = UserServer(root / "serve", env(root / "serve"))
         try:
@@ -167,7 +169,7 @@ def asked(model: Any, name: str) -> list[str]:
 async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the_sdk(stack) -> None:
     client = stack.client()
     offered = {a["graph_id"] for a in await client.assistants.search()}
-    assert offered == {"chatgraph:graph", "reviewed:graph", "slowchat:graph"}, offered
+    assert offered == {"chatgraph:graph", "reviewed:graph", "slowchat:graph", "remotechat:graph"}, offered
     schemas = await client.assistants.get_schemas("reviewed:graph")
     assert "topic" in str(schemas["input_schema"]), schemas
     thread = await client.threads.create(metadata={"user": "ann"})
@@ -276,6 +278,8 @@ async def test_an_interrupt_is_resumed_with_a_command_and_the_run_goes_on(stack)
     history = await client.threads.get_history(tid, limit=50)
     [drafted] = [h for h in history if h["metadata"]["rewind_label"] == "draft"]
     assert drafted["next"] == ["review"] and drafted["values"]["draft"] == "DRAFT one", drafted
+    at = await client.threads.get_state(tid, checkpoint_id=drafted["checkpoint"]["checkpoint_id"])
+    assert at["values"] == drafted["values"] and at["next"] == ["review"], at
     updated = await client.threads.update_state(tid, {"draft": "DRAFT two"},
                                                 checkpoint_id=drafted["checkpoint"]["checkpoint_id"])
     assert updated["checkpoint"]["checkpoint_id"] == drafted["checkpoint"]["checkpoint_id"], updated
@@ -318,6 +322,22 @@ async def test_a_client_streaming_a_run_loses_nothing_when_rewind_serve_is_kille
         first.stop()
         if second is not None:
             await second.stop_async()
+
+
+async def test_remote_graph_runs_a_graph_served_by_rewind_serve(stack) -> None:
+    from langgraph.pregel.remote import RemoteGraph
+
+    graph = RemoteGraph("remotechat:graph", url=stack.url + "/langgraph")
+    config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+    values = await graph.ainvoke({"messages": [USER]}, config)
+    assert [m["content"] for m in values["messages"]] == ["hi", "Remote one."], values
+    chunks = [c async for c in graph.astream({"messages": [{"role": "user", "content": "again"}]}, config,
+                                             stream_mode="updates")]
+    assert [list(c) for c in chunks] == [["gate"], ["chat"]], chunks
+    assert chunks[-1]["chat"]["messages"][-1]["content"] == "Remote two.", chunks
+    state = await graph.aget_state(config)
+    assert [m.content if hasattr(m, "content") else m["content"] for m in state.values["messages"]] == [
+        "hi", "Remote one.", "again", "Remote two."], state.values
 
 
 AUTH = '''

@@ -147,6 +147,14 @@ async def state_route(request: Request, backends: Backends, _body: Any) -> Respo
     return JSONResponse(await agent.state(thread))
 
 
+async def state_at_route(request: Request, backends: Backends, body: Body | None) -> Response:
+    """GET .../state/{checkpoint_id}, or POST .../state/checkpoint with {"checkpoint": {...}} (RemoteGraph's)."""
+    agent = _agent(backends)
+    thread = await agent.thread(request.path_params["thread_id"], await _who(request, backends))
+    checkpoint = request.path_params.get("checkpoint_id") or (_fields(body).get("checkpoint") or {}).get("checkpoint_id")
+    return JSONResponse(await agent.state_at(thread, checkpoint))
+
+
 async def history_route(request: Request, backends: Backends, body: Body) -> Response:
     agent, asked = _agent(backends), _fields(body)
     thread = await agent.thread(request.path_params["thread_id"], await _who(request, backends))
@@ -289,6 +297,12 @@ GROUP = Group(
            params=(THREAD,), operation_id="lgDeleteThread"),
         _e("GET", "/threads/{thread_id}/state", state_route, "The thread's state at its head", params=(THREAD,),
            operation_id="lgThreadState"),
+        _e("GET", "/threads/{thread_id}/state/{checkpoint_id}", state_at_route, "The thread's state at a checkpoint",
+           params=(THREAD, Param("checkpoint_id", "path", "RUN:BRANCH:STEP", required=True)),
+           operation_id="lgThreadStateAt"),
+        _e("POST", "/threads/{thread_id}/state/checkpoint", state_at_route,
+           "The thread's state at {\"checkpoint\": {\"checkpoint_id\": ...}} (the head without one)", body=True,
+           params=(THREAD,), operation_id="lgThreadStateAtCheckpoint"),
         _e("POST", "/threads/{thread_id}/state", update_state_route,
            "Set channels at a checkpoint: the next run forks there (`rewind fork --set`)", body=True,
            params=(THREAD,), operation_id="lgUpdateState"),

@@ -111,6 +111,20 @@ class Agent:
         parent = line[-2] if len(line) > 1 else None
         return thread_state(thread.thread_id, line[-1], parent, None, await self.pending(thread))
 
+    async def state_at(self, thread: ThreadRecord, checkpoint_id: str | None) -> dict[str, Any]:
+        """The thread's state at one of its checkpoints (the head without one)."""
+        if not checkpoint_id:
+            return await self.state(thread)
+        document = await self._checkpoint_of(thread, checkpoint_id)
+        line = await self._line(thread)
+        ids = [d.checkpoint_id for d in line]
+        if document.checkpoint_id not in ids:  # a checkpoint of another line of the thread
+            return thread_state(thread.thread_id, document, None, None)
+        index = ids.index(document.checkpoint_id)
+        if index == len(line) - 1:
+            return await self.state(thread)
+        return thread_state(thread.thread_id, document, line[index - 1] if index else None, line[index + 1])
+
     async def history(self, thread: ThreadRecord, limit: int) -> list[dict[str, Any]]:
         """The checkpoints of the thread's current line, newest first."""
         line = await self._line(thread)
@@ -194,7 +208,8 @@ class Agent:
             raise UsageError(f"multitask_strategy {strategy!r} is not built yet; 'reject' and 'interrupt' are "
                              "(docs/agent-server.md)")
         modes_of(body.get("stream_mode"))  # a 400 before anything starts
-        command = body.get("command") or None
+        # A Command as RemoteGraph sends it carries its unset fields too (goto=[], update=None).
+        command = {k: v for k, v in (body.get("command") or {}).items() if v not in (None, [], {}, ())} or None
         graph_input = body.get("input")
         if command is not None and set(command) - {"resume"}:
             raise UsageError(f"command {sorted(set(command) - {'resume'})} is not built yet; only "
