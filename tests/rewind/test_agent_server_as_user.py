@@ -109,7 +109,7 @@ CHAT_SCRIPT = {"chat": [
     {"content": "Seventh."},
 ]}
 SLOW_SCRIPT = {"chat": [{"content": " ".join(f"word{i}" for i in range(60)), "stream": {"tokens_per_s": 10}}]}
-REVIEW_SCRIPT = {"draft": [{"content": "DRAFT one"}] * 3}
+REVIEW_SCRIPT = {"draft": [{"content": "DRAFT one"}] * 5}
 USER = {"role": "user", "content": "hi"}
 
 
@@ -338,6 +338,68 @@ async def test_remote_graph_runs_a_graph_served_by_rewind_serve(stack) -> None:
     state = await graph.aget_state(config)
     assert [m.content if hasattr(m, "content") else m["content"] for m in state.values["messages"]] == [
         "hi", "Remote one.", "again", "Remote two."], state.values
+
+
+JS_CLIENT = """
+const { Client } = require(process.env.LANGGRAPH_SDK_JS);
+
+async function main() {
+  const client = new Client({ apiUrl: process.env.API_URL });
+  const thread = await client.threads.create();
+  const seen = [];
+  for await (const part of client.runs.stream(thread.thread_id, "reviewed:graph",
+      { input: { topic: "js" }, streamMode: ["updates", "values"] })) {
+    seen.push({ event: part.event, data: part.data });
+  }
+  for await (const part of client.runs.stream(thread.thread_id, "reviewed:graph",
+      { command: { resume: "from js" }, streamMode: "updates" })) {
+    seen.push({ event: part.event, data: part.data });
+  }
+  const state = await client.threads.getState(thread.thread_id);
+  console.log(JSON.stringify({ seen, values: state.values }));
+}
+
+main().catch((err) => { console.error(err); process.exit(1); });
+"""
+
+
+def js_sdk() -> Path | None:
+    """The npm @langchain/langgraph-sdk .ci/run installs into .js-clients/ (REWIND_JS_CLIENTS_DIR elsewhere)."""
+    import os
+
+    root = Path(os.environ.get("REWIND_JS_CLIENTS_DIR", Path(__file__).resolve().parents[2] / ".js-clients"))
+    found = root / "node_modules" / "@langchain" / "langgraph-sdk" / "dist" / "index.cjs"
+    return found if found.exists() else None
+
+
+async def test_the_javascript_client_streams_a_run_and_resumes_its_interrupt(stack) -> None:
+    import asyncio
+    import json
+    import os
+    import shutil
+
+    sdk, node = js_sdk(), shutil.which("node")
+    if sdk is None or node is None:
+        if os.environ.get("REWIND_TEST_REQUIRE_JS"):
+            raise AssertionError("node or the npm @langchain/langgraph-sdk is missing (.ci/run installs them)")
+        pytest.skip("node and the npm @langchain/langgraph-sdk (.ci/run installs them into .js-clients/)")
+    folder = stack.root / f"js-{uuid.uuid4().hex[:6]}"
+    folder.mkdir()
+    (folder / "client.cjs").write_text(JS_CLIENT)
+    env = {"PATH": os.environ["PATH"], "HOME": str(folder), "API_URL": stack.url + "/langgraph",
+           "LANGGRAPH_SDK_JS": str(sdk)}
+    process = await asyncio.create_subprocess_exec(node, "client.cjs", cwd=folder, env=env,
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    result = json.loads(out)
+    events = [p["event"] for p in result["seen"]]
+    assert events[0] == "metadata" and "updates" in events and "values" in events, events
+    interrupts = [p["data"]["__interrupt__"] for p in result["seen"] if p["event"] == "updates"
+                  and "__interrupt__" in p["data"]]
+    assert interrupts and interrupts[0][0]["value"] == {"draft": "DRAFT one"}, result["seen"]
+    assert {"publish": {"report": "DRAFT one / reviewer: from js"}} in [p["data"] for p in result["seen"]]
+    assert result["values"]["report"] == "DRAFT one / reviewer: from js", result["values"]
 
 
 AUTH = '''
