@@ -288,6 +288,10 @@ async def test_an_interrupt_is_resumed_with_a_command_and_the_run_goes_on(stack)
     done = await client.runs.wait(tid, "reviewed:graph", command={"resume": "ok"})
     assert done["report"] == "DRAFT two / reviewer: ok", done
     assert [h["values"].get("report") for h in await client.threads.get_history(tid, limit=50)][0] == done["report"]
+    # Command(update=..., goto=...): the graph invoked again from the thread's head with it.
+    moved = await client.runs.wait(tid, "reviewed:graph", command={"update": {"draft": "DRAFT three"},
+                                                                    "goto": "publish"})
+    assert moved["report"] == "DRAFT three / reviewer: ok", moved
     cli = stack.root / f"cli-{uuid.uuid4().hex[:6]}"
     cli.mkdir()
     tree = await rewind_json(cli, stack.env(cli), "tree", tid)

@@ -211,9 +211,9 @@ class Agent:
         # A Command as RemoteGraph sends it carries its unset fields too (goto=[], update=None).
         command = {k: v for k, v in (body.get("command") or {}).items() if v not in (None, [], {}, ())} or None
         graph_input = body.get("input")
-        if command is not None and set(command) - {"resume"}:
-            raise UsageError(f"command {sorted(set(command) - {'resume'})} is not built yet; only "
-                             "command={'resume': ...} is (docs/agent-server.md)")
+        if command is not None and set(command) - {"resume", "update", "goto"}:
+            raise UsageError(f"command {sorted(set(command) - {'resume', 'update', 'goto'})}: a Command has resume, "
+                             "update and goto")
         previous = await self.records.runs_of(thread.thread_id)
         busy = bool(previous) and await self.run_status(previous[-1]) in ("pending", "running")
         if busy and (strategy == "reject" or command is not None or thread.update is not None
@@ -248,7 +248,17 @@ class Agent:
             record.branch = await self._fork(thread, body, graph_input)
         else:
             waiting = await self.pending(thread)
-            if command is not None:
+            if command is not None and set(command) != {"resume"}:
+                # Command(update=..., goto=...): the graph invoked again with it, as the branch's next revision
+                # (a thread waiting on an interrupt() is stopped there first: the Command answers it).
+                from checkpoint_bridge.branches.branching import with_turn
+                from rewind.client import continue_run
+
+                result = await continue_run(client, settings, self.backends.store, thread.thread_id,
+                                            with_turn(command=command), branch=thread.branch,
+                                            stop="a Command on the thread" if waiting else None)
+                record.branch = result.storage_branch
+            elif command is not None:
                 if not waiting:
                     raise UsageError(f"thread {thread.thread_id!r} waits on no interrupt(); command={{'resume': ...}} "
                                      "answers one")
