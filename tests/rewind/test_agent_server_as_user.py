@@ -406,6 +406,42 @@ async def test_the_javascript_client_streams_a_run_and_resumes_its_interrupt(sta
     assert result["values"]["report"] == "DRAFT one / reviewer: from js", result["values"]
 
 
+async def test_a_client_streaming_a_run_gets_its_answer_when_the_worker_is_killed_mid_call(stack) -> None:
+    # A worker and a server of its own (its own task queue): this one is killed.
+    queue = f"lg-kill-{uuid.uuid4().hex[:6]}"
+    work = stack.root / f"kill-{uuid.uuid4().hex[:6]}"
+    work.mkdir()
+    name = f"kill-{uuid.uuid4().hex[:6]}"
+    text = " ".join(f"token{i}" for i in range(40))
+    stack.model.add_script(name, {"chat": [{"content": text, "stream": {"tokens_per_s": 10}}] * 2})
+    (work / "killchat.py").write_text(CHAT.format(model=f"script:{name}", gate=str(stack.root / "open")))
+    env = {**stack.env(work / "w1", REWIND_TASK_QUEUE=queue), "PYTHONPATH": str(work),
+           "REWIND_HOME": str(work / "w1" / ".rewind")}  # where the workers announce their live events
+    async with user_workers() as start:
+        first = start(work / "w1", env, "--tool-modules", "killchat")
+        await first.wait_ready()
+        server = UserServer(work / "serve", {**env, "HOME": str(work / "serve")})
+        try:
+            client = get_client(url=await server.url() + "/langgraph")
+            tid = (await client.threads.create())["thread_id"]
+            parts, second = [], None
+            async for part in client.runs.stream(tid, "killchat:graph", input={"messages": [USER]},
+                                                 stream_mode=["updates", "messages-tuple", "values"]):
+                parts.append(part)
+                if part.event == "messages" and second is None:
+                    first.kill()  # the machine dies inside the model call; another worker takes the run
+                    second = start(work / "w2", env, "--tool-modules", "killchat")
+            assert second is not None
+            updates = [p.data for p in parts if p.event == "updates"]
+            assert [list(u) for u in updates] == [["gate"], ["chat"]], updates
+            assert updates[-1]["chat"]["messages"][-1]["content"] == text
+            assert [p.data for p in parts if p.event == "values"][-1]["messages"][-1]["content"] == text
+            attempts = {p.data[1].get("rewind_attempt") for p in parts if p.event == "messages"}
+            assert attempts == {1, 2}, attempts  # the call in flight streamed again from its new attempt's start
+        finally:
+            await server.stop_async()
+
+
 AUTH = '''
 from rewind.serve.agent.identity import Refused
 

@@ -58,6 +58,7 @@ from workflows.graph.routing import (
 from workflows.graph.store import apply_writes, run_store
 from workflows.graph.values import digest, pack, unpack
 from workflows.vocabulary.errors import PipelineError, ToolCallFailed
+from workflows.vocabulary.wire import GRAPH_NODE_ID_PATCH
 
 # Channels that are LangGraph's own bookkeeping, not the graph's state.
 _INTERNAL = ("branch:", "__", "start:")
@@ -357,7 +358,8 @@ class GraphRunner:
         metadata = (config or {}).get("metadata") or {}
         with unguarded():
             result = await self._run.call_node(
-                name, pack(state, f"the input of {'@task' if task else 'node'} {name!r}"), digest(state),
+                name, pack(state, f"the input of {'@task' if task else 'node'} {name!r}"),
+                digest(state, message_ids=not workflow.patched(GRAPH_NODE_ID_PATCH)),
                 step=int(metadata.get("langgraph_step") or 0), ns=str(configurable.get("checkpoint_ns") or ""),
                 resume=list(getattr(scratchpad, "resume", None) or []), handed=handed, task=task, why=why)
         if result.get("store_writes") and self.store is not None:

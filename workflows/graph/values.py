@@ -66,9 +66,22 @@ def plain(value: Any) -> Any:
     return type(value).__name__
 
 
-def digest(value: Any) -> str:
-    """sha256 of `value`'s stable JSON form."""
-    return hashlib.sha256(json.dumps(plain(value), sort_keys=True, default=str).encode()).hexdigest()
+def digest(value: Any, *, message_ids: bool = True) -> str:
+    """sha256 of `value`'s stable JSON form. `message_ids=False`: without the ids of its messages
+    (add_messages gives a message without one a random uuid4, another on every replay)."""
+    data = plain(value)
+    if not message_ids:
+        data = _without_message_ids(data)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _without_message_ids(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_without_message_ids(v) for v in value]
+    if isinstance(value, dict):
+        message = "content" in value and "type" in value
+        return {k: _without_message_ids(v) for k, v in value.items() if not (message and k == "id")}
+    return value
 
 
 __all__ = ["pack", "unpack", "plain", "digest"]

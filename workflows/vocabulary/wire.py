@@ -112,6 +112,9 @@ GRAPH_CARRIED_CHECKPOINTS_PATCH = "graph-checkpoints-ride-calls"
 # A pipeline or graph answering a long record again (a fork late in a run, a continued run) waits on a
 # 1 ms timer every few hundred answers, so one workflow task never outlasts the deadlock detector.
 RECORD_BREATHES_PATCH = "record-answers-breathe"
+# A graph node run as one activity is named by its input state without its messages' ids: add_messages
+# gives a message without one a random uuid4, so a worker replaying the run named it otherwise.
+GRAPH_NODE_ID_PATCH = "graph-node-id-without-message-ids"
 
 
 def tool_task_queue(task_queue: str, tool_name: str) -> str:
@@ -136,6 +139,6 @@ __all__ = [
     "LOCAL_PAYLOAD_DRIVER", "S3_PAYLOAD_DRIVER", "LABEL_HEADER", "DEMO_TURNS_FINGERPRINT",
     "TOOL_QUEUES_PATCH", "MIRROR_BATCH_PATCH", "SEEDED_TOOLS_PATCH", "STOPPED_DRAIN_PATCH",
     "CARRIED_CHECKPOINTS_PATCH", "PIPELINE_CARRIED_CHECKPOINTS_PATCH", "GRAPH_ANSWER_ONCE_PATCH", "GATHER_MIRROR_PATCH",
-    "GRAPH_CONTINUE_AS_NEW_PATCH", "GRAPH_CARRIED_CHECKPOINTS_PATCH", "RECORD_BREATHES_PATCH",
+    "GRAPH_CONTINUE_AS_NEW_PATCH", "GRAPH_CARRIED_CHECKPOINTS_PATCH", "RECORD_BREATHES_PATCH", "GRAPH_NODE_ID_PATCH",
     "tool_task_queue",
 ]
