@@ -46,6 +46,8 @@ def build_app(settings: Settings, groups: tuple[Group, ...] = GROUPS) -> ASGIApp
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if agent_server.GROUP in groups:
+            agent_server.on_start(backends)
         try:
             yield
         finally:

@@ -136,6 +136,10 @@ async def stack(temporal_server, model_server, tmp_path_factory):
     model_server.add_script(chat, CHAT_SCRIPT)
     model_server.add_script(slow, SLOW_SCRIPT)
     model_server.add_script(remote, {"chat": [{"content": "Remote one."}, {"content": "Remote two."}]})
+    queued = f"queued-{uuid.uuid4().hex[:6]}"
+    model_server.add_script(queued, {"chat": [{"content": "First and slow " * 10, "stream": {"tokens_per_s": 10}},
+                                              {"content": "Queued."}]})
+    (worker_dir / "queuechat.py").write_text(CHAT.format(model=f"script:{queued}", gate=str(root / "open")))
     (worker_dir / "remotechat.py").write_text(CHAT.format(model=f"script:{remote}", gate=str(root / "open")))
     (root / "open").touch()
     (worker_dir / "slowchat.py").write_text(CHAT.format(model=f"script:{slow}", gate=str(root / "open")))
@@ -153,7 +157,7 @@ async def stack(temporal_server, model_server, tmp_path_factory):
             "OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": model_server.base_url, **extra})
 
     async with user_workers() as start:
-        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed,slowchat,remotechat")
+        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed,slowchat,remotechat,queuechat")
         await worker.wait_ready()
         server = UserServer(root / "serve", env(root / "serve"))
         try:
@@ -169,7 +173,8 @@ def asked(model: Any, name: str) -> list[str]:
 async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the_sdk(stack) -> None:
     client = stack.client()
     offered = {a["graph_id"] for a in await client.assistants.search()}
-    assert offered == {"chatgraph:graph", "reviewed:graph", "slowchat:graph", "remotechat:graph"}, offered
+    assert offered == {"chatgraph:graph", "reviewed:graph", "slowchat:graph", "remotechat:graph",
+                       "queuechat:graph"}, offered
     schemas = await client.assistants.get_schemas("reviewed:graph")
     assert "topic" in str(schemas["input_schema"]), schemas
     thread = await client.threads.create(metadata={"user": "ann"})
@@ -440,6 +445,45 @@ async def test_a_client_streaming_a_run_gets_its_answer_when_the_worker_is_kille
             assert attempts == {1, 2}, attempts  # the call in flight streamed again from its new attempt's start
         finally:
             await server.stop_async()
+
+
+async def test_an_enqueued_run_starts_when_the_one_before_ends_and_its_webhook_is_called(stack) -> None:
+    import asyncio
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    received: list[dict[str, Any]] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            received.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    hooks = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hooks.serve_forever, daemon=True).start()
+    try:
+        client = stack.client()
+        tid = (await client.threads.create())["thread_id"]
+        first = await client.runs.create(tid, "queuechat:graph", input={"messages": [USER]})
+        second = await client.runs.create(tid, "queuechat:graph", input={"messages": [{"role": "user", "content": "b"}]},
+                                          multitask_strategy="enqueue",
+                                          webhook=f"http://127.0.0.1:{hooks.server_port}/done")
+        assert second["status"] == "pending", second
+        values = await client.runs.join(tid, second["run_id"])
+        assert [m["content"] for m in values["messages"]] == ["hi", "First and slow " * 10, "b", "Queued."], values
+        assert (await client.runs.get(tid, first["run_id"]))["status"] == "success"
+        for _ in range(200):
+            if received:
+                break
+            await asyncio.sleep(0.1)
+        assert [(r["run_id"], r["status"]) for r in received] == [(second["run_id"], "success")], received
+    finally:
+        hooks.shutdown()
 
 
 AUTH = '''

@@ -45,6 +45,12 @@ def _agent(backends: Backends) -> Agent:
     return agent
 
 
+def on_start(backends: Backends) -> None:
+    """At the server's start: the enqueued runs still to start and the webhooks still to call go on."""
+    agent = _agent(backends)
+    agent.background(agent.resume_background())
+
+
 async def _who(request: Request, backends: Backends) -> str | None:
     hook = backends.__dict__.get("_agent_hook")
     if hook is None and backends.settings.serve_auth:
@@ -329,4 +335,4 @@ GROUP = Group(
     ),
 )
 
-__all__ = ["GROUP", "PREFIX"]
+__all__ = ["GROUP", "PREFIX", "on_start"]

@@ -18,6 +18,8 @@ owner and metadata, each API run's branch and starting cursor.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any, AsyncIterator
 
 from checkpoint_bridge.events.cursor import Cursor
@@ -29,6 +31,14 @@ from rewind.serve.backends import Backends
 from workflows.vocabulary.errors import RunActiveError, RunNotFoundError, UsageError
 from workflows.vocabulary.ids import parse_checkpoint_id, validate_id
 
+log = logging.getLogger("rewind.serve")
+
+# How often an enqueued run looks whether the runs before it have ended, and a run's stream
+# whether its enqueued run has started.
+ENQUEUED_POLL_S = 0.5
+# How long a webhook's server may take to answer.
+WEBHOOK_TIMEOUT_S = 10.0
+
 
 class Agent:
     """The API's threads and runs for one server: its records and its backends."""
@@ -37,6 +47,7 @@ class Agent:
         self.backends = backends
         self.hooked = hooked
         self._records: Records | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # enqueued runs and webhooks (asyncio holds tasks weakly)
 
     @property
     def records(self) -> Records:
@@ -204,9 +215,12 @@ class Agent:
             raise UsageError(f"thread {thread.thread_id!r} runs graph {thread.graph_id!r}, not {graph_id!r}: a thread "
                              "is one graph's run")
         strategy = body.get("multitask_strategy") or "reject"
-        if strategy not in ("reject", "interrupt"):
-            raise UsageError(f"multitask_strategy {strategy!r} is not built yet; 'reject' and 'interrupt' are "
-                             "(docs/agent-server.md)")
+        if strategy not in ("reject", "interrupt", "enqueue"):
+            raise UsageError(f"multitask_strategy {strategy!r} is not built yet; 'reject', 'interrupt' and 'enqueue' "
+                             "are (docs/agent-server.md)")
+        webhook = body.get("webhook")
+        if webhook is not None and not (isinstance(webhook, str) and webhook.startswith(("http://", "https://"))):
+            raise UsageError(f"webhook {webhook!r}: give an http:// or https:// URL")
         modes_of(body.get("stream_mode"))  # a 400 before anything starts
         # A Command as RemoteGraph sends it carries its unset fields too (goto=[], update=None).
         command = {k: v for k, v in (body.get("command") or {}).items() if v not in (None, [], {}, ())} or None
@@ -216,16 +230,34 @@ class Agent:
                              "update and goto")
         previous = await self.records.runs_of(thread.thread_id)
         busy = bool(previous) and await self.run_status(previous[-1]) in ("pending", "running")
-        if busy and (strategy == "reject" or command is not None or thread.update is not None
-                     or body.get("checkpoint_id") or body.get("checkpoint")):
+        if busy and (strategy == "reject" or (strategy == "interrupt" and (
+                command is not None or thread.update is not None or body.get("checkpoint_id") or body.get("checkpoint")))):
             raise RunActiveError(f"thread {thread.thread_id!r} has run {previous[-1].run_id!r} in progress "
                                  "(multitask_strategy 'reject'); wait for it (runs.join) or cancel it")
-        client = await self.backends.client()
-        settings = self.backends.settings
         record = RunRecord(run_id=new_id(), thread_id=thread.thread_id, assistant_id=graph_id, graph_id=graph_id,
                            metadata=body.get("metadata") or {}, kwargs={k: body.get(k) for k in (
-                               "input", "command", "stream_mode", "config") if body.get(k) is not None},
-                           owner=identity, multitask_strategy=strategy)
+                               "input", "command", "stream_mode", "config", "checkpoint_id", "checkpoint")
+                               if body.get(k) is not None},
+                           owner=identity, multitask_strategy=strategy, webhook=webhook)
+        if busy and strategy == "enqueue":
+            # Kept as `pending` (no branch yet) until the runs before it have ended: then it starts (a
+            # restarted server goes on waiting for it: resume_background).
+            saved = await self.records.runs.put(record, thread.thread_id, record.run_id)
+            self.background(self._enqueued(saved))
+            return saved
+        record = await self._launch(thread, record, graph_input, command, body, busy and strategy == "interrupt",
+                                    previous[-1] if previous else None)
+        saved = await self.records.runs.put(record, thread.thread_id, record.run_id)
+        if saved.webhook:
+            self.background(self._notify(saved))
+        return saved
+
+    async def _launch(self, thread: ThreadRecord, record: RunRecord, graph_input: Any, command: dict[str, Any] | None,
+                      body: dict[str, Any], busy: bool, before: RunRecord | None) -> RunRecord:
+        """Start what `record` runs: the graph run, a fork, a resume or the thread's next invocation."""
+        client = await self.backends.client()
+        settings = self.backends.settings
+        identity, graph_id = record.owner, record.graph_id
         if thread.graph_id is None:
             if command is not None:
                 raise UsageError(f"thread {thread.thread_id!r} has not run yet: there is no interrupt to resume")
@@ -278,9 +310,74 @@ class Agent:
                 result = await continue_run(client, settings, self.backends.store, thread.thread_id,
                                             with_turn(graph_input=graph_input or {}), branch=thread.branch, stop=stop)
                 record.branch = result.storage_branch
-                if busy:
-                    await self._finish(previous[-1], "interrupted", None)
-        return await self.records.runs.put(record, thread.thread_id, record.run_id)
+                if busy and before is not None:
+                    await self._finish(before, "interrupted", None)
+        return record
+
+    # -- in the background: enqueued runs, webhooks -----------------------------------------
+    def background(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def resume_background(self) -> None:
+        """After a restart: the enqueued runs still to start, the webhooks still to call."""
+        try:
+            await self._resume_background()
+        except Exception as exc:  # noqa: BLE001 - the store unreachable at start: said, the server serves on
+            log.warning("enqueued runs and webhooks not resumed at start: %s", exc)
+
+    async def _resume_background(self) -> None:
+        for thread_id in await self.records.threads.ids():
+            for run in await self.records.runs_of(thread_id):
+                if run.status == "pending" and run.branch is None and run.multitask_strategy == "enqueue":
+                    self.background(self._enqueued(run))
+                elif run.webhook and not run.webhook_sent:
+                    self.background(self._notify(run))
+
+    async def _enqueued(self, run: RunRecord) -> None:
+        try:
+            while True:
+                earlier = [r for r in await self.records.runs_of(run.thread_id) if r.created_at < run.created_at]
+                if not [r for r in earlier if await self.run_status(r) in ("pending", "running")]:
+                    break
+                await asyncio.sleep(ENQUEUED_POLL_S)
+            thread = await self.records.threads.get(run.thread_id)
+            if thread is None:
+                return
+            body = dict(run.kwargs)
+            command = {k: v for k, v in (body.get("command") or {}).items() if v not in (None, [], {}, ())} or None
+            launched = await self._launch(thread, run, body.get("input"), command, body, False, None)
+
+            def started(r: RunRecord) -> RunRecord:
+                return r.model_copy(update={"branch": launched.branch, "after": launched.after})
+
+            run = await self.records.runs.change((run.thread_id, run.run_id), started)
+        except Exception as exc:  # noqa: BLE001 - the run's record says why it never started
+            log.warning("enqueued run %s of thread %s did not start: %s", run.run_id, run.thread_id, exc)
+            await self._finish(run, "error", f"it did not start: {exc}")
+            return
+        if run.webhook:
+            await self._notify(run)
+
+    async def _notify(self, run: RunRecord) -> None:
+        """POST the run, as runs.get answers it, to its webhook once it has ended."""
+        import httpx
+
+        try:
+            async for _part in self.parts(run, ["values"], False):
+                pass
+            fresh = await self.records.runs.get(run.thread_id, run.run_id) or run
+            async with httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT_S) as http:
+                answer = await http.post(str(run.webhook), json=await self.run_json(fresh))
+            log.info("webhook of run %s: %s %d", run.run_id, run.webhook, answer.status_code)
+        except Exception as exc:  # noqa: BLE001 - said once on the log; the run is not changed by it
+            log.warning("webhook of run %s (%s) failed: %s", run.run_id, run.webhook, exc)
+
+        def sent(r: RunRecord) -> RunRecord:
+            return r.model_copy(update={"webhook_sent": True})
+
+        await self.records.runs.change((run.thread_id, run.run_id), sent)
 
     async def update_state(self, thread: ThreadRecord, values: dict[str, Any], as_node: str | None,
                            checkpoint_id: str | None) -> dict[str, Any]:
@@ -354,6 +451,11 @@ class Agent:
         modes = modes_of(stream_mode)
         if after is not None:
             Cursor.parse(after)
+        while run.branch is None and run.status not in FINAL:  # an enqueued run, not started yet
+            await asyncio.sleep(ENQUEUED_POLL_S)
+            run = await self.records.runs.get(run.thread_id, run.run_id) or run
+        if run.branch is None:
+            return
         store = self.backends.store
 
         async def values_at(checkpoint_id: str) -> dict[str, Any]:
