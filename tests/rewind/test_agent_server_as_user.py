@@ -333,7 +333,7 @@ async def test_a_client_streaming_a_run_loses_nothing_when_rewind_serve_is_kille
             await second.stop_async()
 
 
-async def test_remote_graph_runs_a_graph_served_by_rewind_serve(stack) -> None:
+async def test_remote_graph_and_stateless_runs_on_rewind_serve(stack) -> None:
     from langgraph.pregel.remote import RemoteGraph
 
     graph = RemoteGraph("remotechat:graph", url=stack.url + "/langgraph")
@@ -347,6 +347,13 @@ async def test_remote_graph_runs_a_graph_served_by_rewind_serve(stack) -> None:
     state = await graph.aget_state(config)
     assert [m.content if hasattr(m, "content") else m["content"] for m in state.values["messages"]] == [
         "hi", "Remote one.", "again", "Remote two."], state.values
+    # Without a thread: a stateless run, on a thread of its own the API forgets at its end (a run of its
+    # own: the scripted model answers it from its script's start).
+    alone = await graph.ainvoke({"messages": [{"role": "user", "content": "alone"}]})
+    assert [m["content"] for m in alone["messages"]] == ["alone", "Remote one."], alone
+    waited = await stack.client().runs.wait(None, "remotechat:graph",
+                                            input={"messages": [{"role": "user", "content": "waited"}]})
+    assert [m["content"] for m in waited["messages"]] == ["waited", "Remote one."], waited
 
 
 JS_CLIENT = """

@@ -226,6 +226,51 @@ async def wait_run_route(request: Request, backends: Backends, body: Body) -> Re
         "Content-Location": f"/threads/{thread.thread_id}/runs/{run.run_id}"})
 
 
+# -- stateless runs: a thread of their own, forgotten by the API at their end unless on_completion="keep" --
+async def _stateless(request: Request, backends: Backends, asked: dict[str, Any]) -> Any:
+    agent, who = _agent(backends), await _who(request, backends)
+    keep = asked.get("on_completion") or "delete"
+    if keep not in ("delete", "keep"):
+        raise UsageError(f"on_completion {keep!r}: say delete or keep")
+    thread = await agent.create_thread(who, None, {}, None)
+    return agent, thread, await agent.start(thread, who, asked), keep == "keep"
+
+
+async def _forget_after(agent: Agent, thread: Any, run: Any) -> None:
+    """The stateless run's thread, forgotten by the API once the run has ended (its Rewind run stays)."""
+    async for _part in agent.parts(run, ["values"], False):
+        pass
+    await agent.delete_thread(thread)
+
+
+async def stateless_create_route(request: Request, backends: Backends, body: Body) -> Response:
+    agent, thread, run, keep = await _stateless(request, backends, _fields(body))
+    if not keep:
+        agent.background(_forget_after(agent, thread, run))
+    return JSONResponse(await agent.run_json(run))
+
+
+async def stateless_stream_route(request: Request, backends: Backends, body: Body) -> Response:
+    asked = _fields(body)
+    agent, thread, run, keep = await _stateless(request, backends, asked)
+
+    async def parts() -> AsyncIterator[tuple[str, Any, str | None]]:
+        async for part in agent.parts(run, asked.get("stream_mode"), bool(asked.get("stream_subgraphs"))):
+            yield part
+        if not keep:
+            await agent.delete_thread(thread)
+
+    return EventSourceResponse(_sse(parts()), ping=PING_S)
+
+
+async def stateless_wait_route(request: Request, backends: Backends, body: Body) -> Response:
+    agent, thread, run, keep = await _stateless(request, backends, _fields(body))
+    values = await agent.wait(thread, run)
+    if not keep:
+        await agent.delete_thread(thread)
+    return JSONResponse(values)
+
+
 async def _run_of(request: Request, backends: Backends) -> Any:
     agent = _agent(backends)
     thread = await agent.thread(request.path_params["thread_id"], await _who(request, backends))
@@ -320,6 +365,12 @@ GROUP = Group(
            params=(THREAD,), answers=_STREAM, operation_id="lgStreamRun"),
         _e("POST", "/threads/{thread_id}/runs/wait", wait_run_route, "Start a run and answer its final values",
            body=True, params=(THREAD,), operation_id="lgWaitRun"),
+        _e("POST", "/runs", stateless_create_route, "A run on a thread of its own, in the background", body=True,
+           operation_id="lgStatelessRun"),
+        _e("POST", "/runs/stream", stateless_stream_route, "A run on a thread of its own, streamed", body=True,
+           answers=_STREAM, operation_id="lgStatelessStream"),
+        _e("POST", "/runs/wait", stateless_wait_route, "A run on a thread of its own; its final values", body=True,
+           operation_id="lgStatelessWait"),
         _e("GET", "/threads/{thread_id}/runs", list_runs_route, "The thread's runs, newest first", params=(THREAD,),
            operation_id="lgListRuns"),
         _e("GET", "/threads/{thread_id}/runs/{run_id}", get_run_route, "A run", params=(THREAD, RUN_ID),
