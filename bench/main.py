@@ -38,11 +38,12 @@ BENCHMARKS = [
     ("langgraph_graphs", "bench.b15_langgraph"),
     ("long_code_runs", "bench.b16_long_code_runs"),
     ("streaming", "bench.b17_streaming"),
+    ("agent_server", "bench.b18_agent_server"),
     # Last: the longest, and it runs its own stack.
     ("soak", "bench.b13_soak"),
 ]
 ORDER_IN_REPORT = ["overhead", "dev_server", "storage", "resume", "fork", "concurrency", "checkpoint_io", "store_scaling", "long_run",
-                   "langgraph_saver", "subagents", "cli", "mcp", "pipelines", "langgraph_graphs", "long_code_runs", "streaming", "soak"]
+                   "langgraph_saver", "subagents", "cli", "mcp", "pipelines", "langgraph_graphs", "long_code_runs", "streaming", "agent_server", "soak"]
 
 
 def render(sections: list[Section], machine: dict, quick: bool, total_s: float) -> str:
