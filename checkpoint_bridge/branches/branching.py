@@ -655,6 +655,15 @@ async def rollback(
     return result
 
 
+def turns_until(base: AgentInput, step: int) -> AgentInput:
+    """A `then` for a branch of a graph run from `step`: without the turns given after it (they
+    belong to the line the branch leaves behind)."""
+    if base.pipeline is None or not base.pipeline.turns:
+        return base
+    kept = [t for t in base.pipeline.turns if t.after_step <= step]
+    return base.model_copy(update={"pipeline": base.pipeline.model_copy(update={"turns": kept})})
+
+
 def with_turn(graph_input: dict[str, Any] | None = None, command: dict[str, Any] | None = None) -> Then:
     """A `then` that invokes a graph run again on its thread (PipelineRun.turns): with `graph_input`,
     or with LangGraph's Command (`resume`, `update`, `goto`), after the step the branch starts from."""
@@ -663,6 +672,8 @@ def with_turn(graph_input: dict[str, Any] | None = None, command: dict[str, Any]
         if base.pipeline is None or ":" not in base.pipeline.name:
             raise UsageError(f"run {base.run_id!r} is not a graph run: only a graph run is invoked again on its thread")
         turn = GraphTurn(after_step=step, input=graph_input, command=command)
+        base = turns_until(base, step)
+        assert base.pipeline is not None
         return base.model_copy(update={"pipeline": base.pipeline.model_copy(update={
             "turns": [*base.pipeline.turns, turn]})})
 
@@ -852,4 +863,4 @@ async def _redo_graph_step(client: Client, launcher: Launcher, store: Checkpoint
                              side_effects=side_effects)
 
 
-__all__ = ["fork", "rollback", "redo", "Launcher", "ForkResult", "RollbackResult", "SideEffect", "display_name", "input_for", "start_from"]
+__all__ = ["fork", "rollback", "redo", "continue_branch", "with_turn", "turns_until", "Launcher", "ForkResult", "RollbackResult", "SideEffect", "display_name", "input_for", "start_from"]

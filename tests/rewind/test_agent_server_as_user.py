@@ -138,7 +138,8 @@ async def stack(temporal_server, model_server, tmp_path_factory):
     model_server.add_script(remote, {"chat": [{"content": "Remote one."}, {"content": "Remote two."}]})
     queued = f"queued-{uuid.uuid4().hex[:6]}"
     model_server.add_script(queued, {"chat": [{"content": "First and slow " * 10, "stream": {"tokens_per_s": 10}},
-                                              {"content": "Queued."}]})
+                                              {"content": "Queued."},
+                                              {"content": "Third and slow " * 10, "stream": {"tokens_per_s": 10}}]})
     (worker_dir / "queuechat.py").write_text(CHAT.format(model=f"script:{queued}", gate=str(root / "open")))
     (worker_dir / "remotechat.py").write_text(CHAT.format(model=f"script:{remote}", gate=str(root / "open")))
     (root / "open").touch()
@@ -259,7 +260,18 @@ async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the
     assert contents[-4:] == ["x", "Fifth and slow " * 20, "y", "Sixth."], contents
     assert contents[6:8] == ["go", "A very slow answer " * 30], contents  # so did the cancelled one's
     assert (await client.runs.get(tid, busy["run_id"]))["status"] == "interrupted"
-    assert asked(stack.model, stack.chat) == ["chat"] * 6  # one model call per input, none asked twice
+    # One model call per input, and again the two cut off mid-stream (by the cancel, by the interrupt strategy):
+    # the thread going on finishes their invocations, and a call with no answer yet is made again.
+    assert asked(stack.model, stack.chat) == ["chat"] * 8
+
+    # Time travel to the first answer: the fork has none of the later inputs.
+    history = await client.threads.get_history(tid, limit=100)
+    [first] = [h for h in history if h["metadata"]["rewind_label"] == "chat"
+               and h["values"]["messages"][-1]["content"] == "Hello there, how can I help?"]
+    await client.threads.update_state(tid, {}, checkpoint_id=first["checkpoint"]["checkpoint_id"])
+    forked = await client.runs.wait(tid, "chatgraph:graph", input={"messages": [{"role": "user", "content": "fork"}]})
+    assert [m["content"] for m in forked["messages"]] == ["hi", "Hello there, how can I help?", "fork",
+                                                          "Second answer."], forked
 
 
 async def test_an_interrupt_is_resumed_with_a_command_and_the_run_goes_on(stack) -> None:
@@ -489,6 +501,19 @@ async def test_an_enqueued_run_starts_when_the_one_before_ends_and_its_webhook_i
                 break
             await asyncio.sleep(0.1)
         assert [(r["run_id"], r["status"]) for r in received] == [(second["run_id"], "success")], received
+
+        # multitask_strategy rollback: the run in progress is undone (the thread rolled back to where it began),
+        # the new input runs from there.
+        third = await client.runs.create(tid, "queuechat:graph", input={"messages": [{"role": "user", "content": "c"}]})
+        async for part in client.runs.join_stream(tid, third["run_id"], stream_mode=["messages-tuple"]):
+            if part.event == "messages":
+                break
+        fourth = await client.runs.create(tid, "queuechat:graph", input={"messages": [{"role": "user", "content": "d"}]},
+                                          multitask_strategy="rollback")
+        values = await client.runs.join(tid, fourth["run_id"])
+        assert [m["content"] for m in values["messages"]] == [
+            "hi", "First and slow " * 10, "b", "Queued.", "d", "Third and slow " * 10], values
+        assert (await client.runs.get(tid, third["run_id"]))["status"] == "interrupted"
     finally:
         hooks.shutdown()
 

@@ -215,9 +215,8 @@ class Agent:
             raise UsageError(f"thread {thread.thread_id!r} runs graph {thread.graph_id!r}, not {graph_id!r}: a thread "
                              "is one graph's run")
         strategy = body.get("multitask_strategy") or "reject"
-        if strategy not in ("reject", "interrupt", "enqueue"):
-            raise UsageError(f"multitask_strategy {strategy!r} is not built yet; 'reject', 'interrupt' and 'enqueue' "
-                             "are (docs/agent-server.md)")
+        if strategy not in ("reject", "interrupt", "enqueue", "rollback"):
+            raise UsageError(f"multitask_strategy {strategy!r}: choose reject, interrupt, enqueue or rollback")
         webhook = body.get("webhook")
         if webhook is not None and not (isinstance(webhook, str) and webhook.startswith(("http://", "https://"))):
             raise UsageError(f"webhook {webhook!r}: give an http:// or https:// URL")
@@ -230,7 +229,7 @@ class Agent:
                              "update and goto")
         previous = await self.records.runs_of(thread.thread_id)
         busy = bool(previous) and await self.run_status(previous[-1]) in ("pending", "running")
-        if busy and (strategy == "reject" or (strategy == "interrupt" and (
+        if busy and (strategy == "reject" or (strategy in ("interrupt", "rollback") and (
                 command is not None or thread.update is not None or body.get("checkpoint_id") or body.get("checkpoint")))):
             raise RunActiveError(f"thread {thread.thread_id!r} has run {previous[-1].run_id!r} in progress "
                                  "(multitask_strategy 'reject'); wait for it (runs.join) or cancel it")
@@ -245,12 +244,33 @@ class Agent:
             saved = await self.records.runs.put(record, thread.thread_id, record.run_id)
             self.background(self._enqueued(saved))
             return saved
-        record = await self._launch(thread, record, graph_input, command, body, busy and strategy == "interrupt",
-                                    previous[-1] if previous else None)
+        if busy and strategy == "rollback":
+            record = await self._rolled_back(thread, record, graph_input, previous[-1])
+        else:
+            record = await self._launch(thread, record, graph_input, command, body, busy and strategy == "interrupt",
+                                        previous[-1] if previous else None)
         saved = await self.records.runs.put(record, thread.thread_id, record.run_id)
         if saved.webhook:
             self.background(self._notify(saved))
         return saved
+
+    async def _rolled_back(self, thread: ThreadRecord, record: RunRecord, graph_input: Any,
+                           before: RunRecord) -> RunRecord:
+        """multitask_strategy rollback: the run in progress is stopped and the thread rolled back to
+        where it began (`rewind rollback`: its steps stay in the tree as the line's earlier
+        revision), then the new input runs from there."""
+        from checkpoint_bridge.branches.branching import with_turn
+        from rewind.client import rollback
+
+        if before.start_step < 0:
+            raise RunActiveError(f"run {before.run_id!r} is the thread's first: there is nothing before it to roll "
+                                 "back to; use multitask_strategy 'interrupt', or a new thread")
+        result = await rollback(await self.backends.client(), self.backends.settings, self.backends.store,
+                                thread.thread_id, before.start_step, branch=thread.branch,
+                                then=with_turn(graph_input=graph_input or {}))
+        record.branch, record.start_step = result.continued.storage_branch, before.start_step
+        await self._finish(before, "interrupted", "rolled back (multitask_strategy rollback)")
+        return record
 
     async def _launch(self, thread: ThreadRecord, record: RunRecord, graph_input: Any, command: dict[str, Any] | None,
                       body: dict[str, Any], busy: bool, before: RunRecord | None) -> RunRecord:
@@ -258,6 +278,9 @@ class Agent:
         client = await self.backends.client()
         settings = self.backends.settings
         identity, graph_id = record.owner, record.graph_id
+        if thread.graph_id is not None:
+            line = await self._line(thread)
+            record.start_step = line[-1].step_index if line else -1
         if thread.graph_id is None:
             if command is not None:
                 raise UsageError(f"thread {thread.thread_id!r} has not run yet: there is no interrupt to resume")
@@ -408,7 +431,7 @@ class Agent:
     async def _fork(self, thread: ThreadRecord, body: dict[str, Any], graph_input: Any) -> str:
         """A run from a checkpoint (after update_state, or with checkpoint_id): a Rewind fork named
         `thread-fork-N`, which becomes the thread's line."""
-        from checkpoint_bridge.branches.branching import with_turn
+        from checkpoint_bridge.branches.branching import turns_until, with_turn
         from rewind.client import fork
 
         update = thread.update
@@ -422,7 +445,7 @@ class Agent:
         name = f"thread-fork-{thread.forks + 1}"
         result = await fork(await self.backends.client(), self.backends.settings, self.backends.store,
                             thread.thread_id, step, branch=name, from_branch=branch, variables=values or {},
-                            then=with_turn(graph_input=graph_input) if graph_input else None)
+                            then=with_turn(graph_input=graph_input) if graph_input else turns_until)
 
         def moved(t: ThreadRecord) -> ThreadRecord:
             return t.model_copy(update={"branch": name, "forks": t.forks + 1, "update": None,
