@@ -19,6 +19,7 @@ Its modules, one role each:
     backends.py   what requests share: the settings, the Temporal client, the checkpoint store
     errors.py     every error as {"error": "one line"} with its status
 
-A new group of routes (LangGraph's Agent Server API, issue 60) is a module with a GROUP
-and one line in app.GROUPS.
+    agent/        a group: LangGraph's Agent Server API under /langgraph (docs/agent-server.md)
+
+A new group of routes is a module with a GROUP and one line in app.GROUPS.
 """

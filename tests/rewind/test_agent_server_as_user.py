@@ -534,13 +534,16 @@ def authenticate(request):
 
 async def test_with_an_auth_hook_each_identity_sees_only_its_own_threads(stack) -> None:
     folder = stack.root / "serve"
+    key = "k-" + uuid.uuid4().hex  # REWIND_API_KEY too: langgraph-sdk's api_key= sends it as x-api-key
     server = UserServer(stack.root / f"authed-{uuid.uuid4().hex[:6]}",
-                        stack.env(folder, REWIND_SERVE_AUTH="twoauth:authenticate", PYTHONPATH=str(folder)))
+                        stack.env(folder, REWIND_SERVE_AUTH="twoauth:authenticate", PYTHONPATH=str(folder),
+                                  REWIND_API_KEY=key))
     try:
         url = await server.url()
-        ann = get_client(url=url + "/langgraph", headers={"Authorization": "Bearer token-ann"})
-        bob = get_client(url=url + "/langgraph", headers={"Authorization": "Bearer token-bob"})
-        nobody = get_client(url=url + "/langgraph", headers={"Authorization": "Bearer wrong"})
+        ann = get_client(url=url + "/langgraph", api_key=key, headers={"Authorization": "Bearer token-ann"})
+        bob = get_client(url=url + "/langgraph", api_key=key, headers={"Authorization": "Bearer token-bob"})
+        nobody = get_client(url=url + "/langgraph", api_key=key, headers={"Authorization": "Bearer wrong"})
+        keyless = get_client(url=url + "/langgraph", api_key="", headers={"Authorization": "Bearer token-ann"})
         tid = (await ann.threads.create(metadata={"who": "ann"}))["thread_id"]
         values = await ann.runs.wait(tid, "reviewed:graph", input={"topic": "secrets"})
         assert "__interrupt__" in values, values
@@ -556,9 +559,11 @@ async def test_with_an_auth_hook_each_identity_sees_only_its_own_threads(stack) 
 
         with pytest.raises(AuthenticationError):
             await nobody.threads.search()
+        with pytest.raises(AuthenticationError):  # the key is asked before the hook
+            await keyless.threads.search()
         async with httpx.AsyncClient(base_url=url) as raw:  # Rewind's own routes know no owner: refused
             for path in ("/runs", f"/runs/{tid}", f"/runs/{tid}/events"):
-                answer = await raw.get(path, headers={"Authorization": "Bearer token-ann"})
+                answer = await raw.get(path, headers={"Authorization": "Bearer token-ann", "x-api-key": key})
                 assert answer.status_code == 403 and "REWIND_SERVE_AUTH" in answer.json()["error"], answer.text
         done = await ann.runs.wait(tid, "reviewed:graph", command={"resume": "mine"})
         assert done["report"].endswith("reviewer: mine"), done

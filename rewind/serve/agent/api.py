@@ -1,6 +1,6 @@
 """LangGraph's Agent Server API on `rewind serve`, under /langgraph (docs/agent-server.md).
 
-    get_client(url="http://127.0.0.1:8400/langgraph")   # langgraph-sdk, unchanged but for the URL
+    get_client(url="http://127.0.0.1:8710/langgraph")   # langgraph-sdk, unchanged but for the URL
 
 Under a prefix of its own because Rewind's own `POST /runs` (rewind start) and the Agent
 Server's stateless `POST /runs` would share a path: a client pointed at /langgraph speaks
