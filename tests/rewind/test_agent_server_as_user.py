@@ -171,6 +171,18 @@ def asked(model: Any, name: str) -> list[str]:
     return [r.get("label") for r in model.requests() if r.get("model") == name and r.get("status") == 200]
 
 
+async def double_text(client: Any, tid: str, graph: str, first: str, second: str, strategy: str) -> tuple[Any, Any]:
+    """A user writes `first`, then `second` while the model still answers the first (its first token
+    is out): the first run, and the thread's values once the second has run with `strategy`."""
+    busy = await client.runs.create(tid, graph, input={"messages": [{"role": "user", "content": first}]})
+    async for part in client.runs.join_stream(tid, busy["run_id"], stream_mode=["messages-tuple"]):
+        if part.event == "messages":
+            break
+    run = await client.runs.create(tid, graph, input={"messages": [{"role": "user", "content": second}]},
+                                   multitask_strategy=strategy)
+    return busy, await client.runs.join(tid, run["run_id"])
+
+
 async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the_sdk(stack) -> None:
     client = stack.client()
     offered = {a["graph_id"] for a in await client.assistants.search()}
@@ -248,13 +260,7 @@ async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the
     with pytest.raises(NotFoundError):
         await client.runs.get(tid, str(uuid.uuid4()))
     # multitask_strategy interrupt: the run in progress is stopped, the new one goes on from the thread's head.
-    busy = await client.runs.create(tid, "chatgraph:graph", input={"messages": [{"role": "user", "content": "x"}]})
-    async for part in client.runs.join_stream(tid, busy["run_id"], stream_mode=["messages-tuple"]):
-        if part.event == "messages":
-            break
-    run = await client.runs.create(tid, "chatgraph:graph", input={"messages": [{"role": "user", "content": "y"}]},
-                                   multitask_strategy="interrupt")
-    after = await client.runs.join(tid, run["run_id"])
+    busy, after = await double_text(client, tid, "chatgraph:graph", "x", "y", "interrupt")
     contents = [m["content"] for m in after["messages"]]
     # The stopped invocation's remaining node ran first (its model call answered from the record), then "y".
     assert contents[-4:] == ["x", "Fifth and slow " * 20, "y", "Sixth."], contents
@@ -366,6 +372,19 @@ async def test_remote_graph_and_stateless_runs_on_rewind_serve(stack) -> None:
     waited = await stack.client().runs.wait(None, "remotechat:graph",
                                             input={"messages": [{"role": "user", "content": "waited"}]})
     assert [m["content"] for m in waited["messages"]] == ["waited", "Remote one."], waited
+    parts = [p async for p in stack.client().runs.stream(None, "remotechat:graph", input={"messages": [
+        {"role": "user", "content": "streamed"}]}, stream_mode=["messages", "debug"])]
+    events = {p.event for p in parts}
+    assert {"messages/complete", "debug"} <= events, events
+    [complete] = [p.data for p in parts if p.event == "messages/complete"]
+    assert complete[-1]["content"] == "Remote one.", complete
+    assert {p.data["type"] for p in parts if p.event == "debug"} >= {"checkpoint", "task_result"}
+
+    # A thread deleted: the API forgets it (its Rewind run stays).
+    client = stack.client()
+    await client.threads.delete(config["configurable"]["thread_id"])
+    with pytest.raises(NotFoundError):
+        await client.threads.get(config["configurable"]["thread_id"])
 
 
 JS_CLIENT = """
@@ -504,13 +523,7 @@ async def test_an_enqueued_run_starts_when_the_one_before_ends_and_its_webhook_i
 
         # multitask_strategy rollback: the run in progress is undone (the thread rolled back to where it began),
         # the new input runs from there.
-        third = await client.runs.create(tid, "queuechat:graph", input={"messages": [{"role": "user", "content": "c"}]})
-        async for part in client.runs.join_stream(tid, third["run_id"], stream_mode=["messages-tuple"]):
-            if part.event == "messages":
-                break
-        fourth = await client.runs.create(tid, "queuechat:graph", input={"messages": [{"role": "user", "content": "d"}]},
-                                          multitask_strategy="rollback")
-        values = await client.runs.join(tid, fourth["run_id"])
+        third, values = await double_text(client, tid, "queuechat:graph", "c", "d", "rollback")
         assert [m["content"] for m in values["messages"]] == [
             "hi", "First and slow " * 10, "b", "Queued.", "d", "Third and slow " * 10], values
         assert (await client.runs.get(tid, third["run_id"]))["status"] == "interrupted"
