@@ -5,6 +5,8 @@ pointed at the server's /langgraph. The graphs' model is the scripted model, by 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +111,7 @@ CHAT_SCRIPT = {"chat": [
     {"content": "Seventh."},
 ]}
 SLOW_SCRIPT = {"chat": [{"content": " ".join(f"word{i}" for i in range(60)), "stream": {"tokens_per_s": 10}}]}
-REVIEW_SCRIPT = {"draft": [{"content": "DRAFT one"}] * 5}
+REVIEW_SCRIPT = {"draft": [{"content": "DRAFT one"}] * 8}
 USER = {"role": "user", "content": "hi"}
 
 
@@ -282,6 +284,21 @@ async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the
 
 async def test_an_interrupt_is_resumed_with_a_command_and_the_run_goes_on(stack) -> None:
     client = stack.client()
+    # A graph run started by the command line is a thread too.
+    cli = stack.root / f"cli-{uuid.uuid4().hex[:6]}"
+    cli.mkdir()
+    started = f"cli-{uuid.uuid4().hex[:8]}"
+    await rewind_json(cli, stack.env(cli), "start", "--graph", "reviewed:graph", "--input", '{"topic": "cli"}',
+                      "--run-id", started)
+    for _ in range(600):
+        with contextlib.suppress(NotFoundError):
+            if (await client.threads.get(started))["status"] == "interrupted":
+                break
+        await asyncio.sleep(0.1)
+    assert (await client.threads.get_state(started))["interrupts"][0]["value"] == {"draft": "DRAFT one"}
+    done = await client.runs.wait(started, "reviewed:graph", command={"resume": "from the api"})
+    assert done["report"] == "DRAFT one / reviewer: from the api", done
+
     tid = (await client.threads.create())["thread_id"]
     values = await client.runs.wait(tid, "reviewed:graph", input={"topic": "rivals"})
     assert values["draft"] == "DRAFT one" and values["__interrupt__"][0]["value"] == {"draft": "DRAFT one"}, values

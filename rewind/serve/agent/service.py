@@ -60,9 +60,24 @@ class Agent:
         """The thread `identity` may see (404 else)."""
         validate_id("run", thread_id)
         found = await self.records.threads.get(thread_id)
+        if found is None and not self.hooked:
+            found = await self._adopt(thread_id)
         if found is None or not visible(found.owner, identity, self.hooked):
             raise hide("thread", thread_id)
         return found
+
+    async def _adopt(self, run_id: str) -> ThreadRecord | None:
+        """A graph run started otherwise (`rewind start --graph`) read as a thread: its record
+        written on first sight. No identity owns it, so with an auth hook nobody sees it here."""
+        for document in await line_of(self.backends.store, run_id, "main"):
+            details = document.pipeline if isinstance(document.pipeline, dict) else {}
+            if details.get("graph"):
+                record = ThreadRecord(thread_id=run_id, graph_id=str(details["graph"]), created_at=document.created_at)
+                try:
+                    return await self.records.threads.put(record, run_id)
+                except ValueError:  # adopted meanwhile by another request
+                    return await self.records.threads.get(run_id)
+        return None
 
     async def create_thread(self, identity: str | None, thread_id: str | None, metadata: dict[str, Any],
                             if_exists: str | None) -> ThreadRecord:
@@ -73,7 +88,8 @@ class Agent:
                 return found
             raise RunActiveError(f"thread {thread_id!r} exists; use if_exists='do_nothing' to get it instead")
         if await self.backends.store.branches(thread_id):
-            raise RunActiveError(f"a Rewind run {thread_id!r} exists and is no thread of this API; choose another id")
+            raise RunActiveError(f"a Rewind run {thread_id!r} exists: read it as a thread (threads.get), or choose "
+                                 "another id")
         record = ThreadRecord(thread_id=thread_id, metadata=metadata, owner=identity)
         try:
             return await self.records.threads.put(record, thread_id)
@@ -105,9 +121,11 @@ class Agent:
         if thread.graph_id is None:
             return "idle"
         runs = await self.records.runs_of(thread.thread_id)
-        if not runs:
-            return "idle"
-        state = await self.run_status(runs[-1])
+        # A thread with no API run (a graph run the command line started): its branch's own state.
+        last = runs[-1] if runs else RunRecord(run_id=thread.thread_id, thread_id=thread.thread_id,
+                                                 assistant_id=thread.graph_id, graph_id=thread.graph_id,
+                                                 branch=thread.branch)
+        state = await self.run_status(last)
         if state in ("pending", "running"):
             return "busy"
         if await self.pending(thread):
