@@ -101,6 +101,28 @@ builder.add_edge("publish", END)
 graph = builder.compile()
 '''
 
+REACT = '''
+from pathlib import Path
+
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import create_react_agent
+
+LOG = Path({log!r})
+
+
+@tool
+def place_order(item: str) -> str:
+    """Place an order."""
+    with open(LOG, "a") as f:
+        f.write(f"order {{item}}\\n")
+    return f"ordered {{item}}"
+
+
+rewind_tool_options = {{"place_order": {{"side_effects": True}}}}
+agent = create_react_agent(ChatOpenAI(model={model!r}), [place_order])
+'''
+
 CHAT_SCRIPT = {"chat": [
     {"content": "Hello there, how can I help?", "stream": {"tokens_per_s": 200}},
     {"content": "Second answer."},
@@ -138,6 +160,10 @@ async def stack(temporal_server, model_server, tmp_path_factory):
     model_server.add_script(chat, CHAT_SCRIPT)
     model_server.add_script(slow, SLOW_SCRIPT)
     model_server.add_script(remote, {"chat": [{"content": "Remote one."}, {"content": "Remote two."}]})
+    shop = f"shop-{uuid.uuid4().hex[:6]}"
+    model_server.add_script(shop, [{"tool_calls": [{"name": "place_order", "arguments": {"item": "tea"}}]},
+                                   {"content": "Ordered tea."}, {"content": "You are welcome."}])
+    (worker_dir / "shopagent.py").write_text(REACT.format(model=f"script:{shop}", log=str(root / "orders.txt")))
     queued = f"queued-{uuid.uuid4().hex[:6]}"
     model_server.add_script(queued, {"chat": [{"content": "First and slow " * 10, "stream": {"tokens_per_s": 10}},
                                               {"content": "Queued."},
@@ -160,7 +186,7 @@ async def stack(temporal_server, model_server, tmp_path_factory):
             "OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": model_server.base_url, **extra})
 
     async with user_workers() as start:
-        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed,slowchat,remotechat,queuechat")
+        worker = start(worker_dir, env(worker_dir), "--tool-modules", "chatgraph,reviewed,slowchat,remotechat,queuechat,shopagent")
         await worker.wait_ready()
         server = UserServer(root / "serve", env(root / "serve"))
         try:
@@ -189,7 +215,7 @@ async def test_a_thread_is_a_rewind_run_streamed_waited_joined_and_listed_by_the
     client = stack.client()
     offered = {a["graph_id"] for a in await client.assistants.search()}
     assert offered == {"chatgraph:graph", "reviewed:graph", "slowchat:graph", "remotechat:graph",
-                       "queuechat:graph"}, offered
+                       "queuechat:graph", "shopagent:agent"}, offered
     schemas = await client.assistants.get_schemas("reviewed:graph")
     assert "topic" in str(schemas["input_schema"]), schemas
     thread = await client.threads.create(metadata={"user": "ann"})
@@ -500,6 +526,20 @@ async def test_a_client_streaming_a_run_gets_its_answer_when_the_worker_is_kille
             assert attempts == {1, 2}, attempts  # the call in flight streamed again from its new attempt's start
         finally:
             await server.stop_async()
+
+
+async def test_the_prebuilt_react_agent_orders_once_across_the_threads_runs(stack) -> None:
+    client = stack.client()
+    tid = (await client.threads.create())["thread_id"]
+    parts = [p async for p in client.runs.stream(tid, "shopagent:agent", input={"messages": [
+        {"role": "user", "content": "Buy tea"}]}, stream_mode=["updates", "messages-tuple"])]
+    assert [list(p.data) for p in parts if p.event == "updates"] == [["agent"], ["tools"], ["agent"]], parts
+    tool_messages = [p.data[0] for p in parts if p.event == "messages" and p.data[0]["type"] == "tool"]
+    assert [m["content"] for m in tool_messages] == ["ordered tea"], tool_messages
+    values = await client.runs.wait(tid, "shopagent:agent", input={"messages": [{"role": "user", "content": "thanks"}]})
+    assert [m["type"] for m in values["messages"]] == ["human", "ai", "tool", "ai", "human", "ai"], values
+    assert values["messages"][-1]["content"] == "You are welcome."
+    assert (stack.root / "orders.txt").read_text().splitlines() == ["order tea"]  # once, though the graph ran again
 
 
 async def test_an_enqueued_run_starts_when_the_one_before_ends_and_its_webhook_is_called(stack) -> None:
