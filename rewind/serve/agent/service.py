@@ -250,7 +250,9 @@ class Agent:
         if busy and (strategy == "reject" or (strategy in ("interrupt", "rollback") and (
                 command is not None or thread.update is not None or body.get("checkpoint_id") or body.get("checkpoint")))):
             raise RunActiveError(f"thread {thread.thread_id!r} has run {previous[-1].run_id!r} in progress "
-                                 "(multitask_strategy 'reject'); wait for it (runs.join) or cancel it")
+                                 f"(multitask_strategy {strategy!r}"
+                                 f"{'' if strategy == 'reject' else ' with a command or a checkpoint'}); wait for it "
+                                 "(runs.join), cancel it, or give multitask_strategy 'interrupt' or 'enqueue'")
         record = RunRecord(run_id=new_id(), thread_id=thread.thread_id, assistant_id=graph_id, graph_id=graph_id,
                            metadata=body.get("metadata") or {}, kwargs={k: body.get(k) for k in (
                                "input", "command", "stream_mode", "config", "checkpoint_id", "checkpoint")
