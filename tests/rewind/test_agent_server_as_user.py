@@ -588,6 +588,37 @@ async def test_an_enqueued_run_starts_when_the_one_before_ends_and_its_webhook_i
         hooks.shutdown()
 
 
+async def test_every_bad_request_is_one_line_and_changes_nothing(stack) -> None:
+    client = stack.client()
+    tid = (await client.threads.create())["thread_id"]
+    faults = [
+        (lambda: client.runs.create(tid, "no-colon", input={}), 400, "MODULE:ATTR"),
+        (lambda: client.runs.create(tid, "reviewed:graph", input={}, stream_mode="events"), 400, "not supported"),
+        (lambda: client.runs.create(tid, "reviewed:graph", input={}, multitask_strategy="bogus"), 400, "choose"),
+        (lambda: client.runs.create(tid, "reviewed:graph", input={}, webhook="ftp://x"), 400, "http"),
+        (lambda: client.runs.create(tid, "reviewed:graph", command={"resume": 1}), 400, "has not run yet"),
+        (lambda: client.threads.get_state(str(uuid.uuid4())), 404, "no thread"),
+        (lambda: client.threads.update_state(tid, {"draft": "x"}), 400, "has not run yet"),
+    ]
+    for call, status, needle in faults:
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await call()
+        answer = refused.value.response
+        assert answer.status_code == status and needle in answer.json()["error"], answer.text
+        assert "\n" not in answer.json()["error"]
+    assert await client.runs.list(tid) == [] and (await client.threads.get(tid))["status"] == "idle"
+    values = await client.runs.wait(tid, "reviewed:graph", input={"topic": "faults"})
+    assert "__interrupt__" in values
+    for call, needle in [
+        (lambda: client.runs.create(tid, "chatgraph:graph", input={}), "one graph's run"),
+        (lambda: client.threads.update_state(tid, {}, checkpoint_id=f"{uuid.uuid4()}:main:1"), "not one of thread"),
+    ]:
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await call()
+        assert refused.value.response.status_code == 400 and needle in refused.value.response.json()["error"]
+    assert len(await client.runs.list(tid)) == 1
+
+
 AUTH = '''
 from rewind.serve.agent.identity import Refused
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from workflows.vocabulary.errors import UsageError
 from workflows.vocabulary.events import RunEvent
 
 MODES = ("values", "updates", "messages", "messages-tuple", "custom", "debug", "checkpoints", "tasks")
@@ -40,13 +41,13 @@ Part = tuple[str, Any, "str | None"]  # (SSE event, data, SSE id)
 
 
 def modes_of(stream_mode: Any) -> list[str]:
-    """The modes a request asks for ('values' unless told), checked (ValueError names the fault)."""
+    """The modes a request asks for ('values' unless told), checked (UsageError, a 400, names the fault)."""
     asked = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode or ["values"])
     for mode in asked:
         if mode in UNSUPPORTED:
-            raise ValueError(f"stream_mode {mode!r} is not supported: {UNSUPPORTED[mode]}")
+            raise UsageError(f"stream_mode {mode!r} is not supported: {UNSUPPORTED[mode]}")
         if mode not in MODES:
-            raise ValueError(f"stream_mode {mode!r} is not a stream mode; choose from {', '.join(MODES)}")
+            raise UsageError(f"stream_mode {mode!r} is not a stream mode; choose from {', '.join(MODES)}")
     return list(dict.fromkeys(asked))
 
 

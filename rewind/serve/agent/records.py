@@ -27,6 +27,8 @@ from workflows.vocabulary.errors import CheckpointNotFoundError, RunNotFoundErro
 from workflows.vocabulary.ids import validate_id
 
 PREFIX = "agent-server/"
+# A thread deleted through the API: a marker, so its run is not read as a thread again.
+FORGOTTEN = PREFIX + "forgotten/"
 # How often a write that lost a race reads the record again and retries.
 WRITE_TRIES = 8
 
@@ -188,5 +190,5 @@ class Records:
         return sorted(found, key=lambda r: r.created_at)
 
 
-__all__ = ["CronRecord", "FINAL", "PREFIX", "PendingUpdate", "Records", "RunRecord", "RunStatus", "Shelf",
+__all__ = ["CronRecord", "FINAL", "FORGOTTEN", "PREFIX", "PendingUpdate", "Records", "RunRecord", "RunStatus", "Shelf",
            "ThreadRecord", "new_id", "now"]

@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator
 from checkpoint_bridge.events.cursor import Cursor
 from rewind.serve.agent.identity import hide, visible
 from rewind.serve.agent.parts import Part, Translator, modes_of
-from rewind.serve.agent.records import FINAL, PendingUpdate, Records, RunRecord, ThreadRecord, new_id
+from rewind.serve.agent.records import FINAL, FORGOTTEN, PendingUpdate, Records, RunRecord, ThreadRecord, new_id
 from rewind.serve.agent.state import config_of, empty_state, interrupt_list, line_of, thread_state, values_of
 from rewind.serve.backends import Backends
 from workflows.vocabulary.errors import RunActiveError, RunNotFoundError, UsageError
@@ -36,6 +36,8 @@ log = logging.getLogger("rewind.serve")
 # How often an enqueued run looks whether the runs before it have ended, and a run's stream
 # whether its enqueued run has started.
 ENQUEUED_POLL_S = 0.5
+# How long `wait` gives the store to catch up with the steps before an interrupt.
+SETTLE_S = 30.0
 # How long a webhook's server may take to answer.
 WEBHOOK_TIMEOUT_S = 10.0
 
@@ -69,6 +71,8 @@ class Agent:
     async def _adopt(self, run_id: str) -> ThreadRecord | None:
         """A graph run started otherwise (`rewind start --graph`) read as a thread: its record
         written on first sight. No identity owns it, so with an auth hook nobody sees it here."""
+        if f"{FORGOTTEN}{run_id}" in await self.records.objects.list(f"{FORGOTTEN}{run_id}"):
+            return None  # a thread deleted through the API stays forgotten
         for document in await line_of(self.backends.store, run_id, "main"):
             details = document.pipeline if isinstance(document.pipeline, dict) else {}
             if details.get("graph"):
@@ -154,6 +158,18 @@ class Agent:
             return await self.state(thread)
         return thread_state(thread.thread_id, document, line[index - 1] if index else None, line[index + 1])
 
+    async def _settled_state(self, thread: ThreadRecord) -> dict[str, Any]:
+        """The head once the store has the steps before the interrupt the thread waits on (a step's
+        record can reach the store a moment after the run asks for a person)."""
+        deadline = asyncio.get_running_loop().time() + SETTLE_S
+        while True:
+            waiting = await self.pending(thread)
+            due = max((int(i["step"]) - 1 for i in waiting if i.get("step") is not None), default=-1)
+            line = await self._line(thread)
+            if (line and line[-1].step_index >= due) or asyncio.get_running_loop().time() > deadline:
+                return await self.state(thread)
+            await asyncio.sleep(0.1)
+
     async def history(self, thread: ThreadRecord, limit: int) -> list[dict[str, Any]]:
         """The checkpoints of the thread's current line, newest first."""
         line = await self._line(thread)
@@ -186,7 +202,9 @@ class Agent:
                 "interrupts": {t["id"]: t["interrupts"] for t in state["tasks"]}, "config": {}, "error": None}
 
     async def delete_thread(self, thread: ThreadRecord) -> None:
-        """The API forgets the thread; its Rewind run stays (`rewind` commands still read it)."""
+        """The API forgets the thread; its Rewind run stays (`rewind` commands still read it), and is
+        not read as a thread again."""
+        await self.records.objects.put_if_absent(f"{FORGOTTEN}{thread.thread_id}", b"{}")
         await self.records.runs.delete(thread.thread_id)
         await self.records.threads.delete(thread.thread_id)
 
@@ -533,7 +551,8 @@ class Agent:
         """The run read to its end; the thread's values then (with `__interrupt__` when it waits)."""
         async for _part in self.parts(run, ["values"], False):
             pass
-        state = await self.state(await self.records.threads.get(thread.thread_id) or thread)
+        thread = await self.records.threads.get(thread.thread_id) or thread
+        state = await self._settled_state(thread)
         values = dict(state["values"])
         if state["interrupts"]:
             values["__interrupt__"] = state["interrupts"]

@@ -67,7 +67,7 @@ def interrupt_list(pending: list[Any]) -> list[dict[str, Any]]:
         if getattr(approval, "tool_name", None) == "interrupt":
             arguments = approval.arguments or {}
             out.append({"value": arguments.get("value"), "id": approval.tool_call_id,
-                        "node": arguments.get("node")})
+                        "node": arguments.get("node"), "step": getattr(approval, "step", None)})
     return out
 
 
