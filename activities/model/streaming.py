@@ -13,13 +13,28 @@ answer: `StreamBroken`, which the call retries, never a truncated message in the
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, AsyncIterable
 
-import httpx
 import openai
 
 from activities.record.live import CallEvents
 from activities.record.redaction import Redactor, StreamRedactor
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """A dropped connection as the openai client's HTTP library raises it mid-stream: httpx2's
+    (openai 3) or httpx's (openai 1), whichever is installed; neither is Rewind's own dependency."""
+    found = []
+    for library in ("httpx2", "httpx"):
+        try:
+            found.append(importlib.import_module(library).TransportError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+_TRANSPORT_ERRORS = _transport_errors()
 
 # Delta fields that are not text streamed in pieces.
 _NOT_TEXT = {"role", "content", "tool_calls", "function_call"}
@@ -64,7 +79,7 @@ async def assembled(stream: AsyncIterable[Any], events: CallEvents, redactor: Re
                     _tool_call_piece(part, calls, shown_args, events, redactor)
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
-    except (openai.APIConnectionError, httpx.TransportError) as exc:
+    except (openai.APIConnectionError, *_TRANSPORT_ERRORS) as exc:
         raise StreamBroken(f"the connection dropped after {chunks} chunks ({type(exc).__name__}: {exc})") from None
     if finish is None:
         raise StreamBroken(f"it ended after {chunks} chunks without a finish_reason")

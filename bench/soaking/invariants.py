@@ -306,9 +306,30 @@ async def check_watch(check: Check, run_id: str, watched: list[Any], store: Chec
         elif (got.type, got.data) != (event.type, event.data):
             check.fail(run_id, f"the watcher's {event_id} is {got.type} {first_difference(got.data, event.data)}")
     extra = sorted(set(seen) - set(replay))
+    cutoffs: dict[str, int | None] = {}
+    if extra:
+        # A rollback in place discards the steps of the revision it stopped past its step (the store's
+        # replay of that revision ends there): a watcher that saw them happen before the rollback saw
+        # what the run did then. Anything else it got and the store has not is a violation.
+        cutoffs = {branch: cutoff for branch, (_, cutoff) in (await store.stored_steps(run_id)).items()}
+        extra = [i for i in extra if not _discarded_by_rollback(seen[i], cutoffs)]
     if extra:
         check.checks += 1
-        check.fail(run_id, f"the watcher got {extra[:5]}, which the store's replay has not")
+        rolled_back = {b: c for b, c in cutoffs.items() if c is not None}
+        check.fail(run_id, f"the watcher got {extra[:5]}, which the store's replay has not (rollback cutoffs: "
+                           f"{rolled_back or 'none'})")
+
+
+def _discarded_by_rollback(event: Any, cutoffs: dict[str, int | None]) -> bool:
+    """Whether a watched event is of a step a rollback discarded: past the cutoff of the revision it
+    happened on (`main.r0` is stored as `main`)."""
+    from checkpoint_bridge.checkpoints.lineage import is_revision_name, revision_branch, split_revision
+
+    if event.path:
+        return False
+    exact = event.branch if is_revision_name(event.branch) else f"{event.branch}.r0"
+    cutoff = cutoffs.get(revision_branch(*split_revision(exact)))
+    return cutoff is not None and event.step is not None and event.step > cutoff
 
 
 async def check_liveness(check: Check, client: Client, run_ids: list[str], env: dict[str, str], cwd: Path) -> None:

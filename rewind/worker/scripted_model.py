@@ -24,7 +24,9 @@ Models:
                   the company researcher (search_company alone: one search, then a profile)
 
 Chat completions (/v1/chat/completions) and, for `ChatOpenAI(use_responses_api=True)`, a
-response of the Responses API (/v1/responses) with the same answer.
+response of the Responses API (/v1/responses) with the same answer; for `ChatAnthropic`
+(base URL the server's root), a message of Anthropic's Messages API (/v1/messages), its
+request read as the chat messages it says and answered as they would be.
 
 Dialects (`dialect=` / `--dialect` / REWIND_SCRIPTED_DIALECT for the CLI):
     openai    (default) the checks below, as OpenAI answers them
@@ -620,6 +622,63 @@ def _completion(body: dict, turn: int, reply: _Reply) -> dict:
     }
 
 
+def _anthropic_text(content: Any) -> str:
+    """The text of an Anthropic content field: a string, or text blocks."""
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text")
+
+
+def _anthropic_messages(body: dict) -> list[dict]:
+    """An Anthropic Messages request (`system`, `messages` of content blocks) as chat messages:
+    tool_use blocks as the assistant's tool calls, tool_result blocks as tool messages."""
+    chat: list[dict] = []
+    if body.get("system"):
+        chat.append({"role": "system", "content": _anthropic_text(body["system"])})
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict):
+            raise _bad("Each message must be an object with a role and content.", "messages")
+        role, content = message.get("role"), message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        if role == "assistant":
+            calls = [{"id": b.get("id"), "type": "function",
+                      "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input") or {})}}
+                     for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"]
+            chat.append({"role": "assistant", "content": _anthropic_text(blocks) or None,
+                         **({"tool_calls": calls} if calls else {})})
+            continue
+        for block in blocks:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                chat.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
+                             "content": _anthropic_text(block.get("content"))})
+        text = _anthropic_text([b for b in blocks if isinstance(b, dict) and b.get("type") == "text"])
+        if text or not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+            chat.append({"role": role, "content": text})
+    return chat
+
+
+def _anthropic_error(status: int, payload: dict) -> dict:
+    kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+            429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+    message = (payload.get("error") or {}).get("message") if isinstance(payload.get("error"), dict) else None
+    return {"type": "error", "error": {"type": kind, "message": message or f"HTTP {status}"}}
+
+
+def _anthropic_message(completion: dict) -> dict:
+    """A chat completion as the Messages API's answer: text and tool_use blocks, its usage."""
+    message = completion["choices"][0]["message"]
+    content: list[dict] = [{"type": "text", "text": message["content"]}] if message.get("content") else []
+    for call in message.get("tool_calls") or []:
+        content.append({"type": "tool_use", "id": call["id"].replace("call_", "toolu_", 1),
+                        "name": call["function"]["name"], "input": _loads(call["function"]["arguments"])})
+    usage = completion.get("usage") or {}
+    return {"id": "msg_" + completion["id"].split("-", 1)[-1], "type": "message", "role": "assistant",
+            "model": completion["model"], "content": content,
+            "stop_reason": "tool_use" if message.get("tool_calls") else "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0),
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+
+
 # ---------------------------------------------------------------- server
 
 
@@ -824,6 +883,33 @@ class ScriptedModelServer:
                       "total_tokens": usage.get("total_tokens", 0), "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": 0}}}, headers=headers)
 
+    async def _messages(self, request: web.Request) -> web.Response:
+        """Anthropic's Messages API (`ChatAnthropic`, its base URL this server's root): the request
+        as chat messages, answered as a chat completion is, the answer as an Anthropic message."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response(_anthropic_error(400, _error_body(400, "Request body is not valid JSON.")),
+                                     status=400)
+        b = body if isinstance(body, dict) else {}
+        label = request.headers.get(LABEL_HEADER)
+        try:
+            messages = _anthropic_messages(b)
+        except _ApiError as exc:
+            return web.json_response(_anthropic_error(exc.status, exc.body), status=exc.status)
+        tools = [{"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
+                                                   "parameters": t.get("input_schema") or {"type": "object"}}}
+                 for t in b.get("tools") or [] if isinstance(t, dict)]
+        chat = {"model": b.get("model"), "messages": messages, **({"tools": tools} if tools else {})}
+        status, payload, headers, _ = await self._answer(chat, label)
+        with self._lock:
+            self._log.append({"label": label, "model": b.get("model"), "messages": messages,
+                              "tools": [t["function"]["name"] for t in tools], "status": status, "response": payload,
+                              "at": time.time(), "api": "messages"})
+        if status != 200:
+            return web.json_response(_anthropic_error(status, payload), status=status, headers=headers)
+        return web.json_response(_anthropic_message(payload), headers=headers)
+
     async def _answer(self, body: Any, label: str | None = None) -> tuple[int, dict, dict[str, str], "_Delivery"]:
         if self.latency_ms:
             await asyncio.sleep(self.latency_ms / 1000)
@@ -910,6 +996,7 @@ class ScriptedModelServer:
         app = web.Application(middlewares=[_openai_errors])
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/messages", self._messages)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/_admin/scripts/{name}", self._admin)
         app.router.add_post("/_admin/faults", self._admin)

@@ -613,6 +613,7 @@ from typing import Any, TypedDict
 
 from langchain.agents import create_agent
 from langchain.chat_models import init_chat_model
+from langchain_anthropic import ChatAnthropic
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -666,17 +667,23 @@ class HouseModel(BaseChatModel):
 
 
 house = HouseModel()
+claude = ChatAnthropic(model=os.environ["CLAUDE_MODEL"])  # its key and URL from ANTHROPIC_* as the user set them
 responder = ChatOpenAI(model="gpt-4o-mini", use_responses_api=True)
 
 
 class Talk(TypedDict, total=False):
     topic: str
     house: str
+    claude: str
     answer: str
 
 
 async def ask_house(state):
     return {"house": (await house.ainvoke("About " + state["topic"])).content}
+
+
+def ask_claude(state):
+    return {"claude": claude.invoke("About " + state["topic"]).text}
 
 
 async def ask_responses(state):
@@ -686,9 +693,11 @@ async def ask_responses(state):
 
 builder = StateGraph(Talk)
 builder.add_node("ask_house", ask_house)
+builder.add_node("ask_claude", ask_claude)
 builder.add_node("ask_responses", ask_responses)
 builder.add_edge(START, "ask_house")
-builder.add_edge("ask_house", "ask_responses")
+builder.add_edge("ask_house", "ask_claude")
+builder.add_edge("ask_claude", "ask_responses")
 builder.add_edge("ask_responses", END)
 talk = builder.compile()
 '''
@@ -698,7 +707,10 @@ async def test_langchains_create_agent_and_other_chat_models_run_with_their_usag
     folder = world.folder("others")
     (folder / "others.py").write_text(OTHER_MODELS)
     log, release = tmp_path / f"others-{uuid.uuid4().hex[:6]}.txt", tmp_path / f"release-{uuid.uuid4().hex[:6]}"
-    env = world.env(folder, PYTHONPATH=str(folder), GRAPH_LOG=str(log), GRAPH_RELEASE=str(release))
+    claude = script(world.model, [{"content": "claude says hi"}])
+    env = world.env(folder, PYTHONPATH=str(folder), GRAPH_LOG=str(log), GRAPH_RELEASE=str(release),
+                    CLAUDE_MODEL=claude, ANTHROPIC_API_KEY="unused",
+                    ANTHROPIC_BASE_URL=world.model.base_url.removesuffix("/v1"))
     model = script(world.model, {"model": [
         {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}},
                         {"name": "get_weather", "arguments": {"city": "Paris"}}]},
@@ -727,21 +739,31 @@ async def test_langchains_create_agent_and_other_chat_models_run_with_their_usag
         assert lines(log) == counted, lines(log)
         code, out, err = await rewind(cli, cli_env, "diff", "agent-crash", "main", "again")
         assert code == 0 and "model" in out, out + err
-        # Another provider's model and ChatOpenAI's Responses API: each node one activity, each call counted.
+        # Other providers' models (a chat model of its own, ChatAnthropic) and ChatOpenAI's Responses API:
+        # each node one activity, each call counted.
         other = script(world.model, {"ask_responses": [{"content": "responses say hi"}]})
         done = await rewind_json(cli, cli_env, "start", "--graph", "others:talk", "--input", '{"topic": "tea"}',
                                  "--model", other, "--run-id", "talk", "--wait")
         assert done["status"]["state"] == "completed", done
         answer = json.loads(done["status"]["final_answer"])
-        assert answer == {"topic": "tea", "house": "house says hi", "answer": "responses say hi"}, answer
+        assert answer == {"topic": "tea", "house": "house says hi", "claude": "claude says hi",
+                          "answer": "responses say hi"}, answer
         ledger = done["status"]["ledger"]
-        assert ledger["model_calls"] == 2 and ledger["prompt_tokens"] >= 11, ledger
+        assert ledger["model_calls"] == 3 and ledger["prompt_tokens"] >= 11, ledger
         stats = await rewind_json(cli, cli_env, "stats", "--run", "talk", "--by", "node")
         assert stats["groups"]["ask_house"]["model_calls"] == 1, stats
         assert stats["groups"]["ask_house"]["total_tokens"] == 15, stats
         assert stats["groups"]["ask_responses"]["model_calls"] == 1, stats
+        asked_claude = [r for r in world.model.requests() if r.get("model") == claude]
+        assert [r.get("api") for r in asked_claude] == ["messages"], asked_claude  # Anthropic's Messages API
+        claude_usage = asked_claude[0]["response"]["usage"]
+        assert stats["groups"]["ask_claude"]["model_calls"] == 1, stats
+        assert stats["groups"]["ask_claude"]["total_tokens"] == (
+            claude_usage["prompt_tokens"] + claude_usage["completion_tokens"]) > 0, (stats, claude_usage)
         shown = await rewind_json(cli, cli_env, "show", "talk:main:1")
         assert shown["pipeline"]["calls"][0]["model_calls"][0]["model"] == "house-1", shown["pipeline"]
+        shown = await rewind_json(cli, cli_env, "show", "talk:main:2")
+        assert shown["pipeline"]["calls"][0]["model_calls"][0]["model"] == claude, shown["pipeline"]
         assert [r.get("api") for r in world.model.requests() if r.get("model") == other] == ["responses"]
 
 

@@ -266,3 +266,38 @@ def test_start_in_thread_serves_sync_clients():
             srv.stop_thread()
         with pytest.raises(openai.APIConnectionError):
             c.chat.completions.create(model="script:t", messages=[ASK])
+
+
+async def test_anthropics_messages_api_is_answered_as_the_chat_it_says(server):
+    """`ChatAnthropic` pointed at the server's root: the real anthropic client, a tool round trip,
+    the usage the chat completion counted, and errors in Anthropic's shape."""
+    import anthropic
+
+    server.add_script("claude", [{"tool_calls": [{"name": "search_company", "arguments": {"company": "Acme"}}]},
+                                 {"content": "Acme sells widgets."}])
+    async with anthropic.AsyncAnthropic(base_url=server.base_url.removesuffix("/v1"), api_key="test",
+                                        max_retries=0) as claude:
+        tools = [{"name": "search_company", "description": "Search.", "input_schema": {"type": "object"}}]
+        ask = [{"role": "user", "content": "Research Acme."}]
+        first = await claude.messages.create(model="script:claude", max_tokens=100, system="Be brief.",
+                                             messages=ask, tools=tools)
+        assert first.stop_reason == "tool_use" and first.content[0].type == "tool_use"
+        assert first.content[0].name == "search_company" and first.content[0].input == {"company": "Acme"}
+        result = {"type": "tool_result", "tool_use_id": first.content[0].id, "content": "Acme sells widgets."}
+        second = await claude.messages.create(
+            model="script:claude", max_tokens=100, system="Be brief.", tools=tools,
+            messages=[*ask, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                      {"role": "user", "content": [result]}])
+        assert second.stop_reason == "end_turn" and second.content[0].text == "Acme sells widgets."
+        asked = [r for r in server.requests() if r.get("api") == "messages"]
+        assert asked[1]["messages"] == [
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Research Acme."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": first.content[0].id, "type": "function",
+                                                                   "function": {"name": "search_company",
+                                                                                "arguments": '{"company": "Acme"}'}}]},
+            {"role": "tool", "tool_call_id": first.content[0].id, "content": "Acme sells widgets."}]
+        usage = asked[1]["response"]["usage"]
+        assert (second.usage.input_tokens, second.usage.output_tokens) == (usage["prompt_tokens"],
+                                                                           usage["completion_tokens"])
+        with pytest.raises(anthropic.NotFoundError, match="no script named 'nope'"):
+            await claude.messages.create(model="script:nope", max_tokens=10, messages=ask)
