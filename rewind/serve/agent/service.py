@@ -423,15 +423,15 @@ class Agent:
 
     async def _notify(self, run: RunRecord) -> None:
         """POST the run, as runs.get answers it, to its webhook once it has ended."""
-        import httpx
+        import aiohttp  # a core dependency (httpx is not)
 
         try:
             async for _part in self.parts(run, ["values"], False):
                 pass
             fresh = await self.records.runs.get(run.thread_id, run.run_id) or run
-            async with httpx.AsyncClient(timeout=WEBHOOK_TIMEOUT_S) as http:
-                answer = await http.post(str(run.webhook), json=await self.run_json(fresh))
-            log.info("webhook of run %s: %s %d", run.run_id, run.webhook, answer.status_code)
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT_S)) as http:
+                async with http.post(str(run.webhook), json=await self.run_json(fresh)) as answer:
+                    log.info("webhook of run %s: %s %d", run.run_id, run.webhook, answer.status)
         except Exception as exc:  # noqa: BLE001 - said once on the log; the run is not changed by it
             log.warning("webhook of run %s (%s) failed: %s", run.run_id, run.webhook, exc)
 

@@ -16,7 +16,7 @@ from typing import Any
 from checkpoint_bridge.checkpoints.lineage import lineage
 from checkpoint_bridge.checkpoints.store import CheckpointStore
 from checkpoint_bridge.document.schema import AgentCheckpoint
-from workflows.vocabulary.errors import CheckpointNotFoundError, RunNotFoundError
+from workflows.vocabulary.errors import CheckpointNotFoundError, ConfigError, RunNotFoundError
 from workflows.vocabulary.ids import parse_checkpoint_id
 
 # Steps of a graph run that are no super-step of LangGraph's: the input, a turn's input, the end.
@@ -26,7 +26,11 @@ INPUT_LABELS = ("start", "input")
 def lc_messages(messages: list[dict[str, Any]], thread_id: str) -> list[dict[str, Any]]:
     """Chat messages as the dicts LangGraph's server sends (`{"type": "human", "content": ...}`),
     each with an id (kept, or the thread's and its place in the channel)."""
-    from langchain_core.messages import convert_to_messages
+    try:
+        from langchain_core.messages import convert_to_messages
+    except ImportError:
+        raise ConfigError("the Agent Server API shows a graph's messages as LangChain's: install rewind with the "
+                          "langgraph extra where rewind serve runs (pip install -e '.[langgraph]')") from None
 
     out = []
     for index, message in enumerate(convert_to_messages([dict(m) for m in messages])):
