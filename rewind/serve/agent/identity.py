@@ -8,12 +8,12 @@ non-empty string, or a dict with `"identity"`), or refuses: it raises `Refused(s
 line)` (from `rewind.serve.agent.identity`; 401 by default), `PermissionError` (403) or
 returns None (401). Any other exception is the hook's bug: 500, logged with its traceback.
 
-With a hook, the threads, runs and crons an identity creates are its own: another identity
-gets 404 for them and finds them in no list or search, their events included. Rewind's own
-routes (GET /runs, a run's status and events, ...) answer the same way for the runs a thread
-is: a run started by one identity is no other's. A run no identity owns (started by the
-command line, or before the hook was set) is the operator's: no identity sees it through
-the server. REWIND_API_KEY still applies before the hook, as for every route.
+With a hook, the threads and runs an identity creates are its own: another identity gets 404
+for them and finds them in no list or search, their streams included. Rewind's own routes
+(GET /runs, a run's status and events, ...) know no owner, so with a hook they answer 403
+(rewind/serve/app.py). A run no identity owns (started by the command line, or before the
+hook was set) is the operator's: no identity sees it through the server. REWIND_API_KEY
+still applies before the hook, as for every route.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the Agent Server API keeps beside the runs: threads, the API's runs, crons, as objects.
+"""What the Agent Server API keeps beside the runs: threads and the API's runs, as objects.
 
 A thread is a Rewind run (its id is the run's id), but a thread exists before its first run
 (`threads.create()`), has metadata and an owner, and has a line: the branch its runs
@@ -88,26 +88,7 @@ class RunRecord(BaseModel):
     start_step: int = -1  # the thread's head step when it started (-1: a new run)
     webhook: str | None = None
     webhook_sent: bool = False
-    stateless: bool = False  # POST /runs/...: its thread is its own, deleted after unless on_completion=keep
-    on_completion: str = "delete"
     error: str | None = None
-    version: int = 0
-
-
-class CronRecord(BaseModel):
-    cron_id: str
-    assistant_id: str
-    thread_id: str | None = None
-    schedule: str
-    timezone: str | None = None
-    payload: dict[str, Any] = Field(default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime = Field(default_factory=now)
-    updated_at: datetime = Field(default_factory=now)
-    end_time: datetime | None = None
-    enabled: bool = True
-    on_run_completed: str | None = None
-    owner: str | None = None
     version: int = 0
 
 
@@ -176,13 +157,12 @@ class Shelf(Generic[R]):
 
 
 class Records:
-    """The threads, runs and crons of the Agent Server API on one object store."""
+    """The threads and runs of the Agent Server API on one object store."""
 
     def __init__(self, objects: ObjectStore) -> None:
         self.objects = objects
         self.threads: Shelf[ThreadRecord] = Shelf(objects, "threads/", ThreadRecord)
         self.runs: Shelf[RunRecord] = Shelf(objects, "runs/", RunRecord)
-        self.crons: Shelf[CronRecord] = Shelf(objects, "crons/", CronRecord)
 
     async def runs_of(self, thread_id: str) -> list[RunRecord]:
         """A thread's runs, oldest first."""
@@ -190,5 +170,5 @@ class Records:
         return sorted(found, key=lambda r: r.created_at)
 
 
-__all__ = ["CronRecord", "FINAL", "FORGOTTEN", "PREFIX", "PendingUpdate", "Records", "RunRecord", "RunStatus", "Shelf",
+__all__ = ["FINAL", "FORGOTTEN", "PREFIX", "PendingUpdate", "Records", "RunRecord", "RunStatus", "Shelf",
            "ThreadRecord", "new_id", "now"]
