@@ -407,6 +407,9 @@ class HotTierObjectStore:
                     await self._report_lag()
                 moved = await self.flush_once()
                 self._skip_until = 0.0  # Redis answers again
+                # What went around Redis joins its index now, not at this instance's next write (another
+                # process, `rewind mirror` say, would be told it created what the durable store has).
+                await self._index_bypassed()
             except StoreUnavailableError as exc:
                 self._say("redis-down", f"hot tier: {exc}; writes go straight to {self.durable.url} meanwhile")
                 await self._write_mine_around()
@@ -483,6 +486,8 @@ class HotTierObjectStore:
                 except CheckpointExistsError:
                     # Other bytes were there first (written around Redis by someone else): they stay.
                     self._conflict(key, "this process wrote to Redis")
+                else:
+                    self._note_bypassed(key)  # Redis's index may have been built without it
                 self._forget(key)
 
         results = await asyncio.gather(*(one(k, d) for k, d in list(self._mine.items())), return_exceptions=True)
@@ -521,13 +526,17 @@ class HotTierObjectStore:
         otherwise call the key new to Redis, and a later writer of the same bytes would be told
         it created them."""
         written = await self.durable.put_if_absent(key, data)
+        self._note_bypassed(key)
+        return written
+
+    def _note_bypassed(self, key: str) -> None:
+        """`key` reached the durable store around Redis: for its partition's index, once Redis answers."""
         self._bypassed.pop(key, None)
         self._bypassed[key] = None
         while len(self._bypassed) > BYPASSED_MAX_KEYS:
             # Forgotten, a key costs at most a wrong "written" from a later writer of the same
             # bytes (the flusher finds them in the durable store): never a second version.
             del self._bypassed[next(iter(self._bypassed))]
-        return written
 
     async def _index_bypassed(self) -> None:
         """Add what this instance wrote around Redis to the partitions' indexes (once Redis answers)."""

@@ -151,7 +151,10 @@ async def test_redis_lost_before_flushing_loses_no_checkpoint(temporal_server, t
                 # Redis alone and its carrier completed, so nothing writes it again from a retry;
                 # the third call (on the next worker) carries step 2, whose parent is then missing.
                 async def second_call_answered() -> bool:
-                    return first.log().count("/chat/completions") >= 2
+                    # Completed as Temporal knows it (the run's ledger counts it), not only answered by
+                    # the model: a completion the server never got is retried and writes step 1 itself.
+                    view = await _status(cli, env, run)
+                    return view["status"]["ledger"]["model_calls"] >= 2
 
                 await _until(second_call_answered, "the run's second model call did not answer", log=first.log)
                 first.kill()
