@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from checkpoint_bridge.stores import ObjectStore
-from workflows.vocabulary.errors import CheckpointNotFoundError, RunNotFoundError
+from workflows.vocabulary.errors import CheckpointExistsError, CheckpointNotFoundError, RunNotFoundError
 from workflows.vocabulary.ids import validate_id
 
 PREFIX = "agent-server/"
@@ -95,6 +95,10 @@ class RunRecord(BaseModel):
 R = TypeVar("R", bound=BaseModel)
 
 
+class RecordConflict(ValueError):
+    """Another writer wrote the version this one would write: read the record again."""
+
+
 class Shelf(Generic[R]):
     """Records of one kind: each under its own folder, a version an object."""
 
@@ -117,12 +121,17 @@ class Shelf(Generic[R]):
 
     async def put(self, record: R, *parts: str) -> R:
         """Write `record` as the next version after the one it was read as (`version`); a record
-        someone else wrote meanwhile is a conflict: ValueError (the caller reads again)."""
+        someone else wrote meanwhile is a conflict: RecordConflict (the caller reads again)."""
         nxt = int(getattr(record, "version")) + 1
         record = record.model_copy(update={"version": nxt, "updated_at": now()})
         data = record.model_dump_json().encode()
-        if not await self.objects.put_if_absent(f"{self._dir(*parts)}v{nxt:08d}.json", data):
-            raise ValueError("written meanwhile")
+        key = f"{self._dir(*parts)}v{nxt:08d}.json"
+        try:
+            written = await self.objects.put_if_absent(key, data)
+        except CheckpointExistsError:  # the other writer's version (other bytes) is there
+            written = False
+        if not written:
+            raise RecordConflict(f"{key} was written meanwhile")
         return record
 
     async def change(self, parts: tuple[str, ...], edit: Callable[[R], Awaitable[R | None] | R | None]) -> R:
@@ -138,7 +147,7 @@ class Shelf(Generic[R]):
                 return found
             try:
                 return await self.put(edited, *parts)  # type: ignore[arg-type]
-            except ValueError:
+            except RecordConflict:
                 continue
         raise RunNotFoundError(f"{'/'.join(parts)} changes too often to be written; try again")
 
@@ -170,5 +179,5 @@ class Records:
         return sorted(found, key=lambda r: r.created_at)
 
 
-__all__ = ["FINAL", "FORGOTTEN", "PREFIX", "PendingUpdate", "Records", "RunRecord", "RunStatus", "Shelf",
+__all__ = ["FINAL", "FORGOTTEN", "PREFIX", "PendingUpdate", "RecordConflict", "Records", "RunRecord", "RunStatus", "Shelf",
            "ThreadRecord", "new_id", "now"]

@@ -25,7 +25,8 @@ from typing import Any, AsyncIterator
 from checkpoint_bridge.events.cursor import Cursor
 from rewind.serve.agent.identity import hide, visible
 from rewind.serve.agent.parts import Part, Translator, modes_of
-from rewind.serve.agent.records import FINAL, FORGOTTEN, PendingUpdate, Records, RunRecord, ThreadRecord, new_id
+from rewind.serve.agent.records import (FINAL, FORGOTTEN, PendingUpdate, RecordConflict, Records, RunRecord, ThreadRecord,
+                                        new_id)
 from rewind.serve.agent.state import config_of, empty_state, interrupt_list, line_of, thread_state, values_of
 from rewind.serve.backends import Backends
 from workflows.vocabulary.errors import RunActiveError, RunNotFoundError, UsageError
@@ -79,7 +80,7 @@ class Agent:
                 record = ThreadRecord(thread_id=run_id, graph_id=str(details["graph"]), created_at=document.created_at)
                 try:
                     return await self.records.threads.put(record, run_id)
-                except ValueError:  # adopted meanwhile by another request
+                except RecordConflict:  # adopted meanwhile by another request
                     return await self.records.threads.get(run_id)
         return None
 
@@ -97,7 +98,7 @@ class Agent:
         record = ThreadRecord(thread_id=thread_id, metadata=metadata, owner=identity)
         try:
             return await self.records.threads.put(record, thread_id)
-        except ValueError:
+        except RecordConflict:
             raise RunActiveError(f"thread {thread_id!r} was created meanwhile") from None
 
     async def threads(self, identity: str | None) -> list[ThreadRecord]:
